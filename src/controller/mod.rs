@@ -1,0 +1,2 @@
+//! The controllers built on kubeloop's stack: the sample-controller equivalent (Foo ->
+//! Deployment) and the VirtualMachine controller (VMs as containers through the Docker API).

@@ -1,0 +1,1 @@
+//! client-go's `tools/leaderelection` on coordination.k8s.io/v1 Lease.

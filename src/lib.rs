@@ -1,0 +1,21 @@
+//! kubeloop: client-go's controller machinery rebuilt in Rust, from scratch, on raw watch streams.
+//!
+//! The map follows client-go so that a reader who knows one finds their way in the other:
+//!
+//! | kubeloop              | client-go / Kubernetes                           |
+//! |-----------------------|--------------------------------------------------|
+//! | [`cache`]             | `k8s.io/client-go/tools/cache`                   |
+//! | [`workqueue`]         | `k8s.io/client-go/util/workqueue`                |
+//! | [`leaderelection`]    | `k8s.io/client-go/tools/leaderelection`          |
+//! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
+//! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
+//!
+//! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
+//! stream into work for a controller is in this crate.
+
+pub mod cache;
+pub mod controller;
+pub mod leaderelection;
+#[cfg(feature = "testenv")]
+pub mod testenv;
+pub mod workqueue;

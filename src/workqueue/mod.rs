@@ -1,0 +1,1 @@
+//! client-go's `util/workqueue`: dedup queue, delaying queue, rate limiters, rate-limiting queue.
