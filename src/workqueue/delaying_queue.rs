@@ -35,10 +35,9 @@ use std::time::Duration;
 use hashbrown::hash_map::Entry;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::metrics::QueueMetrics;
-use super::queue::{Inner, ItemState, Queue, QueueConfig, Shared};
+use super::queue::{Inner, ItemState, Queue, QueueConfig, Shared, Stamp};
 
 /// A [`Queue`] that can also add an item after a delay. Derefs to the [`Queue`], as client-go's
 /// `TypedDelayingInterface` embeds `TypedInterface`.
@@ -72,7 +71,7 @@ pub(super) struct WaitingHeap<T> {
 }
 
 struct Waiting<T> {
-    ready_at: Instant,
+    ready_at: Stamp,
     seq: u64,
     item: T,
 }
@@ -133,11 +132,8 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
                 return;
             }
             self.count_retry();
-            let now = Instant::now();
             // A delay too large for the clock waits "forever" (30 years) instead of panicking.
-            let ready_at = now
-                .checked_add(delay)
-                .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600));
+            let ready_at = inner.now().after(delay.min(FOREVER));
             let earliest = inner.add_waiting(item, ready_at);
             if !inner.timer_running {
                 spawn_timer(shared, &mut inner);
@@ -163,6 +159,9 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     }
 }
 
+/// The longest delay `add_after` honours; longer ones are cut to this.
+const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 impl<T> Default for WaitingHeap<T> {
     fn default() -> Self {
         WaitingHeap { heap: BinaryHeap::new(), next_seq: 0 }
@@ -183,7 +182,7 @@ impl<T> WaitingHeap<T> {
         self.heap.clear();
     }
 
-    fn push(&mut self, ready_at: Instant, item: T) {
+    fn push(&mut self, ready_at: Stamp, item: T) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.heap.push(Waiting { ready_at, seq, item });
@@ -191,12 +190,12 @@ impl<T> WaitingHeap<T> {
 
     /// The earliest ready time in the heap (possibly of a superseded entry, which only makes
     /// the timer wake early once).
-    fn next_ready_at(&self) -> Option<Instant> {
+    fn next_ready_at(&self) -> Option<Stamp> {
         self.heap.peek().map(|w| w.ready_at)
     }
 
     /// Removes and returns the earliest entry if its time is `now` or earlier.
-    fn pop_ready(&mut self, now: Instant) -> Option<(Instant, T)> {
+    fn pop_ready(&mut self, now: Stamp) -> Option<(Stamp, T)> {
         if self.heap.peek()?.ready_at > now {
             return None;
         }
@@ -207,7 +206,7 @@ impl<T> WaitingHeap<T> {
 impl<T: Hash + Eq + Clone> Inner<T> {
     /// Records that `item` should be added at `ready_at` unless an earlier time is already
     /// set. Returns whether this became the heap's earliest time (the timer must re-arm).
-    fn add_waiting(&mut self, item: T, ready_at: Instant) -> bool {
+    fn add_waiting(&mut self, item: T, ready_at: Stamp) -> bool {
         let next = self.waiting.next_ready_at();
         match self.items.entry(item) {
             Entry::Occupied(mut entry) => {
@@ -230,7 +229,7 @@ impl<T: Hash + Eq + Clone> Inner<T> {
 
     /// Adds every waiting item whose time is `now` or earlier. Returns how many went into the
     /// line (each may wake a parked `get`).
-    pub(super) fn promote_ready(&mut self, now: Instant, metrics: Option<&QueueMetrics>) -> usize {
+    pub(super) fn promote_ready(&mut self, now: Stamp, metrics: Option<&QueueMetrics>) -> usize {
         if self.shutting_down {
             return 0;
         }
@@ -273,9 +272,10 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
                 inner.timer_running = false;
                 return;
             }
-            let queued = inner.promote_ready(Instant::now(), shared.metrics.as_ref());
-            let wake_getters = queued.min(inner.idle_getters());
-            let next = inner.waiting.next_ready_at();
+            let now = inner.now();
+            let queued = inner.promote_ready(now, shared.metrics.as_ref());
+            let wake_getters = inner.claim_wakeups(queued);
+            let next = inner.waiting.next_ready_at().map(|at| at.instant(inner.epoch));
             drop(inner);
             shared.wake_getters(wake_getters);
             next
@@ -315,6 +315,8 @@ impl<T> Ord for Waiting<T> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
 
     fn ms(n: u64) -> Duration {

@@ -31,7 +31,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::queue::Shared;
+use super::queue::{Shared, Stamp};
 
 /// How often a named queue refreshes its unfinished-work gauges. client-go:
 /// `defaultUnfinishedWorkUpdatePeriod`.
@@ -189,28 +189,28 @@ impl QueueMetrics {
     }
 
     /// An item became dirty. client-go: `defaultQueueMetrics.add`.
-    pub(super) fn added(&self, added_at: &mut Option<Instant>) {
+    pub(super) fn added(&self, added_at: &mut Option<Stamp>, epoch: Instant) {
         self.adds.inc();
         self.depth.inc();
         if added_at.is_none() {
-            *added_at = Some(Instant::now());
+            *added_at = Some(Stamp::at(epoch, Instant::now()));
         }
     }
 
     /// `get` handed the item out. client-go: `defaultQueueMetrics.get`.
-    pub(super) fn got(&self, added_at: &mut Option<Instant>, started_at: &mut Option<Instant>) {
+    pub(super) fn got(&self, added_at: &mut Option<Stamp>, started_at: &mut Option<Stamp>, epoch: Instant) {
         self.depth.dec();
-        let now = Instant::now();
+        let now = Stamp::at(epoch, Instant::now());
         *started_at = Some(now);
         if let Some(added) = added_at.take() {
-            self.queue_duration.observe(now.saturating_duration_since(added).as_secs_f64());
+            self.queue_duration.observe(added.secs_until(now));
         }
     }
 
     /// `done` for an item that was processing. client-go: `defaultQueueMetrics.done`.
-    pub(super) fn finished(&self, started_at: &mut Option<Instant>) {
+    pub(super) fn finished(&self, started_at: &mut Option<Stamp>, epoch: Instant) {
         if let Some(start) = started_at.take() {
-            self.work_duration.observe(start.elapsed().as_secs_f64());
+            self.work_duration.observe(start.secs_until(Stamp::at(epoch, Instant::now())));
         }
     }
 }
@@ -246,7 +246,7 @@ pub(super) fn update_unfinished_work<T: Hash + Eq + Clone>(shared: &Shared<T>) -
     if inner.shutting_down {
         return false;
     }
-    let (total, longest) = inner.unfinished_work(Instant::now());
+    let (total, longest) = inner.unfinished_work(inner.now());
     drop(inner);
     if let Some(m) = &shared.metrics {
         m.unfinished_work.set(total);

@@ -14,8 +14,9 @@
 //!   for a ready time) and its metric timestamps, instead of client-go's `dirty` and
 //!   `processing` sets plus two timestamp maps. One hash per operation, one clone per add.
 //! - `get` is async: an empty queue parks the task on a [`Notify`], not a condition variable.
-//!   Wake-ups are only sent when some `get` is parked (`idle_getters`), so the uncontended path
-//!   is a lock, a map lookup and an unlock.
+//!   A wake-up is only sent when some parked `get` has none coming (`idle_getters >
+//!   pending_wakeups`), so the uncontended path is a lock, a map lookup and an unlock, and a
+//!   burst of adds wakes each parked `get` once.
 //! - The delaying queue's heap lives under this same lock (see `delaying_queue.rs`), so ready
 //!   items move into the line without a channel and a second goroutine.
 //! - `done` of an item that is not being processed is ignored; client-go would queue a dirty
@@ -28,11 +29,16 @@
 //! - An entry of `items` has at least one of `dirty`, `processing`, `ready_at` (except
 //!   entries whose waiting time was dropped by shutdown; the queue is dead by then).
 //! - `processing` equals the number of entries with the processing flag.
+//! - `pending_wakeups` counts `notify_one` calls not yet answered by a `get` looking at the
+//!   queue again. While a stored `Notify` permit exists, `idle_getters <= pending_wakeups`
+//!   (a `get` that registers consumes the permit), so a wake-up sent when
+//!   `idle_getters > pending_wakeups` always reaches a parked `get` that had none coming.
 //! - No lock guard is ever held across an `.await`; the locked sections are plain functions.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -112,15 +118,19 @@ pub(super) struct Inner<T> {
     pub(super) shutting_down: bool,
     /// `shutdown_with_drain` is waiting; `shutdown` clears it to stop that wait.
     drain: bool,
-    /// `get` calls parked on `Shared::getters`; adds only send wake-ups when this is non-zero.
+    /// `get` calls parked on `Shared::getters` that have not looked at the queue again yet.
     idle_getters: usize,
+    /// Wake-ups sent to parked `get` calls and not yet answered.
+    pending_wakeups: usize,
+    /// Time zero of this queue's [`Stamp`]s.
+    pub(super) epoch: Instant,
     /// The delaying queue's items that are not ready yet (empty for a plain queue).
     pub(super) waiting: WaitingHeap<T>,
     /// A timer task for `waiting` has been spawned.
     pub(super) timer_running: bool,
 }
 
-/// What the queue knows about one item.
+/// What the queue knows about one item. 32 bytes: it is moved on every insert and removal.
 #[derive(Debug, Default)]
 pub(super) struct ItemState {
     /// Needs processing: in `queue`, or processing and to be re-queued at `done`.
@@ -128,13 +138,18 @@ pub(super) struct ItemState {
     /// Handed out by `get` and not `done` yet.
     pub(super) processing: bool,
     /// The delaying queue will add the item at this time (the earliest one asked for).
-    pub(super) ready_at: Option<Instant>,
+    pub(super) ready_at: Option<Stamp>,
     /// When the item became dirty, for `workqueue_queue_duration_seconds`.
-    pub(super) added_at: Option<Instant>,
+    pub(super) added_at: Option<Stamp>,
     /// When `get` handed it out, for `workqueue_work_duration_seconds` and the unfinished-work
     /// gauges.
-    pub(super) started_at: Option<Instant>,
+    pub(super) started_at: Option<Stamp>,
 }
+
+/// A point in time as nanoseconds after the queue's epoch, plus one, so that `Option<Stamp>`
+/// takes 8 bytes instead of an `Option<Instant>`'s 16. Covers 584 years.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Stamp(NonZeroU64);
 
 /// The outcome of one locked look at the queue from `get`.
 enum Take<T> {
@@ -188,6 +203,8 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
                 shutting_down: false,
                 drain: false,
                 idle_getters: 0,
+                pending_wakeups: 0,
+                epoch: Instant::now(),
                 waiting: WaitingHeap::default(),
                 timer_running: false,
             }),
@@ -222,10 +239,13 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
         let mut inner = self.shared.inner.lock();
         if !inner.waiting.is_empty() {
             // A delayed item whose time has come counts, even if the timer task has not run.
-            let woken = inner.promote_ready(Instant::now(), self.shared.metrics.as_ref());
+            let now = inner.now();
+            let queued = inner.promote_ready(now, self.shared.metrics.as_ref());
+            let wake = inner.claim_wakeups(queued);
+            let len = inner.queue.len();
             drop(inner);
-            self.wake_getters(woken);
-            return self.shared.inner.lock().queue.len();
+            self.wake_getters(wake);
+            return len;
         }
         inner.queue.len()
     }
@@ -344,38 +364,38 @@ impl<T: Hash + Eq + Clone + Send + 'static> Shared<T> {
         let mut park = park;
         if let Some((_, parked)) = park.as_mut() {
             if parked.registered {
+                // Woken: this answers one wake-up (or shutdown's broadcast).
                 parked.registered = false;
                 inner.idle_getters -= 1;
+                inner.pending_wakeups = inner.pending_wakeups.saturating_sub(1);
             }
         }
-        let mut woken = 0;
+        let mut queued = 0;
         if !inner.waiting.is_empty() {
-            woken = inner.promote_ready(Instant::now(), self.metrics.as_ref());
+            let now = inner.now();
+            queued = inner.promote_ready(now, self.metrics.as_ref());
         }
         let outcome = if let Some(item) = inner.queue.pop_front() {
             inner.start_processing(&item, self.metrics.as_ref());
-            woken = woken.saturating_sub(1);
+            queued = queued.saturating_sub(1);
             Take::Item(item)
         } else if inner.shutting_down {
             Take::ShutDown
         } else {
-            match park {
-                Some((notified, parked)) => {
-                    // Registered under the lock: an add after this unlock finds us parked.
-                    notified.enable();
-                    inner.idle_getters += 1;
-                    parked.registered = true;
-                    if !inner.waiting.is_empty() && !inner.timer_running {
-                        super::delaying_queue::spawn_timer(self, &mut inner);
-                    }
+            if let Some((notified, parked)) = park {
+                // Registered under the lock: an add after this unlock finds us parked.
+                notified.enable();
+                inner.idle_getters += 1;
+                parked.registered = true;
+                if !inner.waiting.is_empty() && !inner.timer_running {
+                    super::delaying_queue::spawn_timer(self, &mut inner);
                 }
-                None => {}
             }
             Take::Wait
         };
-        let woken = woken.min(inner.idle_getters);
+        let wake = inner.claim_wakeups(queued);
         drop(inner);
-        self.wake_getters(woken);
+        self.wake_getters(wake);
         outcome
     }
 
@@ -402,15 +422,49 @@ impl<T> Drop for Shared<T> {
 }
 
 impl<T> Inner<T> {
-    /// `get` calls currently parked.
-    pub(super) fn idle_getters(&self) -> usize {
-        self.idle_getters
+    /// Claims wake-ups for up to `items` newly queued items, one per parked `get` that has
+    /// none coming. Returns how many `notify_one` calls to make (after unlocking).
+    pub(super) fn claim_wakeups(&mut self, items: usize) -> usize {
+        let free = self.idle_getters.saturating_sub(self.pending_wakeups);
+        let wake = items.min(free);
+        self.pending_wakeups += wake;
+        wake
+    }
+
+    /// The current time as a [`Stamp`] of this queue.
+    pub(super) fn now(&self) -> Stamp {
+        Stamp::at(self.epoch, Instant::now())
+    }
+}
+
+impl Stamp {
+    /// `t` as a stamp of a queue whose epoch is `epoch` (saturating at both ends).
+    pub(super) fn at(epoch: Instant, t: Instant) -> Stamp {
+        let nanos = u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX - 1);
+        Stamp(NonZeroU64::MIN.saturating_add(nanos))
+    }
+
+    /// This stamp plus `d` (saturating).
+    pub(super) fn after(self, d: std::time::Duration) -> Stamp {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Stamp(self.0.saturating_add(nanos))
+    }
+
+    /// Back to an `Instant`, for `sleep_until`.
+    pub(super) fn instant(self, epoch: Instant) -> Instant {
+        epoch + std::time::Duration::from_nanos(self.0.get() - 1)
+    }
+
+    /// Seconds from `self` to `later` (zero if `later` is earlier).
+    pub(super) fn secs_until(self, later: Stamp) -> f64 {
+        std::time::Duration::from_nanos(later.0.get().saturating_sub(self.0.get())).as_secs_f64()
     }
 }
 
 impl<T: Hash + Eq + Clone> Inner<T> {
     /// `add` under the lock. Returns whether a parked `get` should be woken.
     fn add(&mut self, item: T, metrics: Option<&QueueMetrics>) -> bool {
+        let epoch = self.epoch;
         match self.items.entry(item) {
             Entry::Occupied(mut entry) => {
                 let state = entry.get_mut();
@@ -419,7 +473,7 @@ impl<T: Hash + Eq + Clone> Inner<T> {
                 }
                 state.dirty = true;
                 if let Some(m) = metrics {
-                    m.added(&mut state.added_at);
+                    m.added(&mut state.added_at, epoch);
                 }
                 if state.processing {
                     return false;
@@ -430,16 +484,17 @@ impl<T: Hash + Eq + Clone> Inner<T> {
                 self.queue.push_back(entry.key().clone());
                 let state = entry.insert(ItemState { dirty: true, ..ItemState::default() });
                 if let Some(m) = metrics {
-                    m.added(&mut state.added_at);
+                    m.added(&mut state.added_at, epoch);
                 }
             }
         }
-        self.idle_getters > 0
+        self.claim_wakeups(1) == 1
     }
 
     /// Makes an owned, already-tracked item dirty and puts it in line (the delaying queue's
     /// promotion). Returns whether it went into `queue`.
     pub(super) fn add_tracked(&mut self, item: T, metrics: Option<&QueueMetrics>) -> bool {
+        let epoch = self.epoch;
         let Some(state) = self.items.get_mut(&item) else {
             return false;
         };
@@ -448,7 +503,7 @@ impl<T: Hash + Eq + Clone> Inner<T> {
         }
         state.dirty = true;
         if let Some(m) = metrics {
-            m.added(&mut state.added_at);
+            m.added(&mut state.added_at, epoch);
         }
         if state.processing {
             return false;
@@ -460,17 +515,19 @@ impl<T: Hash + Eq + Clone> Inner<T> {
     /// `get` took `item` from `queue`: mark it processing.
     fn start_processing(&mut self, item: &T, metrics: Option<&QueueMetrics>) {
         self.processing += 1;
+        let epoch = self.epoch;
         if let Some(state) = self.items.get_mut(item) {
             state.dirty = false;
             state.processing = true;
             if let Some(m) = metrics {
-                m.got(&mut state.added_at, &mut state.started_at);
+                m.got(&mut state.added_at, &mut state.started_at, epoch);
             }
         }
     }
 
     /// `done` under the lock. Returns (wake a parked get, wake the drain waiter).
     fn done(&mut self, item: &T, metrics: Option<&QueueMetrics>) -> (bool, bool) {
+        let epoch = self.epoch;
         let EntryRef::Occupied(mut entry) = self.items.entry_ref(item) else {
             return (false, false);
         };
@@ -480,12 +537,12 @@ impl<T: Hash + Eq + Clone> Inner<T> {
         }
         state.processing = false;
         if let Some(m) = metrics {
-            m.finished(&mut state.started_at);
+            m.finished(&mut state.started_at, epoch);
         }
         let mut wake_getter = false;
         if state.dirty {
             self.queue.push_back(entry.key().clone());
-            wake_getter = self.idle_getters > 0;
+            wake_getter = self.claim_wakeups(1) == 1;
         } else if state.ready_at.is_none() {
             entry.remove();
         }
@@ -500,12 +557,12 @@ impl<T: Hash + Eq + Clone> Inner<T> {
     }
 
     /// Seconds of unfinished work and of the longest-running item, at `now`.
-    pub(super) fn unfinished_work(&self, now: Instant) -> (f64, f64) {
+    pub(super) fn unfinished_work(&self, now: Stamp) -> (f64, f64) {
         let mut total = 0.0;
         let mut longest: f64 = 0.0;
         for state in self.items.values() {
             if let Some(start) = state.started_at {
-                let age = now.saturating_duration_since(start).as_secs_f64();
+                let age = start.secs_until(now);
                 total += age;
                 longest = longest.max(age);
             }
@@ -686,6 +743,52 @@ mod tests {
         assert_eq!(waiter.await.unwrap(), Some(7));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_adds_wakes_each_parked_get_once() {
+        let q: Queue<u32> = Queue::new();
+        let getters: Vec<_> = (0..4)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for i in 0..10 {
+            q.add(i);
+        }
+        {
+            let inner = q.shared.inner.lock();
+            assert_eq!(inner.idle_getters, 4);
+            assert_eq!(inner.pending_wakeups, 4, "one wake-up per parked get, not per add");
+        }
+        let mut got: Vec<u32> = Vec::new();
+        for g in getters {
+            got.push(g.await.unwrap().unwrap());
+        }
+        got.sort();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        let inner = q.shared.inner.lock();
+        assert_eq!((inner.idle_getters, inner.pending_wakeups), (0, 0));
+        assert_eq!(inner.queue.len(), 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_for_a_cancelled_get_is_not_lost() {
+        let q: Queue<u32> = Queue::new();
+        let q2 = q.clone();
+        let doomed = tokio::spawn(async move { q2.get().await });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        q.add(1); // wakes `doomed`...
+        doomed.abort(); // ...which is cancelled before it runs: the wake-up becomes a permit.
+        assert!(doomed.await.unwrap_err().is_cancelled());
+        assert_eq!(q.get().await, Some(1), "the item is still there");
+        let q3 = q.clone();
+        let getter = tokio::spawn(async move { q3.get().await });
+        tokio::time::sleep(Duration::from_millis(1)).await; // parks (after eating the permit)
+        q.add(2);
+        assert_eq!(getter.await.unwrap(), Some(2));
+    }
+
     #[tokio::test]
     async fn done_of_an_item_not_processing_is_ignored() {
         let q = Queue::new();
@@ -768,12 +871,12 @@ mod tests {
         // Every add before shutdown must still be processed.
         if drain {
             // Wait for the line to empty, then drain the in-flight work.
-            while q.len() > 0 {
+            while !q.is_empty() {
                 tokio::task::yield_now().await;
             }
             q.shutdown_with_drain().await;
         } else {
-            while q.len() > 0 || q.shared.inner.lock().processing > 0 {
+            while !q.is_empty() || q.shared.inner.lock().processing > 0 {
                 tokio::task::yield_now().await;
             }
             q.shutdown();
