@@ -3,47 +3,98 @@
 //! strings), plus Rust translations of client-go's own `BenchmarkQueue` and
 //! `BenchmarkDelayingQueue_AddAfter`.
 //!
-//! Keys are `Arc<str>`: like a Go `string`, an immutable shared value whose copy does not
-//! allocate. (criterion's `benches/workqueue.rs` also measures `String` keys.)
+//! Every workload runs with two key types:
+//! - `&'static str` (lines `RESULT`): the exact analogue of a Go `string`, a pointer and a
+//!   length whose copy neither allocates nor counts references. This compares the queues.
+//! - `Arc<str>` (lines `RESULT_ARC`): what a Rust controller holding shared keys would use.
+//!   Every clone and drop is an atomic on the key's reference count, which Go does not pay;
+//!   with several threads adding the same few keys that count's cache line bounces between
+//!   cores.
 //!
-//! Output: one line per workload, `RESULT <workload> <ops per second>`, the median of
-//! `KUBELOOP_BENCH_RUNS` runs (default 5). Run with `cargo bench --bench workqueue_vs_client_go`.
+//! Output: one line per workload and key type, `RESULT <workload> <ops per second>`, the
+//! median of `KUBELOOP_BENCH_RUNS` runs (default 5). Run with
+//! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
+//! workloads.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::hash::Hash;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use kubeloop::workqueue::{DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter};
 
-type Key = Arc<str>;
+/// A key type the workloads run with.
+trait Key: Clone + Hash + Eq + Send + Sync + 'static {
+    const LABEL: &'static str;
+    fn make(s: String) -> Self;
+    /// `key-0` .. `key-199999`, built once.
+    fn all() -> &'static [Self];
+}
+
+impl Key for &'static str {
+    const LABEL: &'static str = "RESULT";
+    fn make(s: String) -> Self {
+        Box::leak(s.into_boxed_str())
+    }
+    fn all() -> &'static [Self] {
+        static KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(make_keys);
+        &KEYS
+    }
+}
+
+impl Key for Arc<str> {
+    const LABEL: &'static str = "RESULT_ARC";
+    fn make(s: String) -> Self {
+        Arc::from(s)
+    }
+    fn all() -> &'static [Self] {
+        static KEYS: LazyLock<Vec<Arc<str>>> = LazyLock::new(make_keys);
+        &KEYS
+    }
+}
+
+fn make_keys<K: Key>() -> Vec<K> {
+    (0..200_000).map(|i| K::make(format!("key-{i}"))).collect()
+}
+
+/// The first `n` keys, as the Go side's `keys(n)`.
+fn keys<K: Key>(n: usize) -> Arc<Vec<K>> {
+    Arc::new(K::all()[..n].to_vec())
+}
 
 fn main() {
+    run_all::<&'static str>();
+    run_all::<Arc<str>>();
+}
+
+fn run_all<K: Key>() {
     let runs: usize = std::env::var("KUBELOOP_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
     let only: Option<String> = std::env::var("KUBELOOP_BENCH_ONLY").ok();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // Worker threads default to the number of cores, as GOMAXPROCS does in Go.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = std::env::var("KUBELOOP_BENCH_THREADS").ok().and_then(|n| n.parse().ok()) {
+        builder.worker_threads(n);
+    }
+    let rt = builder.enable_all().build().unwrap();
     let report = |name: &str, f: &mut dyn FnMut() -> f64| {
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             return;
         }
         let mut results: Vec<f64> = (0..runs).map(|_| f()).collect();
         results.sort_by(|a, b| a.total_cmp(b));
-        println!("RESULT {name} {:.0}", results[results.len() / 2]);
+        println!("{} {name} {:.0}", K::LABEL, results[results.len() / 2]);
     };
 
-    report("client-go/BenchmarkQueue", &mut || client_go_benchmark_queue());
-    report("client-go/BenchmarkDelayingQueue_AddAfter", &mut || client_go_benchmark_add_after(100_000));
-    report("single/add-get-done", &mut || single_add_get_done());
-    report("single/batch-1000", &mut || single_batch());
+    report("client-go/BenchmarkQueue", &mut || client_go_benchmark_queue::<K>());
+    report("client-go/BenchmarkDelayingQueue_AddAfter", &mut || client_go_benchmark_add_after::<K>(100_000));
+    report("single/add-get-done", &mut || single_add_get_done::<K>());
+    report("single/batch-1000", &mut || single_batch::<K>());
     for (p, w) in [(1, 1), (2, 2), (4, 4), (16, 16)] {
-        report(&format!("contended/{p}x{w}"), &mut || rt.block_on(contended(p, w)));
+        report(&format!("contended/{p}x{w}"), &mut || rt.block_on(contended::<K>(p, w)));
     }
-    report("dedup/4x4-100-keys", &mut || rt.block_on(dedup()));
-    report("delaying/add-after-drain-10k", &mut || add_after_drain());
-    report("rate-limited/add-10k-default", &mut || rate_limited_add());
-}
-
-fn keys(n: usize) -> Vec<Key> {
-    (0..n).map(|i| Key::from(format!("key-{i}"))).collect()
+    report("dedup/4x4-100-keys", &mut || rt.block_on(dedup::<K>()));
+    report("delaying/add-after-drain-10k", &mut || add_after_drain::<K>());
+    report("rate-limited/add-10k-default", &mut || rate_limited_add::<K>());
 }
 
 /// The delay generator the Go side uses too: the same seed gives the same delays.
@@ -66,14 +117,14 @@ fn on_current_thread<F: Future>(paused: bool, f: F) -> F::Output {
 /// client-go's BenchmarkQueue: per op, a new queue and 100 rounds of Add, Get, Done over 100
 /// keys. Reported as Add+Get+Done rounds per second. (Unlike Go's, our timing includes
 /// building the queue.)
-fn client_go_benchmark_queue() -> f64 {
+fn client_go_benchmark_queue<K: Key>() -> f64 {
     const OPS: usize = 20_000;
-    let k = keys(100);
+    let k = keys::<K>(100);
     on_current_thread(false, async {
         let start = Instant::now();
         for _ in 0..OPS {
-            let q: Queue<Key> = Queue::new();
-            for key in &k {
+            let q: Queue<K> = Queue::new();
+            for key in k.iter() {
                 q.add(key.clone());
                 let item = q.get().await.unwrap();
                 q.done(&item);
@@ -86,13 +137,13 @@ fn client_go_benchmark_queue() -> f64 {
 /// client-go's BenchmarkDelayingQueue_AddAfter at b.N = `n`: format a key, AddAfter it with a
 /// random delay up to 10 minutes, then step the (paused) clock 11 minutes and Get all `n`
 /// (without Done, as in Go). Reported as items per second.
-fn client_go_benchmark_add_after(n: usize) -> f64 {
+fn client_go_benchmark_add_after<K: Key>(n: usize) -> f64 {
     on_current_thread(true, async move {
-        let q: DelayingQueue<Key> = DelayingQueue::new();
+        let q: DelayingQueue<K> = DelayingQueue::new();
         let mut rng = Lcg(7);
         let start = Instant::now();
         for i in 0..n {
-            let data = Key::from(i.to_string());
+            let data = K::make(i.to_string());
             q.add_after(data, Duration::from_nanos(rng.next() % 600_000_000_000));
         }
         tokio::time::advance(Duration::from_secs(11 * 60)).await;
@@ -103,11 +154,11 @@ fn client_go_benchmark_add_after(n: usize) -> f64 {
     })
 }
 
-fn single_add_get_done() -> f64 {
+fn single_add_get_done<K: Key>() -> f64 {
     const N: usize = 1_000_000;
-    let k = keys(1000);
+    let k = keys::<K>(1000);
     on_current_thread(false, async {
-        let q: Queue<Key> = Queue::new();
+        let q: Queue<K> = Queue::new();
         let start = Instant::now();
         for i in 0..N {
             q.add(k[i % 1000].clone());
@@ -118,14 +169,14 @@ fn single_add_get_done() -> f64 {
     })
 }
 
-fn single_batch() -> f64 {
+fn single_batch<K: Key>() -> f64 {
     const ROUNDS: usize = 200;
-    let k = keys(1000);
+    let k = keys::<K>(1000);
     on_current_thread(false, async {
-        let q: Queue<Key> = Queue::new();
+        let q: Queue<K> = Queue::new();
         let start = Instant::now();
         for _ in 0..ROUNDS {
-            for key in &k {
+            for key in k.iter() {
                 q.add(key.clone());
             }
             for _ in 0..k.len() {
@@ -152,7 +203,7 @@ async fn cooperate() {
 static GREEDY: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("KUBELOOP_BENCH_GREEDY").is_some());
 
 /// Spawns `workers` tasks that Get and Done until the queue is shut down and empty.
-fn spawn_workers(q: &Queue<Key>, workers: usize) -> Vec<tokio::task::JoinHandle<()>> {
+fn spawn_workers<K: Key>(q: &Queue<K>, workers: usize) -> Vec<tokio::task::JoinHandle<()>> {
     (0..workers)
         .map(|_| {
             let q = q.clone();
@@ -165,10 +216,10 @@ fn spawn_workers(q: &Queue<Key>, workers: usize) -> Vec<tokio::task::JoinHandle<
         .collect()
 }
 
-async fn contended(p: usize, w: usize) -> f64 {
+async fn contended<K: Key>(p: usize, w: usize) -> f64 {
     const N: usize = 200_000;
-    let k = Arc::new(keys(N));
-    let q: Queue<Key> = Queue::new();
+    let k = keys::<K>(N);
+    let q: Queue<K> = Queue::new();
     let start = Instant::now();
     let workers = spawn_workers(&q, w);
     let producers: Vec<_> = (0..p)
@@ -193,12 +244,12 @@ async fn contended(p: usize, w: usize) -> f64 {
     N as f64 / start.elapsed().as_secs_f64()
 }
 
-async fn dedup() -> f64 {
+async fn dedup<K: Key>() -> f64 {
     const PRODUCERS: usize = 4;
     const WORKERS: usize = 4;
     const ADDS_EACH: usize = 100_000;
-    let k = Arc::new(keys(100));
-    let q: Queue<Key> = Queue::new();
+    let k = keys::<K>(100);
+    let q: Queue<K> = Queue::new();
     let start = Instant::now();
     let workers = spawn_workers(&q, WORKERS);
     let producers: Vec<_> = (0..PRODUCERS)
@@ -223,14 +274,14 @@ async fn dedup() -> f64 {
     (PRODUCERS * ADDS_EACH) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn add_after_drain() -> f64 {
+fn add_after_drain<K: Key>() -> f64 {
     const N: usize = 10_000;
-    let k = keys(N);
+    let k = keys::<K>(N);
     on_current_thread(true, async {
-        let q: DelayingQueue<Key> = DelayingQueue::new();
+        let q: DelayingQueue<K> = DelayingQueue::new();
         let mut rng = Lcg(42);
         let start = Instant::now();
-        for key in &k {
+        for key in k.iter() {
             q.add_after(key.clone(), Duration::from_millis(1 + rng.next() % 600_000));
         }
         tokio::time::advance(Duration::from_secs(11 * 60)).await;
@@ -244,13 +295,13 @@ fn add_after_drain() -> f64 {
     })
 }
 
-fn rate_limited_add() -> f64 {
+fn rate_limited_add<K: Key>() -> f64 {
     const N: usize = 10_000;
-    let k = keys(N);
+    let k = keys::<K>(N);
     on_current_thread(false, async {
-        let q: RateLimitingQueue<Key> = RateLimitingQueue::new(default_controller_rate_limiter());
+        let q: RateLimitingQueue<K> = RateLimitingQueue::new(default_controller_rate_limiter());
         let start = Instant::now();
-        for key in &k {
+        for key in k.iter() {
             q.add_rate_limited(key.clone());
         }
         let elapsed = start.elapsed();
