@@ -9,9 +9,13 @@
 //! | [`lister`]                   | `listers.go`                                |
 //! | [`delta_fifo`]               | `delta_fifo.go`                             |
 
+pub mod backoff;
 pub mod delta_fifo;
 pub mod index;
 pub mod labels;
+pub mod list_watch;
+pub mod metrics;
+pub mod reflector;
 pub mod lister;
 pub mod store;
 pub mod thread_safe_store;
@@ -28,3 +32,13 @@ pub use store::{
     split_meta_namespace_key,
 };
 pub use thread_safe_store::{Indexer, ThreadSafeStore};
+pub use backoff::BackoffConfig;
+pub use list_watch::{
+    CacheObject, ListOptions, ListPage, ListWatch, ListWatchError, ListerWatcher, WatchOptions,
+    WatchStream,
+};
+pub use metrics::{CacheMetrics, ReflectorMetrics};
+pub use reflector::{
+    Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
+    default_watch_error_handler,
+};
