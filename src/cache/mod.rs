@@ -11,11 +11,15 @@
 
 pub mod backoff;
 pub mod delta_fifo;
+#[cfg(test)]
+mod fake_source;
 pub mod index;
 pub mod labels;
 pub mod list_watch;
 pub mod metrics;
+pub mod processor;
 pub mod reflector;
+pub mod shared_informer;
 pub mod lister;
 pub mod store;
 pub mod thread_safe_store;
@@ -41,4 +45,8 @@ pub use metrics::{CacheMetrics, ReflectorMetrics};
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
     default_watch_error_handler,
+};
+pub use processor::{Notification, ResourceEventHandler, ResourceEventHandlerFuncs};
+pub use shared_informer::{
+    HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };
