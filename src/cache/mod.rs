@@ -11,6 +11,7 @@
 
 pub mod backoff;
 pub mod delta_fifo;
+pub mod factory;
 #[cfg(test)]
 mod fake_source;
 pub mod index;
@@ -50,3 +51,4 @@ pub use processor::{Notification, ResourceEventHandler, ResourceEventHandlerFunc
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };
+pub use factory::{FactoryOptions, SharedInformerFactory};

@@ -222,6 +222,11 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         self.shared.store.reader()
     }
 
+    /// Whether both handles are the same informer.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// A lister over the cache.
     pub fn lister(&self) -> Lister<K> {
         Lister::new(self.indexer())
