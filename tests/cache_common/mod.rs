@@ -227,3 +227,162 @@ pub fn peak_rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// One request a [`Recording`] lister-watcher saw.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// "LIST" or "WATCH".
+    pub verb: &'static str,
+    /// The resourceVersion asked for ("" if none).
+    pub resource_version: String,
+    /// Whether the request carried a `limit`.
+    pub paginated: bool,
+    /// The HTTP code of a failed answer, or of a watch ERROR event; 200 otherwise.
+    pub code: u16,
+}
+
+/// Wraps a real [`ListerWatcher`] and records each request and its outcome, including
+/// ERROR events that arrive inside a watch stream.
+pub struct Recording<L> {
+    pub inner: L,
+    pub requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl<K, L> kubeloop::cache::ListerWatcher<K> for Recording<L>
+where
+    K: Send + 'static,
+    L: kubeloop::cache::ListerWatcher<K>,
+{
+    fn list(
+        &self,
+        options: &kubeloop::cache::ListOptions,
+    ) -> impl std::future::Future<
+        Output = Result<kubeloop::cache::ListPage<K>, kubeloop::cache::ListWatchError>,
+    > + Send {
+        let fut = self.inner.list(options);
+        let requests = self.requests.clone();
+        let rv = options.resource_version.clone().unwrap_or_default();
+        let paginated = options.limit.is_some();
+        let first_page = options.continue_token.is_none();
+        async move {
+            let r = fut.await;
+            if first_page {
+                let code = match &r {
+                    Ok(_) => 200,
+                    Err(e) => e.code().unwrap_or(0),
+                };
+                requests.lock().push(Request {
+                    verb: "LIST",
+                    resource_version: rv,
+                    paginated,
+                    code,
+                });
+            }
+            r
+        }
+    }
+
+    fn watch(
+        &self,
+        options: &kubeloop::cache::WatchOptions,
+    ) -> impl std::future::Future<
+        Output = Result<kubeloop::cache::WatchStream<K>, kubeloop::cache::ListWatchError>,
+    > + Send {
+        use futures::StreamExt;
+        let fut = self.inner.watch(options);
+        let requests = self.requests.clone();
+        let rv = options.resource_version.clone();
+        async move {
+            match fut.await {
+                Ok(stream) => {
+                    requests.lock().push(Request {
+                        verb: "WATCH",
+                        resource_version: rv.clone(),
+                        paginated: false,
+                        code: 200,
+                    });
+                    let stream = stream.inspect(move |item| {
+                        let code = match item {
+                            Ok(kube_client::core::WatchEvent::Error(s)) => s.code,
+                            Err(e) => e.code().unwrap_or(0),
+                            _ => return,
+                        };
+                        if code != 0 {
+                            requests.lock().push(Request {
+                                verb: "WATCH-ERROR",
+                                resource_version: rv.clone(),
+                                paginated: false,
+                                code,
+                            });
+                        }
+                    });
+                    Ok(stream.boxed())
+                }
+                Err(e) => {
+                    requests.lock().push(Request {
+                        verb: "WATCH",
+                        resource_version: rv,
+                        paginated: false,
+                        code: e.code().unwrap_or(0),
+                    });
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn type_description(&self) -> String {
+        self.inner.type_description()
+    }
+}
+
+/// Creates, changes and deletes ConfigMaps named `<prefix>-<n>` in `ns` for `duration`,
+/// also deleting the `victims` (pre-existing names). Failed requests (apiserver down) are
+/// ignored. Returns the names whose deletion the server confirmed.
+pub async fn churn(
+    api: Api<ConfigMap>,
+    prefix: &str,
+    duration: Duration,
+    victims: Vec<String>,
+) -> std::collections::BTreeSet<String> {
+    use kube_client::api::{DeleteParams, Patch, PatchParams};
+    let deadline = tokio::time::Instant::now() + duration;
+    let mut victims = victims;
+    let mut live: Vec<String> = Vec::new();
+    let mut deleted = std::collections::BTreeSet::new();
+    let mut i = 0usize;
+    while tokio::time::Instant::now() < deadline {
+        let name = format!("{prefix}-{i}");
+        if api
+            .create(&PostParams::default(), &configmap(&name, &[("churn", prefix)], "0"))
+            .await
+            .is_ok()
+        {
+            live.push(name);
+        }
+        if i % 2 == 0
+            && let Some(target) = live.first().cloned()
+        {
+            let _ = api
+                .patch(
+                    &target,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"data": {"value": i.to_string()}})),
+                )
+                .await;
+        }
+        if i % 3 == 0 {
+            let target = victims.pop().or_else(|| {
+                if live.len() > 2 { Some(live.remove(0)) } else { None }
+            });
+            if let Some(target) = target
+                && api.delete(&target, &DeleteParams::default()).await.is_ok()
+            {
+                deleted.insert(target);
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    deleted
+}
