@@ -550,7 +550,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
             WatchEvent::Bookmark(b) => (b.metadata.resource_version, Ok(())),
             WatchEvent::Error(status) => {
-                return self.watch_failed(ListWatchError::from_status("WATCH", "", &status));
+                return self.watch_failed(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status));
             }
         };
         if let Err(e) = result {
@@ -664,7 +664,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     }
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
-                    return Err(ListWatchError::from_status("WATCH", "", &status).to_string());
+                    return Err(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status).to_string());
                 }
                 Some(Err(ListWatchError::Decode { source, .. })) => {
                     tracing::warn!(type_name = %self.type_name, "skipping an undecodable event: {source}");
