@@ -239,6 +239,8 @@ pub struct Request {
     pub paginated: bool,
     /// The HTTP code of a failed answer, or of a watch ERROR event; 200 otherwise.
     pub code: u16,
+    /// When the answer came.
+    pub at: std::time::Instant,
 }
 
 /// Wraps a real [`ListerWatcher`] and records each request and its outcome, including
@@ -276,6 +278,7 @@ where
                     resource_version: rv,
                     paginated,
                     code,
+                    at: std::time::Instant::now(),
                 });
             }
             r
@@ -300,6 +303,7 @@ where
                         resource_version: rv.clone(),
                         paginated: false,
                         code: 200,
+                        at: std::time::Instant::now(),
                     });
                     let stream = stream.inspect(move |item| {
                         let code = match item {
@@ -313,6 +317,7 @@ where
                                 resource_version: rv.clone(),
                                 paginated: false,
                                 code,
+                                at: std::time::Instant::now(),
                             });
                         }
                     });
@@ -324,6 +329,7 @@ where
                         resource_version: rv,
                         paginated: false,
                         code: e.code().unwrap_or(0),
+                        at: std::time::Instant::now(),
                     });
                     Err(e)
                 }
