@@ -87,11 +87,6 @@ impl FakeLockStore {
     pub(crate) fn ops_of(&self, identity: &str) -> Vec<&'static str> {
         self.inner.lock().ops.iter().filter(|(id, _)| id == identity).map(|(_, op)| *op).collect()
     }
-
-    /// Writes (create/update) that succeeded, by identity, in order.
-    pub(crate) fn successful_writes(&self) -> Vec<(String, &'static str)> {
-        self.inner.lock().ops.iter().filter(|(_, op)| op.ends_with("-ok")).cloned().collect()
-    }
 }
 
 impl FakeLock {
