@@ -183,7 +183,8 @@ mod tests {
     // client-go: NewLeaderElector's checks, one row per rule.
     #[test]
     fn bad_durations_are_rejected_with_the_rule_they_break() {
-        let cases: Vec<(LeaderElectionConfig, fn(&ConfigError) -> bool)> = vec![
+        type Expect = fn(&ConfigError) -> bool;
+        let cases: Vec<(LeaderElectionConfig, Expect)> = vec![
             (config(10.0, 10.0, 1.0), |e| matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })),
             (config(5.0, 10.0, 1.0), |e| matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })),
             // 1.2 * 2 s = 2.4 s: a 2.4 s deadline is not strictly greater.

@@ -51,10 +51,13 @@ pub struct LeaderElector<L: ResourceLock> {
 
 /// What the elector calls. Both lifecycle callbacks are required by construction.
 pub struct LeaderCallbacks {
-    on_started_leading: Box<dyn FnMut(LeaderContext) -> BoxFuture<'static, ()> + Send>,
+    on_started_leading: StartedLeading,
     on_stopped_leading: Box<dyn FnMut() + Send>,
-    on_new_leader: Option<Box<dyn FnMut(&str) + Send>>,
+    on_new_leader: Option<NewLeader>,
 }
+
+type StartedLeading = Box<dyn FnMut(LeaderContext) -> BoxFuture<'static, ()> + Send>;
+type NewLeader = Box<dyn FnMut(&str) + Send>;
 
 /// Handed to the leader's work. The work must stop when [`Self::cancelled`] fires; for work made
 /// of many small steps, checking [`Self::still_leading`] before each step makes a step after

@@ -16,8 +16,10 @@ use super::resource_lock::ResourceLock;
 pub struct HealthzAdaptor {
     timeout: Duration,
     /// Set once; the check is type-erased so the adaptor does not carry the lock type.
-    check: Arc<OnceLock<Box<dyn Fn(Duration) -> Result<(), HealthError> + Send + Sync>>>,
+    check: Arc<OnceLock<ElectorCheck>>,
 }
+
+type ElectorCheck = Box<dyn Fn(Duration) -> Result<(), HealthError> + Send + Sync>;
 
 impl HealthzAdaptor {
     /// client-go `NewLeaderHealthzAdaptor(timeout)`.
