@@ -362,7 +362,9 @@ async fn a_paused_leader_stops_its_work_without_overwriting_the_new_holder() {
         })
         .await;
     // Its lease could already have passed on, so the elector does not wait for the work: it is
-    // cancelled, or aborted outright, and on_stopped_leading follows.
+    // cancelled, or aborted outright ("work-end <term> aborted"), then on_stopped_leading runs.
+    let ended = election.candidate(&paused).first("work-end", resumed_at).unwrap_or_else(|| panic!("{}", election.dump()));
+    println!("MEASURED resumed leader's work ended: {:?}", ended.detail);
     let stepped_down = election.candidate(&paused).first("stopped-leading", resumed_at).unwrap().at;
     println!(
         "MEASURED resumed leader stepped down {:?} after SIGCONT",

@@ -106,6 +106,16 @@ fn die_with_parent() {
 }
 
 async fn leader_work(ctx: LeaderContext, log: EventLog, term: u64, tick: Duration) {
+    /// Logs `work-end <term> aborted` if the elector aborts the work (drops this future).
+    struct AbortGuard(Option<(EventLog, u64)>);
+    impl Drop for AbortGuard {
+        fn drop(&mut self) {
+            if let Some((log, term)) = self.0.take() {
+                log.now("work-end", &format!("{term} aborted"));
+            }
+        }
+    }
+    let mut guard = AbortGuard(Some((log.clone(), term)));
     log.now("work-start", &term.to_string());
     loop {
         let at = monotonic_ns();
@@ -118,6 +128,7 @@ async fn leader_work(ctx: LeaderContext, log: EventLog, term: u64, tick: Duratio
             _ = tokio::time::sleep(tick) => {}
         }
     }
+    guard.0 = None;
     log.now("work-end", &term.to_string());
 }
 
