@@ -514,3 +514,73 @@ async fn bad_durations_and_an_empty_identity_are_rejected_by_the_binary() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("lock identity is empty"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_recontend_a_paused_leader_exits_after_resuming() {
+    let _serial = SERIAL.lock().await;
+    let cluster = testenv::shared().await;
+    let mut election = Election::new(cluster, "le-oneshot").await;
+    election.spawn("oneshot", &[]);
+    election.one_leader(Duration::from_secs(20)).await;
+    election.spawn("standby", &["--recontend"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let stopped_at = mono_ns();
+    election.candidate("oneshot").signal(libc::SIGSTOP);
+    election
+        .wait_for("the standby to take over", Duration::from_secs(20), |e| {
+            e.candidate("standby").ticks().iter().any(|t| t.at >= stopped_at)
+        })
+        .await;
+    election.candidate("oneshot").signal(libc::SIGCONT);
+    let child = &mut election.candidates.iter_mut().find(|c| c.id == "oneshot").unwrap().child;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits").unwrap();
+    assert!(status.success(), "{status}");
+    let exit = election.candidate("oneshot").first("exit", 0).expect("exit logged");
+    assert_eq!(exit.detail, "RenewDeadlineExceeded");
+    assert_eq!(holder(&election.lease_object(cluster).await), "standby");
+    election.assert_no_overlap();
+}
+
+/// The other way to lose the apiserver: stop the process itself (own cluster, so the shared one
+/// stays up for the other tests), then start it again on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_apiserver_cancels_the_work_and_one_leader_returns_with_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(testenv::ClusterOptions::apiserver_only()).await.expect("own cluster");
+    let mut election = Election::new(&cluster, "le-apiserver-down").await;
+    election.spawn("a", &["--recontend"]);
+    election.spawn("b", &["--recontend"]);
+    let leader = election.one_leader(Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let stop_at = mono_ns();
+    cluster.stop_apiserver().await;
+    let stopped = Duration::from_nanos(mono_ns() - stop_at);
+    election
+        .wait_for("the leader to cancel its work", Duration::from_secs(20), |e| {
+            e.candidate(&leader).first("work-end", stop_at).is_some()
+        })
+        .await;
+    let work_end = election.candidate(&leader).first("work-end", stop_at).unwrap().at;
+    let last_tick = election.candidate(&leader).ticks().last().unwrap().at;
+    println!(
+        "MEASURED apiserver stop (took {stopped:?}): work cancelled {:?} after the stop began",
+        Duration::from_nanos(work_end - stop_at)
+    );
+    assert!(last_tick < stop_at + RENEW.as_nanos() as u64, "{}", election.dump());
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(election.working().is_empty(), "{}", election.dump());
+    let restart_at = mono_ns();
+    cluster.start_apiserver().await.expect("apiserver restarts");
+    election
+        .wait_for("a leader after the apiserver restarts", Duration::from_secs(30), |e| {
+            e.first_tick_after(restart_at).is_some()
+        })
+        .await;
+    let new_leader = election.one_leader(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(election.working(), vec![new_leader]);
+    election.assert_no_overlap();
+}
