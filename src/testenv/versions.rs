@@ -1,0 +1,60 @@
+//! The pinned versions of the control plane, read from `hack/versions.env`, the one file that
+//! `hack/build-control-plane` reads too. Moving to a newer Kubernetes is a change to that file.
+
+use std::path::PathBuf;
+
+const VERSIONS_ENV: &str = include_str!("../../hack/versions.env");
+
+fn lookup(key: &str) -> &'static str {
+    VERSIONS_ENV
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim())
+        .unwrap_or_else(|| panic!("hack/versions.env has no {key}= line"))
+}
+
+/// The Kubernetes release the control plane is built from, e.g. `v1.36.3`.
+pub fn kubernetes() -> &'static str {
+    lookup("KUBERNETES_VERSION")
+}
+
+pub fn etcd() -> &'static str {
+    lookup("ETCD_VERSION")
+}
+
+pub fn kwok() -> &'static str {
+    lookup("KWOK_VERSION")
+}
+
+/// Where `hack/build-control-plane` put the binaries: `$KUBELOOP_BIN_DIR`, else
+/// `$KUBELOOP_CACHE/bin/<kubernetes version>`, else `~/.cache/kubeloop/bin/<kubernetes version>`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KUBELOOP_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("KUBELOOP_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        home.join(".cache").join("kubeloop")
+    });
+    cache.join("bin").join(kubernetes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_hack_versions_env() {
+        assert!(kubernetes().starts_with("v1."), "{}", kubernetes());
+        assert!(etcd().starts_with("v3.6."), "{}", etcd());
+        assert!(kwok().starts_with("v0."), "{}", kwok());
+    }
+
+    #[test]
+    fn bin_dir_names_the_kubernetes_version() {
+        if std::env::var_os("KUBELOOP_BIN_DIR").is_none() {
+            assert!(bin_dir().ends_with(kubernetes()));
+        }
+    }
+}
