@@ -473,6 +473,87 @@ mod tests {
         assert_eq!(q.len(), 0);
     }
 
+    /// Producers mix `add` and `add_after` (0-2 ms), workers cancel their `get` at random
+    /// (timeouts) and re-add what they process, all on 4 threads. Every key must be processed
+    /// after its last add, never by two workers at once, and the queue must end empty.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stress_delayed_adds_cancelled_gets_and_drain() {
+        use std::collections::HashMap as StdHashMap;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use parking_lot::Mutex;
+
+        const KEYS: u32 = 64;
+        for round in 0..3u64 {
+            let q: DelayingQueue<u32> = DelayingQueue::new();
+            let in_flight: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
+            // key -> processed since its last add
+            let fresh: Arc<Mutex<StdHashMap<u32, bool>>> = Arc::default();
+            let mut workers = Vec::new();
+            for w in 0..8u64 {
+                let (q, in_flight, fresh) = (q.clone(), in_flight.clone(), fresh.clone());
+                workers.push(tokio::spawn(async move {
+                    let mut seed = round * 1000 + w;
+                    loop {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let patience = Duration::from_micros(50 + (seed >> 33) % 500);
+                        let item = match tokio::time::timeout(patience, q.get()).await {
+                            Err(_) => continue, // cancelled get
+                            Ok(None) => return,
+                            Ok(Some(item)) => item,
+                        };
+                        let prev = in_flight[item as usize].fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(prev, 0, "key {item} handed to two workers at once");
+                        fresh.lock().insert(item, true);
+                        if (seed >> 40) % 5 == 0 {
+                            q.add_after(item, Duration::from_micros((seed >> 20) % 300));
+                        }
+                        tokio::task::yield_now().await;
+                        in_flight[item as usize].fetch_sub(1, Ordering::SeqCst);
+                        q.done(&item);
+                    }
+                }));
+            }
+            let mut producers = Vec::new();
+            for p in 0..6u64 {
+                let (q, fresh) = (q.clone(), fresh.clone());
+                producers.push(tokio::spawn(async move {
+                    let mut seed = round * 77 + p;
+                    for _ in 0..2_000 {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(3);
+                        let key = ((seed >> 33) % KEYS as u64) as u32;
+                        fresh.lock().insert(key, false);
+                        match (seed >> 50) % 3 {
+                            0 => q.add(key),
+                            1 => q.add_after(key, Duration::ZERO),
+                            _ => q.add_after(key, Duration::from_micros((seed >> 24) % 2_000)),
+                        }
+                        if (seed >> 45) % 8 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }));
+            }
+            for p in producers {
+                p.await.unwrap();
+            }
+            // Let every delay expire and the line empty, then drain what is in flight.
+            while q.waiting_len() > 0 || !q.is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            q.shutdown_with_drain().await;
+            for w in workers {
+                w.await.unwrap();
+            }
+            let fresh = fresh.lock();
+            assert_eq!(fresh.len(), KEYS as usize);
+            assert!(fresh.values().all(|&done| done), "a key was not processed after its last add");
+            let inner = q.shared.inner.lock();
+            assert!(inner.items.is_empty(), "{} items left", inner.items.len());
+            assert_eq!((inner.idle_getters(), inner.processing()), (0, 0));
+        }
+    }
+
     // client-go: BenchmarkDelayingQueue_AddAfter, as a correctness check at 10k items.
     #[tokio::test(start_paused = true)]
     async fn ten_thousand_random_delays_all_arrive_in_time_order() {

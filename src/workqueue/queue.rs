@@ -431,6 +431,18 @@ impl<T> Inner<T> {
         wake
     }
 
+    /// Parked `get` calls (for tests).
+    #[cfg(test)]
+    pub(super) fn idle_getters(&self) -> usize {
+        self.idle_getters
+    }
+
+    /// Items being processed (for tests).
+    #[cfg(test)]
+    pub(super) fn processing(&self) -> usize {
+        self.processing
+    }
+
     /// The current time as a [`Stamp`] of this queue.
     pub(super) fn now(&self) -> Stamp {
         Stamp::at(self.epoch, Instant::now())
