@@ -453,6 +453,7 @@ mod tests {
         tokio::time::advance(ms(50)).await;
         assert_eq!(q.len(), 0);
         assert_eq!(q.get().await, None);
+        assert!(q.shared.inner.lock().items.is_empty(), "dropped items are forgotten");
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,8 +26,7 @@
 //! Invariants (on [`Inner`]):
 //! - Every element of `queue` has an entry in `items` with `dirty && !processing`, and appears
 //!   in `queue` once.
-//! - An entry of `items` has at least one of `dirty`, `processing`, `ready_at` (except
-//!   entries whose waiting time was dropped by shutdown; the queue is dead by then).
+//! - An entry of `items` has at least one of `dirty`, `processing`, `ready_at`.
 //! - `processing` equals the number of entries with the processing flag.
 //! - `pending_wakeups` counts `notify_one` calls not yet answered by a `get` looking at the
 //!   queue again. While a stored `Notify` permit exists, `idle_getters <= pending_wakeups`
@@ -565,7 +564,13 @@ impl<T: Hash + Eq + Clone> Inner<T> {
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
         // client-go's waiting loop exits on shutdown and its pending items are never added.
-        self.waiting.clear();
+        if !self.waiting.is_empty() {
+            self.waiting.clear();
+            self.items.retain(|_, state| {
+                state.ready_at = None;
+                state.dirty || state.processing
+            });
+        }
     }
 
     /// Seconds of unfinished work and of the longest-running item, at `now`.
