@@ -147,7 +147,8 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
         }
     }
 
-    /// The number of items waiting for their time.
+    /// Entries waiting for their time. An item whose time an earlier `add_after` brought
+    /// forward counts twice until its old time passes (superseded entries are dropped lazily).
     pub fn waiting_len(&self) -> usize {
         self.queue.shared.inner.lock().waiting.len()
     }
