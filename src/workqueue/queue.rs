@@ -219,6 +219,12 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     }
 
     /// Marks `item` as needing processing. Ignored after shutdown. client-go: `Add`.
+    ///
+    /// A parked `get` woken by this add is scheduled on the adding task's thread (tokio puts
+    /// it in that thread's LIFO slot, which other threads do not steal). A task that adds in a
+    /// long loop without awaiting therefore keeps workers waiting until the loop ends; such a
+    /// loop should `tokio::task::consume_budget().await` between adds, as event handlers fed
+    /// by a watch stream do anyway.
     pub fn add(&self, item: T) {
         let wake = {
             let mut inner = self.shared.inner.lock();
