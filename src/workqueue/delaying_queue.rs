@@ -23,7 +23,8 @@
 //! - An entry of the heap is current iff the item's `ItemState::ready_at` equals the entry's
 //!   time; superseded entries (an earlier `add_after` came) stay in the heap and are skipped
 //!   when popped, which is cheaper than client-go's decrease-key with an index per entry.
-//! - `Inner::timer_running` is true while a timer task exists for this queue.
+//! - At most one timer task per queue is alive (`Inner::timer_running`); a new one is
+//!   spawned only when none is.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -135,7 +136,7 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
             // A delay too large for the clock waits "forever" (30 years) instead of panicking.
             let ready_at = inner.now().after(delay.min(FOREVER));
             let earliest = inner.add_waiting(item, ready_at);
-            if !inner.timer_running {
+            if !inner.timer_running() {
                 spawn_timer(shared, &mut inner);
                 false
             } else {
@@ -258,8 +259,7 @@ pub(super) fn spawn_timer<T: Hash + Eq + Clone + Send + 'static>(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    inner.timer_running = true;
-    runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer)));
+    inner.timer = Some(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
 }
 
 /// Sleeps until the earliest ready time, adds what is ready, repeats. Ends when the queue
@@ -270,7 +270,6 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
             let Some(shared) = queue.upgrade() else { return };
             let mut inner = shared.inner.lock();
             if inner.shutting_down {
-                inner.timer_running = false;
                 return;
             }
             let now = inner.now();
@@ -465,6 +464,20 @@ mod tests {
         drop(q);
         tokio::time::sleep(ms(1)).await;
         assert!(weak.upgrade().is_none(), "the timer task must not keep the queue alive");
+    }
+
+    #[test]
+    fn a_new_runtime_gets_a_new_timer_when_the_old_one_is_gone() {
+        let q: DelayingQueue<&str> = DelayingQueue::new();
+        let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        first.block_on(async { q.add_after("early", Duration::from_secs(3600)) });
+        drop(first); // the timer task dies with its runtime
+        let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let got = second.block_on(async {
+            q.add_after("soon", ms(5));
+            tokio::time::timeout(Duration::from_secs(30), q.get()).await
+        });
+        assert_eq!(got, Ok(Some("soon")), "a blocked get must be woken by a live timer");
     }
 
     #[tokio::test(start_paused = true)]

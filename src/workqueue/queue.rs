@@ -125,8 +125,9 @@ pub(super) struct Inner<T> {
     pub(super) epoch: Instant,
     /// The delaying queue's items that are not ready yet (empty for a plain queue).
     pub(super) waiting: WaitingHeap<T>,
-    /// A timer task for `waiting` has been spawned.
-    pub(super) timer_running: bool,
+    /// The timer task for `waiting`, once spawned. It can end without the queue knowing when
+    /// its runtime shuts down; `timer_running` then says no, and the next user spawns anew.
+    pub(super) timer: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What the queue knows about one item. 32 bytes: it is moved on every insert and removal.
@@ -205,7 +206,7 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
                 pending_wakeups: 0,
                 epoch: Instant::now(),
                 waiting: WaitingHeap::default(),
-                timer_running: false,
+                timer: None,
             }),
             getters: Notify::new(),
             drained: Notify::new(),
@@ -392,7 +393,7 @@ impl<T: Hash + Eq + Clone + Send + 'static> Shared<T> {
                 notified.enable();
                 inner.idle_getters += 1;
                 parked.registered = true;
-                if !inner.waiting.is_empty() && !inner.timer_running {
+                if !inner.waiting.is_empty() && !inner.timer_running() {
                     super::delaying_queue::spawn_timer(self, &mut inner);
                 }
             }
@@ -446,6 +447,11 @@ impl<T> Inner<T> {
     #[cfg(test)]
     pub(super) fn processing(&self) -> usize {
         self.processing
+    }
+
+    /// Whether a timer task for `waiting` is alive.
+    pub(super) fn timer_running(&self) -> bool {
+        self.timer.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// The current time as a [`Stamp`] of this queue.
