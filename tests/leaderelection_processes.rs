@@ -323,6 +323,20 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     assert_eq!(election.working(), vec![third.clone()]);
     assert_eq!(holder(&election.lease_object(cluster).await), third);
     election.assert_no_overlap();
+
+    // Each new leader got a larger fencing token (the Lease's leaseTransitions).
+    let mut starts: Vec<Event> = election
+        .candidates
+        .iter()
+        .flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start"))
+        .collect();
+    starts.sort_by_key(|e| e.at);
+    let tokens: Vec<i32> = starts
+        .iter()
+        .map(|e| e.detail.split("fencing=").nth(1).and_then(|t| t.parse().ok()).expect("fencing token logged"))
+        .collect();
+    assert_eq!(tokens.len(), 3, "{}", election.dump());
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens {tokens:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{debug, error, info, warn};
 
@@ -69,6 +69,8 @@ pub struct LeaderContext {
     state: Arc<Mutex<Inner>>,
     term: u64,
     renew_deadline: Duration,
+    /// `leaseTransitions` of the record this term was acquired with.
+    fencing_token: i32,
 }
 
 /// Why a leadership term (or [`LeaderElector::run`]) ended.
@@ -236,10 +238,19 @@ impl<L: ResourceLock> LeaderElector<L> {
                 Ok(Attempt::Failed(e)) => debug!(error = %e, "failed to acquire the lease"),
                 Err(_) => warn!(lock = %self.shared.lock.describe(), "acquire attempt timed out"),
             }
+            // client-go waits a jittered retry period. We also wake when the lease we saw
+            // expires (by our own observation), so a dead holder is replaced within
+            // lease_duration of our last observation of it, not up to 2.2 retry periods later.
+            // Only a future expiry counts: a failing lock must never turn this into a hot loop.
+            let now = Instant::now();
+            let mut wake = now + jittered(config.retry_period, JITTER_FACTOR);
+            if let Some(expiry) = self.shared.state.lock().expiry().filter(|e| *e > now) {
+                wake = wake.min(expiry);
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return None,
-                _ = sleep(jittered(config.retry_period, JITTER_FACTOR)) => {}
+                _ = sleep_until(wake) => {}
             }
         }
     }
@@ -247,11 +258,11 @@ impl<L: ResourceLock> LeaderElector<L> {
     /// The lead phase: start the work, renew, step down. See the module docs for the order.
     async fn lead(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken, renewed_at: Instant) -> StopReason {
         let config = &self.shared.config;
-        let term = {
+        let (term, fencing_token) = {
             let mut inner = self.shared.state.lock();
             inner.phase = Phase::Leading { renewed_at };
             inner.term += 1;
-            inner.term
+            (inner.term, inner.observed_record.leader_transitions)
         };
         let work_token = shutdown.child_token();
         let ctx = LeaderContext {
@@ -259,6 +270,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             state: self.shared.state.clone(),
             term,
             renew_deadline: config.renew_deadline,
+            fencing_token,
         };
         let mut work: JoinHandle<()> = tokio::spawn((callbacks.on_started_leading)(ctx));
 
@@ -489,9 +501,14 @@ impl<L: ResourceLock> LeaderElector<L> {
 impl Inner {
     /// client-go `isLeaseValid`: observed locally less than `leaseDurationSeconds` ago.
     fn lease_valid(&self, now: Instant) -> bool {
-        let Some(observed) = self.observed_time else { return false };
+        self.expiry().is_some_and(|expiry| expiry > now)
+    }
+
+    /// When the observed lease expires by local observation; `None` if never observed.
+    fn expiry(&self) -> Option<Instant> {
+        let observed = self.observed_time?;
         let secs = u64::try_from(self.observed_record.lease_duration_seconds).unwrap_or(0);
-        observed + Duration::from_secs(secs) > now
+        Some(observed + Duration::from_secs(secs))
     }
 }
 
@@ -545,6 +562,14 @@ impl LeaderContext {
     /// Resolves when the work must stop.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.token.cancelled()
+    }
+
+    /// The Lease's `leaseTransitions` when this term began. Every change of holder increases
+    /// it, so a downstream system that remembers the highest token it has seen can refuse writes
+    /// from a deposed leader (client-go offers no fencing at all). Only as strong as every
+    /// candidate following this protocol.
+    pub fn fencing_token(&self) -> i32 {
+        self.fencing_token
     }
 
     /// True if this term is still on and its last successful renewal is less than
@@ -1048,8 +1073,8 @@ mod tests {
             });
             tokio::time::sleep(LEASE + 3 * RETRY).await;
             let took = journal.first("a", "work-start").expect("never took over") - start;
-            assert!(took >= LEASE, "took over after {took:?} with renewTime {renew}");
-            assert!(took <= LEASE + RETRY.mul_f64(1.0 + JITTER_FACTOR), "took over after {took:?}");
+            // First observation at 0 s; the follower wakes exactly when that lease expires.
+            assert_eq!(took, LEASE, "took over after {took:?} with renewTime {renew}");
             shutdown.cancel();
         }
     }
@@ -1111,6 +1136,39 @@ mod tests {
         tokio::time::sleep(RENEW).await;
         assert!(!ctx.still_leading());
         assert!(ctx.token().is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fencing_tokens_grow_with_every_change_of_holder() {
+        let store = FakeLockStore::new();
+        let tokens = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
+        let shutdown = CancellationToken::new();
+        for id in ["a", "b"] {
+            let t = tokens.clone();
+            let who = id.to_string();
+            let cb = LeaderCallbacks::new(
+                move |ctx: LeaderContext| {
+                    t.lock().push((who.clone(), ctx.fencing_token()));
+                    async move { ctx.cancelled().await }
+                },
+                || {},
+            );
+            let le = elector(&store, id, config(true, true));
+            let s = shutdown.clone();
+            tokio::spawn(async move { le.run(cb, s).await });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for _ in 0..3 {
+            let holder = store.holder();
+            store.set_reach(&holder, Reach::Refuse);
+            tokio::time::sleep(LEASE + 3 * RETRY).await;
+            store.set_reach(&holder, Reach::Up);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        shutdown.cancel();
+        let tokens = tokens.lock().clone();
+        assert_eq!(tokens.len(), 4, "{tokens:?}");
+        assert!(tokens.windows(2).all(|w| w[0].1 < w[1].1 && w[0].0 != w[1].0), "{tokens:?}");
     }
 
     #[tokio::test(start_paused = true)]
