@@ -2,7 +2,10 @@
 //!
 //! One candidate's life is an explicit loop over two phases:
 //! - **acquire**: `try_acquire_or_renew` now, then every `retry_period * (1 + rand * 1.2)`
-//!   (client-go `wait.JitterUntil`, sliding), until it holds the lease or is shut down;
+//!   (client-go `wait.JitterUntil`, sliding), until it holds the lease or is shut down. Unlike
+//!   client-go, a follower also wakes at the instant the lease it observed expires, so a dead
+//!   holder is replaced `lease_duration` after the follower last saw its record change rather
+//!   than up to 2.2 retry periods later;
 //! - **lead**: the leader's work is spawned with a [`LeaderContext`]; every `retry_period` the
 //!   lease is renewed. When `renew_deadline` has passed since the *send time* of the last
 //!   successful write, or the record shows another holder, or the caller shuts down, the
@@ -163,7 +166,8 @@ impl<L: ResourceLock> LeaderElector<L> {
     }
 
     /// Contends until `shutdown` is cancelled, or, without `recontend`, until the first
-    /// leadership term ends. Returns why it stopped.
+    /// leadership term ends. Returns why it stopped. Call it once at a time per elector (clones
+    /// share one state; two concurrent runs would contend as one identity and confuse it).
     pub async fn run(&self, mut callbacks: LeaderCallbacks, shutdown: CancellationToken) -> StopReason {
         loop {
             let Some(renewed_at) = self.acquire(&mut callbacks, &shutdown).await else {

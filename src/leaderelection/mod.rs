@@ -13,7 +13,9 @@
 //! ([`LeaderElectionConfig::recontend`]); `on_stopped_leading` only runs after leading; the
 //! leader's work gets a [`LeaderContext`] and is awaited (bounded) before `on_stopped_leading`
 //! and before the lease is released, so it stops before the lease can pass to another holder
-//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]).
+//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]);
+//! [`LeaderContext::still_leading`] lets work check its entitlement before each step and
+//! [`LeaderContext::fencing_token`] hands it the Lease's transition count as a fencing token.
 //!
 //! ```no_run
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
