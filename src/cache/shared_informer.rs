@@ -1,0 +1,987 @@
+//! One watch, one cache, many handlers: client-go `tools/cache/shared_informer.go`
+//! (`sharedIndexInformer`) with `controller.go`'s `processDeltas`.
+//!
+//! Pieces per informer: a [`Reflector`] writing into a [`DeltaFIFO`], a loop popping the
+//! FIFO that updates the [`ThreadSafeStore`] and fans notifications out to every handler's
+//! buffer, and one task per handler.
+//!
+//! Locking: the FIFO's lock is held while a key's deltas are processed (as in client-go);
+//! inside it the informer's one lock (`Inner`: handlers and lifecycle) and then the store's.
+//! Adding a handler takes the informer lock, so its replay of the cache and live
+//! notifications never interleave. No lock is held across an `.await`.
+//!
+//! Rules kept from client-go:
+//! - an update whose resourceVersion did not change (resync, or a relist's `Replaced`) only
+//!   goes to handlers due for a resync;
+//! - a handler added after start gets the cache replayed as adds flagged
+//!   `is_in_initial_list`, and its registration's `has_synced` waits for them;
+//! - per-handler resync period: at least 1 s, never below the informer's check period once
+//!   started; before start a smaller one lowers the check period.
+//!
+//! Differs on purpose: a handler resync period given to an informer whose default is 0 turns
+//! the resync check on when added before start (client-go silently never resyncs then).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::delta_fifo::{DeletedObject, Delta, DeltaFIFO, Deltas, KnownObjects, TransformFunc};
+use super::index::{IndexError, Indexers, namespace_indexers};
+use super::list_watch::{CacheObject, ListerWatcher};
+use super::lister::Lister;
+use super::metrics::CacheMetrics;
+use super::processor::{
+    Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler,
+    determine_resync_period, distribute, run_listener, should_resync,
+};
+use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
+use super::store::{KeyFunc, ReflectorStore, default_key_func, resource_version};
+use super::thread_safe_store::{Indexer, ThreadSafeStore};
+
+/// Informer settings.
+#[derive(Debug, Clone, Default)]
+pub struct InformerConfig {
+    /// Default handler resync period and the initial resync check period (zero = none).
+    /// client-go: the factory's `defaultResync`, 0 unless set.
+    pub resync_period: Duration,
+    /// The reflector's settings (its `resync_period` is overridden by the check period).
+    pub reflector: ReflectorConfig,
+    /// Where the reflector and handler series go.
+    pub metrics: CacheMetrics,
+}
+
+/// Per-handler options.
+#[derive(Debug, Clone, Default)]
+pub struct HandlerOptions {
+    /// Name for logs and the backlog gauge; `handler-<n>` if empty.
+    pub name: String,
+    /// Resync period; `None` takes the informer's default.
+    pub resync_period: Option<Duration>,
+}
+
+/// What an informer refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InformerError {
+    /// A setting that only applies before start.
+    #[error("informer for {type_name} has already started: cannot {what}")]
+    AlreadyStarted {
+        /// The resource type.
+        type_name: String,
+        /// What was attempted.
+        what: &'static str,
+    },
+    /// The informer was shut down.
+    #[error("informer for {type_name} was shut down: cannot {what}")]
+    Stopped {
+        /// The resource type.
+        type_name: String,
+        /// What was attempted.
+        what: &'static str,
+    },
+    /// An index change was refused.
+    #[error("informer for {type_name}: {source}")]
+    Index {
+        /// The resource type.
+        type_name: String,
+        /// Why.
+        #[source]
+        source: IndexError,
+    },
+}
+
+/// A shared informer for one resource type. Cloning shares it.
+pub struct SharedIndexInformer<K> {
+    shared: Arc<Shared<K>>,
+}
+
+/// A handler's registration (client-go `ResourceEventHandlerRegistration`).
+pub struct HandlerRegistration<K> {
+    id: u64,
+    name: String,
+    buffer: Arc<ListenerBuffer<K>>,
+    informer: Weak<Shared<K>>,
+}
+
+type StartFn<K> = Box<dyn FnOnce(StartParams<K>) -> BoxFuture<'static, ()> + Send>;
+
+/// What the reflector is built with at start.
+struct StartParams<K> {
+    store: Arc<dyn ReflectorStore<K>>,
+    config: ReflectorConfig,
+    metrics: CacheMetrics,
+    should_resync: Arc<dyn Fn() -> bool + Send + Sync>,
+    on_error: Option<WatchErrorHandler>,
+    cancel: CancellationToken,
+}
+
+struct Shared<K> {
+    type_name: String,
+    store: ThreadSafeStore<K>,
+    fifo: DeltaFIFO<K>,
+    key_func: KeyFunc<K>,
+    metrics: CacheMetrics,
+    /// Woken after each processed key (for `wait_for_cache_sync`).
+    progressed: Notify,
+    stop: CancellationToken,
+    inner: Mutex<Inner<K>>,
+}
+
+struct Inner<K> {
+    listeners: Vec<Listener<K>>,
+    next_id: u64,
+    /// How often the reflector asks whether a handler is due; the smallest handler period.
+    resync_check_period: Duration,
+    default_resync: Duration,
+    reflector_config: ReflectorConfig,
+    on_error: Option<WatchErrorHandler>,
+    lifecycle: Lifecycle<K>,
+}
+
+enum Lifecycle<K> {
+    /// Holds what builds the reflector.
+    NotStarted(StartFn<K>),
+    /// Reflector and processing loop tasks, and each listener's task.
+    Running {
+        tasks: Vec<JoinHandle<()>>,
+        listener_tasks: Vec<(u64, JoinHandle<()>)>,
+    },
+    /// Shut down (or shutting down).
+    Stopped,
+}
+
+impl<K> Clone for SharedIndexInformer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K: CacheObject> SharedIndexInformer<K> {
+    /// An informer over `lw` with the namespace index.
+    pub fn new<L: ListerWatcher<K>>(lw: L, config: InformerConfig) -> Self {
+        Self::with_indexers(lw, namespace_indexers::<K>(), config)
+    }
+
+    /// An informer with its own indexers (add the namespace index yourself if wanted).
+    pub fn with_indexers<L: ListerWatcher<K>>(
+        lw: L,
+        indexers: Indexers<K>,
+        config: InformerConfig,
+    ) -> Self {
+        let type_name = lw.type_description();
+        let store = ThreadSafeStore::new(indexers);
+        let key_func = default_key_func::<K>();
+        let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
+        let fifo = DeltaFIFO::new(key_func.clone(), Some(known));
+        let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
+            let mut r = Reflector::new(lw, p.store, p.config)
+                .with_metrics(&p.metrics)
+                .with_should_resync(p.should_resync);
+            if let Some(h) = p.on_error {
+                r = r.with_watch_error_handler(h);
+            }
+            r.run(p.cancel).boxed()
+        });
+        Self {
+            shared: Arc::new(Shared {
+                type_name,
+                store,
+                fifo,
+                key_func,
+                metrics: config.metrics,
+                progressed: Notify::new(),
+                stop: CancellationToken::new(),
+                inner: Mutex::new(Inner {
+                    listeners: Vec::new(),
+                    next_id: 0,
+                    resync_check_period: config.resync_period,
+                    default_resync: config.resync_period,
+                    reflector_config: config.reflector,
+                    on_error: None,
+                    lifecycle: Lifecycle::NotStarted(start),
+                }),
+            }),
+        }
+    }
+
+    /// The resource type this informer watches (`apiVersion/plural`).
+    pub fn type_name(&self) -> &str {
+        &self.shared.type_name
+    }
+
+    /// The read-only cache.
+    pub fn indexer(&self) -> Indexer<K> {
+        self.shared.store.reader()
+    }
+
+    /// Whether both handles are the same informer.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// A lister over the cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.indexer())
+    }
+
+    /// Adds indexers (backfilled from the cache; allowed at any time).
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), InformerError> {
+        self.shared
+            .store
+            .add_indexers(indexers)
+            .map_err(|source| InformerError::Index {
+                type_name: self.shared.type_name.clone(),
+                source,
+            })
+    }
+
+    /// Transforms objects before they are stored (e.g. drop managedFields). Before start only
+    /// (client-go `SetTransform`).
+    pub fn set_transform(
+        &self,
+        transform: impl Fn(K) -> K + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let inner = self.shared.inner.lock();
+        self.ensure_not_started(&inner, "set a transform")?;
+        let t: TransformFunc<K> = Arc::new(transform);
+        self.shared.fifo.set_transform(Some(t));
+        Ok(())
+    }
+
+    /// Replaces the reflector's watch error handler. Before start only.
+    pub fn set_watch_error_handler(
+        &self,
+        handler: impl Fn(&super::reflector::ReflectorError) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut inner = self.shared.inner.lock();
+        self.ensure_not_started(&inner, "set a watch error handler")?;
+        inner.on_error = Some(Arc::new(handler));
+        Ok(())
+    }
+
+    fn ensure_not_started(&self, inner: &Inner<K>, what: &'static str) -> Result<(), InformerError> {
+        match inner.lifecycle {
+            Lifecycle::NotStarted(_) => Ok(()),
+            Lifecycle::Running { .. } => Err(InformerError::AlreadyStarted {
+                type_name: self.shared.type_name.clone(),
+                what,
+            }),
+            Lifecycle::Stopped => Err(InformerError::Stopped {
+                type_name: self.shared.type_name.clone(),
+                what,
+            }),
+        }
+    }
+
+    /// Adds a handler with the informer's default resync period.
+    pub fn add_event_handler(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+    ) -> Result<HandlerRegistration<K>, InformerError> {
+        self.add_event_handler_with_options(handler, HandlerOptions::default())
+    }
+
+    /// Adds a handler with its own resync period (zero = none).
+    pub fn add_event_handler_with_resync_period(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        resync_period: Duration,
+    ) -> Result<HandlerRegistration<K>, InformerError> {
+        self.add_event_handler_with_options(
+            handler,
+            HandlerOptions {
+                resync_period: Some(resync_period),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Adds a handler. After start, the current cache is replayed to it first.
+    pub fn add_event_handler_with_options(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        options: HandlerOptions,
+    ) -> Result<HandlerRegistration<K>, InformerError> {
+        let handler: Arc<dyn ResourceEventHandler<K>> = Arc::new(handler);
+        let mut inner = self.shared.inner.lock();
+        let started = match inner.lifecycle {
+            Lifecycle::NotStarted(_) => false,
+            Lifecycle::Running { .. } => true,
+            Lifecycle::Stopped => {
+                return Err(InformerError::Stopped {
+                    type_name: self.shared.type_name.clone(),
+                    what: "add an event handler",
+                });
+            }
+        };
+        let mut requested = options.resync_period.unwrap_or(inner.default_resync);
+        if !requested.is_zero() && requested < MINIMUM_RESYNC_PERIOD {
+            tracing::warn!(
+                "resync period {requested:?} is too small; using the minimum {MINIMUM_RESYNC_PERIOD:?}"
+            );
+            requested = MINIMUM_RESYNC_PERIOD;
+        }
+        if !started
+            && !requested.is_zero()
+            && (inner.resync_check_period.is_zero() || requested < inner.resync_check_period)
+        {
+            inner.resync_check_period = requested;
+            let check = requested;
+            for l in &mut inner.listeners {
+                l.resync_period = determine_resync_period(l.requested_resync, check);
+            }
+        }
+        let resync_period = determine_resync_period(requested, inner.resync_check_period);
+
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let name = if options.name.is_empty() {
+            format!("handler-{id}")
+        } else {
+            options.name
+        };
+        let backlog = self.shared.metrics.handler_backlog(&self.shared.type_name, &name);
+        let buffer = Arc::new(ListenerBuffer::new(backlog));
+        if started {
+            // The replay happens under the informer lock, so no live notification for this
+            // handler can come before it.
+            for obj in self.shared.store.list() {
+                buffer.push(Notification::Add {
+                    obj,
+                    is_in_initial_list: true,
+                });
+            }
+        }
+        inner.listeners.push(Listener {
+            id,
+            name: name.clone(),
+            handler: handler.clone(),
+            buffer: buffer.clone(),
+            requested_resync: requested,
+            resync_period,
+            next_resync: Instant::now() + resync_period,
+            syncing: false,
+        });
+        if let Lifecycle::Running { listener_tasks, .. } = &mut inner.lifecycle {
+            let task = tokio::spawn(run_listener(name.clone(), handler, buffer.clone()));
+            listener_tasks.push((id, task));
+        }
+        Ok(HandlerRegistration {
+            id,
+            name,
+            buffer,
+            informer: Arc::downgrade(&self.shared),
+        })
+    }
+
+    /// Removes a handler; what it had queued is dropped.
+    pub fn remove_event_handler(&self, registration: &HandlerRegistration<K>) {
+        let mut inner = self.shared.inner.lock();
+        inner.listeners.retain(|l| l.id != registration.id);
+        registration.buffer.close();
+        if let Lifecycle::Running { listener_tasks, .. } = &mut inner.lifecycle {
+            listener_tasks.retain(|(id, _)| *id != registration.id);
+        }
+    }
+
+    /// Starts the reflector, the processing loop and the handlers' tasks. Idempotent; a no-op
+    /// after shutdown. Needs a tokio runtime.
+    pub fn start(&self) {
+        let mut inner = self.shared.inner.lock();
+        let start = match std::mem::replace(&mut inner.lifecycle, Lifecycle::Stopped) {
+            Lifecycle::NotStarted(start) => start,
+            other => {
+                inner.lifecycle = other;
+                return;
+            }
+        };
+        let listener_tasks = inner
+            .listeners
+            .iter()
+            .map(|l| {
+                let task = run_listener(l.name.clone(), l.handler.clone(), l.buffer.clone());
+                (l.id, tokio::spawn(task))
+            })
+            .collect();
+        let weak = Arc::downgrade(&self.shared);
+        let should: Arc<dyn Fn() -> bool + Send + Sync> = Arc::new(move || {
+            weak.upgrade()
+                .is_some_and(|s| should_resync(&mut s.inner.lock().listeners))
+        });
+        let config = ReflectorConfig {
+            resync_period: inner.resync_check_period,
+            ..inner.reflector_config.clone()
+        };
+        let reflector = start(StartParams {
+            store: Arc::new(self.shared.fifo.clone()),
+            config,
+            metrics: self.shared.metrics.clone(),
+            should_resync: should,
+            on_error: inner.on_error.clone(),
+            cancel: self.shared.stop.clone(),
+        });
+        let processing = tokio::spawn(process_loop(self.shared.clone()));
+        inner.lifecycle = Lifecycle::Running {
+            tasks: vec![tokio::spawn(reflector), processing],
+            listener_tasks,
+        };
+    }
+
+    /// Whether the initial list has been processed (client-go `HasSynced`).
+    pub fn has_synced(&self) -> bool {
+        self.shared.fifo.has_synced()
+    }
+
+    /// Waits until synced; `false` if the informer is shut down first.
+    pub async fn wait_for_cache_sync(&self) -> bool {
+        self.shared.wait_until(|s| s.fifo.has_synced()).await
+    }
+
+    /// Whether `shutdown` was called.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.stop.is_cancelled()
+    }
+
+    /// Stops everything and waits for the tasks to end. Idempotent.
+    pub async fn shutdown(&self) {
+        self.shared.stop.cancel();
+        self.shared.fifo.close();
+        self.shared.progressed.notify_waiters();
+        let tasks = {
+            let mut inner = self.shared.inner.lock();
+            for l in &inner.listeners {
+                l.buffer.close();
+            }
+            match std::mem::replace(&mut inner.lifecycle, Lifecycle::Stopped) {
+                Lifecycle::Running {
+                    tasks,
+                    listener_tasks,
+                } => tasks
+                    .into_iter()
+                    .chain(listener_tasks.into_iter().map(|(_, t)| t))
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        for t in tasks {
+            if let Err(e) = t.await
+                && e.is_panic()
+            {
+                tracing::error!(type_name = %self.shared.type_name, "informer task panicked: {e}");
+            }
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for HandlerRegistration<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerRegistration")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl<K> HandlerRegistration<K> {
+    /// The handler's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Notifications queued for the handler or in flight.
+    pub fn backlog(&self) -> usize {
+        self.buffer.backlog()
+    }
+}
+
+impl<K: CacheObject> HandlerRegistration<K> {
+    /// The informer has synced and this handler has handled every initial-list add
+    /// (client-go `ResourceEventHandlerRegistration.HasSynced`).
+    pub fn has_synced(&self) -> bool {
+        self.informer
+            .upgrade()
+            .is_some_and(|s| s.fifo.has_synced() && self.buffer.initial_pending() == 0)
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced); `false` if the informer stops first.
+    pub async fn wait_for_sync(&self) -> bool {
+        let Some(shared) = self.informer.upgrade() else {
+            return false;
+        };
+        let buffer = self.buffer.clone();
+        shared
+            .wait_until(move |s| s.fifo.has_synced() && buffer.initial_pending() == 0)
+            .await
+    }
+}
+
+impl<K: CacheObject> Shared<K> {
+    async fn wait_until(&self, done: impl Fn(&Self) -> bool) -> bool {
+        loop {
+            let progressed = self.progressed.notified();
+            tokio::pin!(progressed);
+            progressed.as_mut().enable();
+            if done(self) {
+                return true;
+            }
+            if self.stop.is_cancelled() {
+                return false;
+            }
+            // Handlers finish outside the processing loop: poll as client-go does (100 ms).
+            tokio::select! {
+                _ = progressed => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = self.stop.cancelled() => {}
+            }
+        }
+    }
+
+    /// client-go `processDeltas`: apply a key's deltas to the store and notify handlers.
+    fn process_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
+        let inner = self.inner.lock();
+        for delta in deltas {
+            match delta {
+                Delta::Deleted(deleted) => {
+                    let key = match &deleted {
+                        DeletedObject::Unknown(t) => Ok(t.key.clone()),
+                        DeletedObject::Object(o) => (self.key_func)(o),
+                    };
+                    match key {
+                        Ok(key) => {
+                            self.store.delete(&key);
+                        }
+                        Err(e) => {
+                            tracing::warn!(type_name = %self.type_name, "cannot delete: {e}");
+                            continue;
+                        }
+                    }
+                    distribute(&inner.listeners, &Notification::Delete(deleted), false);
+                }
+                Delta::Added(obj) | Delta::Updated(obj) | Delta::Replaced(obj) | Delta::Sync(obj) => {
+                    let key = match (self.key_func)(&obj) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            tracing::warn!(type_name = %self.type_name, "cannot store: {e}");
+                            continue;
+                        }
+                    };
+                    match self.store.get(&key) {
+                        Some(old) => {
+                            self.store.update(key, obj.clone());
+                            // Unchanged resourceVersion: a resync, only for handlers due one.
+                            let is_sync = resource_version(&*old) == resource_version(&*obj);
+                            distribute(
+                                &inner.listeners,
+                                &Notification::Update { old, new: obj },
+                                is_sync,
+                            );
+                        }
+                        None => {
+                            self.store.add(key, obj.clone());
+                            distribute(
+                                &inner.listeners,
+                                &Notification::Add {
+                                    obj,
+                                    is_in_initial_list,
+                                },
+                                false,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pops the FIFO until shutdown (client-go `controller.processLoop`).
+async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
+    loop {
+        let popped = tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            r = shared.fifo.pop(|deltas, initial| shared.process_deltas(deltas, initial)) => r,
+        };
+        if popped.is_err() {
+            return;
+        }
+        shared.progressed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::fake_source::FakeControllerSource;
+    use crate::cache::processor::ResourceEventHandlerFuncs;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_client::api::ObjectMeta;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn cm_data(name: &str, v: &str) -> ConfigMap {
+        let mut c = cm(name);
+        c.data = Some([("v".to_string(), v.to_string())].into());
+        c
+    }
+
+    /// Writes what a handler sees as short strings.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        events: Arc<Mutex<Vec<String>>>,
+    }
+
+    fn name(o: &ConfigMap) -> String {
+        o.metadata.name.clone().unwrap()
+    }
+
+    impl ResourceEventHandler<ConfigMap> for Recorder {
+        fn on_add(&self, obj: &Arc<ConfigMap>, initial: bool) {
+            let tag = if initial { " initial" } else { "" };
+            self.events.lock().push(format!("add {}{tag}", name(obj)));
+        }
+        fn on_update(&self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
+            let e = if resource_version(&**old) == resource_version(&**new) {
+                format!("sync {}", name(new))
+            } else {
+                format!("update {}", name(new))
+            };
+            self.events.lock().push(e);
+        }
+        fn on_delete(&self, obj: &DeletedObject<ConfigMap>) {
+            let e = match obj {
+                DeletedObject::Object(o) => format!("delete {}", name(o)),
+                DeletedObject::Unknown(t) => format!("tombstone {}", t.key),
+            };
+            self.events.lock().push(e);
+        }
+    }
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.events.lock())
+        }
+        fn count(&self, prefix: &str) -> usize {
+            self.events.lock().iter().filter(|e| e.starts_with(prefix)).count()
+        }
+    }
+
+    fn informer(source: &FakeControllerSource, resync: Duration) -> SharedIndexInformer<ConfigMap> {
+        let config = InformerConfig {
+            resync_period: resync,
+            reflector: ReflectorConfig {
+                backoff: crate::cache::BackoffConfig {
+                    jitter: 0.0,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        SharedIndexInformer::new(source.clone(), config)
+    }
+
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // client-go: TestSharedInformerInitializationRace / the basic informer flow
+    #[tokio::test(start_paused = true)]
+    async fn handlers_see_initial_list_then_live_changes_in_order() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        source.add(cm("b"));
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone()).unwrap();
+        assert!(!inf.has_synced());
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        assert!(reg.wait_for_sync().await);
+        let mut initial = rec.take();
+        initial.sort();
+        assert_eq!(initial, ["add a initial", "add b initial"]);
+
+        source.modify(cm_data("a", "1"));
+        source.delete(cm("b"));
+        source.add(cm("c"));
+        settle().await;
+        assert_eq!(rec.take(), ["update a", "delete b", "add c"]);
+        let mut keys = inf.indexer().list_keys();
+        keys.sort();
+        assert_eq!(keys, ["ns/a", "ns/c"]);
+        assert_eq!(
+            inf.lister().get("ns", "a").unwrap().data.as_ref().unwrap()["v"],
+            "1"
+        );
+        inf.shutdown().await;
+    }
+
+    // client-go: TestAddWhileActive / TestSharedInformerMultipleRegistration
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_added_after_start_gets_the_cache_replayed() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        let inf = informer(&source, Duration::ZERO);
+        let first = Recorder::default();
+        inf.add_event_handler(first.clone()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        source.add(cm("b"));
+        settle().await;
+
+        let late = Recorder::default();
+        let reg = inf.add_event_handler(late.clone()).unwrap();
+        assert!(reg.wait_for_sync().await);
+        assert!(reg.has_synced());
+        let mut replayed = late.take();
+        replayed.sort();
+        assert_eq!(replayed, ["add a initial", "add b initial"]);
+        source.add(cm("c"));
+        settle().await;
+        assert_eq!(late.take(), ["add c"]);
+        assert_eq!(first.take(), ["add a initial", "add b", "add c"]);
+        inf.shutdown().await;
+    }
+
+    // client-go: TestSharedInformerWatchDisruption (deletions missed during the disruption
+    // reach handlers as tombstones; nothing is added twice)
+    #[tokio::test(start_paused = true)]
+    async fn deletions_missed_across_a_relist_arrive_as_tombstones() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        source.add(cm("b"));
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        settle().await;
+        rec.take();
+
+        // The events of these changes are lost; then the history is compacted (410).
+        source.delete_silently(cm("a"));
+        source.compact();
+        source.add(cm("c"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut seen = rec.take();
+        seen.sort();
+        // b is unchanged: its Replaced delta with the same resourceVersion is not delivered.
+        assert_eq!(seen, ["add c", "tombstone ns/a"]);
+        let mut keys = inf.indexer().list_keys();
+        keys.sort();
+        assert_eq!(keys, ["ns/b", "ns/c"]);
+        assert_eq!(source.list_count(), 2);
+        inf.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clean_watch_close_resumes_without_a_relist() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        source.break_watches();
+        source.modify(cm_data("a", "2"));
+        source.add(cm("b"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(rec.take(), ["add a initial", "update a", "add b"]);
+        assert_eq!(source.list_count(), 1);
+        inf.shutdown().await;
+    }
+
+    // client-go: TestListenerResyncPeriods
+    #[tokio::test(start_paused = true)]
+    async fn each_listener_resyncs_on_its_own_period() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let (r1, r2, r3) = (Recorder::default(), Recorder::default(), Recorder::default());
+        inf.add_event_handler_with_resync_period(r1.clone(), Duration::from_secs(1))
+            .unwrap();
+        inf.add_event_handler_with_resync_period(r2.clone(), Duration::from_secs(2))
+            .unwrap();
+        inf.add_event_handler_with_resync_period(r3.clone(), Duration::ZERO)
+            .unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        assert_eq!(r1.count("sync a"), 4);
+        assert_eq!(r2.count("sync a"), 2);
+        assert_eq!(r3.count("sync a"), 0);
+        inf.shutdown().await;
+    }
+
+    // client-go: TestResyncCheckPeriod
+    #[tokio::test(start_paused = true)]
+    async fn resync_check_period_follows_handlers_before_start_only() {
+        let source = FakeControllerSource::new();
+        let inf = informer(&source, Duration::from_secs(60));
+        let check = |inf: &SharedIndexInformer<ConfigMap>| inf.shared.inner.lock().resync_check_period;
+        let periods = |inf: &SharedIndexInformer<ConfigMap>| {
+            inf.shared
+                .inner
+                .lock()
+                .listeners
+                .iter()
+                .map(|l| l.resync_period)
+                .collect::<Vec<_>>()
+        };
+        inf.add_event_handler(Recorder::default()).unwrap();
+        assert_eq!(check(&inf), Duration::from_secs(60));
+        inf.add_event_handler_with_resync_period(Recorder::default(), Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(check(&inf), Duration::from_secs(10));
+        // Below the minimum: raised to 1 s, which becomes the check period.
+        inf.add_event_handler_with_resync_period(Recorder::default(), Duration::from_millis(10))
+            .unwrap();
+        assert_eq!(check(&inf), Duration::from_secs(1));
+        assert_eq!(
+            periods(&inf),
+            [Duration::from_secs(60), Duration::from_secs(10), Duration::from_secs(1)]
+        );
+        inf.start();
+        // After start, the check period no longer moves; nothing below it.
+        let inf2 = informer(&source, Duration::from_secs(5));
+        inf2.start();
+        inf2.add_event_handler_with_resync_period(Recorder::default(), Duration::from_secs(2))
+            .unwrap();
+        assert_eq!(check(&inf2), Duration::from_secs(5));
+        assert_eq!(periods(&inf2), [Duration::from_secs(5)]);
+        inf.shutdown().await;
+        inf2.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_resync_turns_the_check_on_when_the_informer_default_is_zero() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        inf.add_event_handler_with_resync_period(rec.clone(), Duration::from_secs(2))
+            .unwrap();
+        inf.start();
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        assert_eq!(rec.count("sync a"), 2);
+        inf.shutdown().await;
+    }
+
+    // client-go: TestAddOnStoppedSharedInformer
+    #[tokio::test(start_paused = true)]
+    async fn adding_to_a_stopped_informer_is_an_error() {
+        let source = FakeControllerSource::new();
+        let inf = informer(&source, Duration::ZERO);
+        inf.start();
+        inf.shutdown().await;
+        let err = inf.add_event_handler(Recorder::default()).unwrap_err();
+        assert!(matches!(err, InformerError::Stopped { .. }));
+        assert!(err.to_string().contains("v1/configmaps"));
+        assert!(!inf.wait_for_cache_sync().await || inf.has_synced());
+    }
+
+    // client-go: TestSharedInformerTransformer
+    #[tokio::test(start_paused = true)]
+    async fn transform_runs_before_the_store_and_only_before_start() {
+        let source = FakeControllerSource::new();
+        let mut with_fields = cm("a");
+        with_fields.metadata.managed_fields = Some(vec![Default::default()]);
+        source.add(with_fields);
+        let inf = informer(&source, Duration::ZERO);
+        inf.set_transform(|mut o: ConfigMap| {
+            o.metadata.managed_fields = None;
+            o
+        })
+        .unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        assert!(inf.lister().get("ns", "a").unwrap().metadata.managed_fields.is_none());
+        let err = inf.set_transform(|o| o).unwrap_err();
+        assert!(matches!(err, InformerError::AlreadyStarted { .. }), "{err}");
+        inf.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn start_is_idempotent_and_shutdown_waits_for_tasks() {
+        let source = FakeControllerSource::new();
+        source.add(cm("a"));
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone()).unwrap();
+        inf.start();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        settle().await;
+        assert_eq!(source.list_count(), 1);
+        inf.shutdown().await;
+        inf.shutdown().await;
+        assert!(inf.is_stopped());
+        // After shutdown nothing is delivered any more.
+        source.add(cm("late"));
+        settle().await;
+        assert_eq!(rec.take(), ["add a initial"]);
+        assert_eq!(reg.backlog(), 0);
+        // And removing a handler drops it.
+        inf.remove_event_handler(&reg);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_handler_does_not_block_the_others_and_shows_a_backlog() {
+        let source = FakeControllerSource::new();
+        let inf = informer(&source, Duration::ZERO);
+        let gate = Arc::new(std::sync::Mutex::new(()));
+        let held = gate.lock().unwrap();
+        let g = gate.clone();
+        let slow = inf
+            .add_event_handler_with_options(
+                ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                    drop(g.lock().unwrap());
+                }),
+                HandlerOptions {
+                    name: "slow".into(),
+                    resync_period: None,
+                },
+            )
+            .unwrap();
+        let fast = Recorder::default();
+        inf.add_event_handler(fast.clone()).unwrap();
+        inf.start();
+        for i in 0..50 {
+            source.add(cm(&format!("o{i}")));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while fast.count("add") < 50 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(fast.count("add"), 50);
+        // The slow handler is stuck on its first notification; the rest wait in its buffer.
+        assert_eq!(slow.backlog(), 50);
+        let metrics = inf.shared.metrics.handler_backlog("v1/configmaps", "slow");
+        assert_eq!(metrics.get(), 50);
+        drop(held);
+        while slow.backlog() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(slow.backlog(), 0);
+        inf.shutdown().await;
+    }
+}

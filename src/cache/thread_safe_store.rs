@@ -1,0 +1,461 @@
+//! The indexed object map under one lock: client-go `tools/cache/thread_safe_store.go`.
+//!
+//! [`ThreadSafeStore`] is the writable cache (the informer's controller loop is its only
+//! writer); [`Indexer`] is the cloneable read-only handle everybody else gets. Objects are
+//! stored and handed out as `Arc<K>` so a read never copies an object and nobody can change
+//! the cached copy.
+//!
+//! Invariants (kept under the one lock, in `Inner`):
+//! - for every index name `n` in `indexers`, `indices[n][v]` contains key `k` iff `items[k]`
+//!   exists and `indexers[n](items[k])` contains `v`;
+//! - empty value sets are removed from `indices`, so `list_index_func_values` never reports a
+//!   value with no objects.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::index::{IndexError, Indexers};
+
+/// The writable, indexed cache. Cloning shares the same map.
+pub struct ThreadSafeStore<K> {
+    inner: Arc<RwLock<Inner<K>>>,
+}
+
+/// A read-only handle on a [`ThreadSafeStore`]: what listers and handlers get.
+pub struct Indexer<K> {
+    inner: Arc<RwLock<Inner<K>>>,
+}
+
+/// index value -> keys of the objects indexed under it.
+type Index = HashMap<String, HashSet<String>>;
+
+struct Inner<K> {
+    /// key -> object.
+    items: HashMap<String, Arc<K>>,
+    /// index name -> index function.
+    indexers: Indexers<K>,
+    /// index name -> value -> keys; see the module invariants.
+    indices: HashMap<String, Index>,
+}
+
+impl<K> Clone for ThreadSafeStore<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> Clone for Indexer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> ThreadSafeStore<K> {
+    /// An empty store with the given indexers.
+    pub fn new(indexers: Indexers<K>) -> Self {
+        let indices = indexers.keys().map(|n| (n.clone(), Index::new())).collect();
+        Self {
+            inner: Arc::new(RwLock::new(Inner {
+                items: HashMap::new(),
+                indexers,
+                indices,
+            })),
+        }
+    }
+
+    /// The read-only handle.
+    pub fn reader(&self) -> Indexer<K> {
+        Indexer {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Inserts or replaces the object at `key` (client-go `Add`).
+    pub fn add(&self, key: String, obj: Arc<K>) {
+        self.inner.write().put(key, obj);
+    }
+
+    /// Same as [`add`](Self::add) (client-go `Update`).
+    pub fn update(&self, key: String, obj: Arc<K>) {
+        self.inner.write().put(key, obj);
+    }
+
+    /// Removes `key`, returning what was stored there.
+    pub fn delete(&self, key: &str) -> Option<Arc<K>> {
+        self.inner.write().remove(key)
+    }
+
+    /// Makes the contents exactly `items`, rebuilding every index.
+    pub fn replace(&self, items: HashMap<String, Arc<K>>) {
+        let mut inner = self.inner.write();
+        inner.items = items;
+        inner.rebuild_indices();
+    }
+
+    /// Read side, for convenience.
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// All keys.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.inner.read().items.keys().cloned().collect()
+    }
+
+    /// All objects.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.inner.read().items.values().cloned().collect()
+    }
+
+    /// Registers more indexers and backfills them from the current contents.
+    pub fn add_indexers(&self, new: Indexers<K>) -> Result<(), IndexError> {
+        self.inner.write().add_indexers(new)
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().items.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K> Indexer<K> {
+    /// The object at `key` (client-go `GetByKey`).
+    pub fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// All objects (client-go `List`).
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.inner.read().items.values().cloned().collect()
+    }
+
+    /// All keys (client-go `ListKeys`).
+    pub fn list_keys(&self) -> Vec<String> {
+        self.inner.read().items.keys().cloned().collect()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().items.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Objects sharing any of the values `obj` is indexed under in `index_name`
+    /// (client-go `Index`).
+    pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.inner.read();
+        let func = inner.indexer(index_name)?;
+        let values = func(obj);
+        let index = &inner.indices[index_name];
+        let mut keys: HashSet<&String> = HashSet::new();
+        for v in &values {
+            if let Some(set) = index.get(v) {
+                keys.extend(set.iter());
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| inner.items.get(k).cloned())
+            .collect())
+    }
+
+    /// Keys indexed under `value` in `index_name` (client-go `IndexKeys`).
+    pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, IndexError> {
+        let inner = self.inner.read();
+        inner.indexer(index_name)?;
+        Ok(inner.indices[index_name]
+            .get(value)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    /// Objects indexed under `value` in `index_name` (client-go `ByIndex`).
+    pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.inner.read();
+        inner.indexer(index_name)?;
+        Ok(inner.indices[index_name]
+            .get(value)
+            .map(|s| s.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+            .unwrap_or_default())
+    }
+
+    /// Every value that has at least one object in `index_name`
+    /// (client-go `ListIndexFuncValues`).
+    pub fn list_index_func_values(&self, index_name: &str) -> Result<Vec<String>, IndexError> {
+        let inner = self.inner.read();
+        inner.indexer(index_name)?;
+        Ok(inner.indices[index_name].keys().cloned().collect())
+    }
+
+    /// The names of the registered indexers.
+    pub fn indexer_names(&self) -> Vec<String> {
+        self.inner.read().indexers.keys().cloned().collect()
+    }
+
+    /// Registers more indexers and backfills them (client-go `AddIndexers`); allowed at any
+    /// time, an index name that already exists is an error and nothing is added.
+    pub fn add_indexers(&self, new: Indexers<K>) -> Result<(), IndexError> {
+        self.inner.write().add_indexers(new)
+    }
+}
+
+impl<K> Inner<K> {
+    fn indexer(&self, name: &str) -> Result<&super::index::IndexFunc<K>, IndexError> {
+        self.indexers.get(name).ok_or_else(|| IndexError::UnknownIndex {
+            name: name.to_string(),
+        })
+    }
+
+    fn put(&mut self, key: String, obj: Arc<K>) {
+        let old = self.items.insert(key.clone(), obj.clone());
+        self.update_indices(old.as_deref(), Some(&obj), &key);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        let old = self.items.remove(key)?;
+        self.update_indices(Some(&old), None, key);
+        Some(old)
+    }
+
+    /// Moves `key` from the values of `old` to the values of `new` in every index.
+    fn update_indices(&mut self, old: Option<&K>, new: Option<&K>, key: &str) {
+        for (name, func) in &self.indexers {
+            let old_values = old.map(|o| func(o)).unwrap_or_default();
+            let new_values = new.map(|n| func(n)).unwrap_or_default();
+            // The common update keeps its index values: nothing to move.
+            if old.is_some() && new.is_some() && old_values == new_values {
+                continue;
+            }
+            let index = self.indices.entry(name.clone()).or_default();
+            for v in &old_values {
+                if let Some(set) = index.get_mut(v) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        index.remove(v);
+                    }
+                }
+            }
+            for v in new_values {
+                index.entry(v).or_default().insert(key.to_string());
+            }
+        }
+    }
+
+    fn rebuild_indices(&mut self) {
+        let mut indices: HashMap<String, Index> = HashMap::new();
+        for (name, func) in &self.indexers {
+            let index = indices.entry(name.clone()).or_default();
+            for (key, obj) in &self.items {
+                for v in func(obj) {
+                    index.entry(v).or_default().insert(key.clone());
+                }
+            }
+        }
+        self.indices = indices;
+    }
+
+    fn add_indexers(&mut self, new: Indexers<K>) -> Result<(), IndexError> {
+        if let Some(name) = new.keys().find(|n| self.indexers.contains_key(*n)) {
+            return Err(IndexError::Conflict { name: name.clone() });
+        }
+        for (name, func) in new {
+            let mut index = Index::new();
+            for (key, obj) in &self.items {
+                for v in func(obj) {
+                    index.entry(v).or_default().insert(key.clone());
+                }
+            }
+            self.indices.insert(name.clone(), index);
+            self.indexers.insert(name, func);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::index::{NAMESPACE_INDEX, namespace_indexers};
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube_client::api::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn pod(ns: &str, name: &str, users: &[&str]) -> Arc<Pod> {
+        let mut ann = BTreeMap::new();
+        ann.insert("users".to_string(), users.join(","));
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                annotations: Some(ann),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn users_index() -> super::super::index::IndexFunc<Pod> {
+        Arc::new(|p: &Pod| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("users"))
+                .map(|u| {
+                    u.split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    fn store_with_users() -> ThreadSafeStore<Pod> {
+        let mut ix = namespace_indexers::<Pod>();
+        ix.insert("byUser".into(), users_index());
+        ThreadSafeStore::new(ix)
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    fn names(v: Vec<Arc<Pod>>) -> Vec<String> {
+        sorted(v.iter().map(|p| p.metadata.name.clone().unwrap()).collect())
+    }
+
+    // client-go: TestThreadSafeStoreDeleteRemovesEmptySetsFromIndex
+    #[test]
+    fn delete_removes_empty_sets_from_index() {
+        let s = store_with_users();
+        s.add("ns/a".into(), pod("ns", "a", &["ernie"]));
+        s.delete("ns/a");
+        let r = s.reader();
+        assert!(r.list_index_func_values("byUser").unwrap().is_empty());
+        assert!(r.list_index_func_values(NAMESPACE_INDEX).unwrap().is_empty());
+    }
+
+    // client-go: TestThreadSafeStoreAddKeepsNonEmptySetPostDeleteFromIndex
+    #[test]
+    fn add_keeps_non_empty_set_after_delete() {
+        let s = store_with_users();
+        s.add("ns/a".into(), pod("ns", "a", &["ernie"]));
+        s.add("ns/b".into(), pod("ns", "b", &["ernie"]));
+        s.delete("ns/a");
+        let r = s.reader();
+        assert_eq!(r.index_keys("byUser", "ernie").unwrap(), vec!["ns/b"]);
+    }
+
+    // client-go: TestThreadSafeStoreIndexingFunctionsWithMultipleValues
+    #[test]
+    fn indexing_functions_with_multiple_values() {
+        let s = store_with_users();
+        let r = s.reader();
+        s.add("ns/a".into(), pod("ns", "a", &["ernie", "bert"]));
+        s.add("ns/b".into(), pod("ns", "b", &["ernie"]));
+        assert_eq!(sorted(r.index_keys("byUser", "ernie").unwrap()), vec!["ns/a", "ns/b"]);
+        assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["ns/a"]);
+        // The update moves a out of "bert" only.
+        s.update("ns/a".into(), pod("ns", "a", &["ernie", "elmo"]));
+        assert!(r.index_keys("byUser", "bert").unwrap().is_empty());
+        assert_eq!(r.index_keys("byUser", "elmo").unwrap(), vec!["ns/a"]);
+        assert_eq!(
+            sorted(r.list_index_func_values("byUser").unwrap()),
+            vec!["elmo", "ernie"]
+        );
+        // Index() with a multi-valued object is the union of its values' keys.
+        let probe = pod("x", "probe", &["elmo", "ernie"]);
+        assert_eq!(names(r.index("byUser", &probe).unwrap()), vec!["a", "b"]);
+    }
+
+    // client-go: TestGetIndexFuncValues (index_test.go)
+    #[test]
+    fn by_index_and_unknown_index() {
+        let s = store_with_users();
+        let r = s.reader();
+        s.add("one/a".into(), pod("one", "a", &[]));
+        s.add("one/b".into(), pod("one", "b", &[]));
+        s.add("two/c".into(), pod("two", "c", &[]));
+        assert_eq!(names(r.by_index(NAMESPACE_INDEX, "one").unwrap()), vec!["a", "b"]);
+        assert!(r.by_index(NAMESPACE_INDEX, "three").unwrap().is_empty());
+        let err = r.by_index("nope", "one").unwrap_err();
+        assert_eq!(err, IndexError::UnknownIndex { name: "nope".into() });
+        assert!(err.to_string().contains("nope"));
+    }
+
+    // client-go: TestAddIndexerAfterAdd
+    #[test]
+    fn add_indexers_backfills_and_rejects_clashes() {
+        let s = ThreadSafeStore::new(namespace_indexers::<Pod>());
+        s.add("ns/a".into(), pod("ns", "a", &["ernie"]));
+        s.add("ns/b".into(), pod("ns", "b", &["bert"]));
+        let r = s.reader();
+        let mut more = Indexers::new();
+        more.insert("byUser".to_string(), users_index());
+        r.add_indexers(more).unwrap();
+        assert_eq!(r.index_keys("byUser", "ernie").unwrap(), vec!["ns/a"]);
+        // New writes keep the new index current.
+        s.add("ns/c".into(), pod("ns", "c", &["ernie"]));
+        assert_eq!(
+            sorted(r.index_keys("byUser", "ernie").unwrap()),
+            vec!["ns/a", "ns/c"]
+        );
+        let mut clash = Indexers::new();
+        clash.insert(NAMESPACE_INDEX.to_string(), users_index());
+        assert_eq!(
+            r.add_indexers(clash).unwrap_err(),
+            IndexError::Conflict {
+                name: NAMESPACE_INDEX.into()
+            }
+        );
+    }
+
+    // client-go: TestThreadSafeStoreReplace (replace rebuilds indices)
+    #[test]
+    fn replace_rebuilds_indices() {
+        let s = store_with_users();
+        s.add("ns/a".into(), pod("ns", "a", &["ernie"]));
+        let mut next = HashMap::new();
+        next.insert("other/b".to_string(), pod("other", "b", &["bert"]));
+        s.replace(next);
+        let r = s.reader();
+        assert_eq!(r.list_keys(), vec!["other/b"]);
+        assert!(r.index_keys("byUser", "ernie").unwrap().is_empty());
+        assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["other/b"]);
+        assert_eq!(r.list_index_func_values(NAMESPACE_INDEX).unwrap(), vec!["other"]);
+    }
+
+    // client-go: TestCache / testStoreKeyFunc basics (store_test.go)
+    #[test]
+    fn add_get_update_delete_list() {
+        let s = store_with_users();
+        let r = s.reader();
+        s.add("ns/a".into(), pod("ns", "a", &[]));
+        s.add("ns/b".into(), pod("ns", "b", &[]));
+        assert_eq!(r.len(), 2);
+        let a = r.get_by_key("ns/a").unwrap();
+        // Handed out objects are the stored Arc, not a copy.
+        assert!(Arc::ptr_eq(&a, &s.get("ns/a").unwrap()));
+        s.update("ns/a".into(), pod("ns", "a", &["x"]));
+        assert!(!Arc::ptr_eq(&a, &r.get_by_key("ns/a").unwrap()));
+        assert!(s.delete("ns/a").is_some());
+        assert!(s.delete("ns/a").is_none());
+        assert_eq!(names(r.list()), vec!["b"]);
+    }
+}
