@@ -31,7 +31,7 @@
 //! neither cancels the work nor releases the lease; cancel the `shutdown` token and await `run`
 //! for an orderly stop.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -44,6 +44,7 @@ use tracing::{debug, error, info, warn};
 
 use super::clock::{Clock, SystemClock};
 use super::config::{ConfigError, JITTER_FACTOR, LeaderElectionConfig, validate_identity};
+use super::metrics::{ElectionMetrics, LeaderMetricsProvider};
 use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock};
 
 /// Contends for one lock. Cheap to clone: clones share the same state, so one clone can run
@@ -102,6 +103,8 @@ struct Shared<L> {
     lock: L,
     clock: Arc<dyn Clock>,
     state: Arc<Mutex<Inner>>,
+    /// Set once by `report_metrics_to`.
+    metrics: OnceLock<ElectionMetrics>,
 }
 
 struct Inner {
@@ -162,7 +165,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             phase: Phase::Following,
             term: 0,
         }));
-        Ok(Self { shared: Arc::new(Shared { config, lock, clock, state }) })
+        Ok(Self { shared: Arc::new(Shared { config, lock, clock, state, metrics: OnceLock::new() }) })
     }
 
     /// Contends until `shutdown` is cancelled, or, without `recontend`, until the first
@@ -179,6 +182,18 @@ impl<L: ResourceLock> LeaderElector<L> {
             }
             info!(lock = %self.shared.lock.describe(), ?reason, "lost the lease; contending again");
         }
+    }
+
+    /// Reports `leader_election_master_status` and `leader_election_slowpath_total` for this
+    /// election (label `name` = the config's name) into `provider`; only the first call counts.
+    pub fn report_metrics_to(&self, provider: &LeaderMetricsProvider) {
+        let metrics = provider.for_election(&self.shared.config.name);
+        if self.is_leader() {
+            metrics.leader_on();
+        } else {
+            metrics.leader_off();
+        }
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// True while this process leads (client-go `IsLeader`, but false as soon as the elector
@@ -276,12 +291,18 @@ impl<L: ResourceLock> LeaderElector<L> {
             renew_deadline: config.renew_deadline,
             fencing_token,
         };
+        if let Some(m) = self.shared.metrics.get() {
+            m.leader_on();
+        }
         let mut work: JoinHandle<()> = tokio::spawn((callbacks.on_started_leading)(ctx));
 
         let (reason, last_renewed) = self.renew(callbacks, shutdown, renewed_at).await;
 
         // Step down: from here on the work must wind down.
         self.shared.state.lock().phase = Phase::SteppingDown;
+        if let Some(m) = self.shared.metrics.get() {
+            m.leader_off();
+        }
         work_token.cancel();
         let stop_by = last_renewed + config.lease_duration;
         match timeout_at(stop_by, &mut work).await {
@@ -418,6 +439,11 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
 
         // 4. Take or keep it, against the version just read.
+        if old.holder_identity == me
+            && let Some(m) = self.shared.metrics.get()
+        {
+            m.slowpath_exercised();
+        }
         carry_over(&mut record, &old, old.holder_identity == me);
         match lock.update(&record).await {
             Ok(()) => {
@@ -1173,6 +1199,39 @@ mod tests {
         let tokens = tokens.lock().clone();
         assert_eq!(tokens.len(), 4, "{tokens:?}");
         assert!(tokens.windows(2).all(|w| w[0].1 < w[1].1 && w[0].0 != w[1].0), "{tokens:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_follow_leadership_and_count_slow_path_renewals() {
+        let provider = LeaderMetricsProvider::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        provider.register(&mut registry);
+        let scrape = |registry: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        let store = FakeLockStore::new();
+        let a = elector(&store, "a", config(false, false));
+        a.report_metrics_to(&provider);
+        assert!(scrape(&registry).contains(r#"leader_election_master_status{name="unit"} 0"#));
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn({
+            let (a, s) = (a.clone(), shutdown.clone());
+            async move { a.run(LeaderCallbacks::new(|_| async {}, || {}), s).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let text = scrape(&registry);
+        assert!(text.contains(r#"leader_election_master_status{name="unit"} 1"#), "{text}");
+        assert!(text.contains(r#"leader_election_slowpath_total{name="unit"} 0"#), "{text}");
+        let mut touched = store.record().unwrap();
+        touched.renew_time = None;
+        store.put(touched); // the next fast-path renewal conflicts and falls back to the slow path
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(scrape(&registry).contains(r#"leader_election_slowpath_total{name="unit"} 1"#));
+        shutdown.cancel();
+        run.await.unwrap();
+        assert!(scrape(&registry).contains(r#"leader_election_master_status{name="unit"} 0"#));
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,6 +7,7 @@
 //! | [`LeaseLock`]             | `resourcelock/leaselock.go`                           |
 //! | [`ResourceLock`]          | `resourcelock/interface.go` `Interface`               |
 //! | [`HealthzAdaptor`]        | `healthzadaptor.go`                                   |
+//! | [`LeaderMetricsProvider`] | `metrics.go` (+ component-base's metric names)        |
 //! | [`Clock`]                 | `k8s.io/utils/clock` (wall clock for the record only) |
 //!
 //! Better than client-go on purpose: the elector can contend again after losing
@@ -46,6 +47,7 @@ mod elector;
 mod fake_lock;
 mod healthz;
 mod lease_lock;
+mod metrics;
 mod resource_lock;
 
 pub use clock::{Clock, SkewedClock, SystemClock};
@@ -53,4 +55,5 @@ pub use config::{ConfigError, LeaderElectionConfig};
 pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, StopReason};
 pub use healthz::HealthzAdaptor;
 pub use lease_lock::LeaseLock;
+pub use metrics::LeaderMetricsProvider;
 pub use resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};
