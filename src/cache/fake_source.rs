@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
-use super::list_watch::{ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream};
+use super::list_watch::{
+    ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
+};
 use super::store::meta_namespace_key;
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -123,8 +125,7 @@ impl ListerWatcher<ConfigMap> for FakeControllerSource {
     fn list(
         &self,
         _options: &ListOptions,
-    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send
-    {
+    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send {
         let mut inner = self.inner.lock();
         inner.lists += 1;
         let page = ListPage {

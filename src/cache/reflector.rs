@@ -325,7 +325,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 started,
                 events,
                 idle_deadline,
-            } => self.next_event(stream, started, events, idle_deadline).await,
+            } => {
+                self.next_event(stream, started, events, idle_deadline)
+                    .await
+            }
             State::Backoff { until, then } => {
                 tokio::time::sleep_until(until).await;
                 match then {
@@ -378,6 +381,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 
     async fn list(&mut self) -> State<K> {
         self.count_list();
+        self.list_and_replace().await
+    }
+
+    /// The paged LIST round, without counting it (a streaming-list fallback was counted).
+    async fn list_and_replace(&mut self) -> State<K> {
         let rv = self.relist_resource_version();
         let mut result = self.list_pages(&rv).await;
         if let Err(e) = &result
@@ -550,7 +558,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
             WatchEvent::Bookmark(b) => (b.metadata.resource_version, Ok(())),
             WatchEvent::Error(status) => {
-                return self.watch_failed(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status));
+                return self.watch_failed(ListWatchError::from_status(
+                    "WATCH",
+                    &format!("({} watch stream)", self.type_name),
+                    &status,
+                ));
             }
         };
         if let Err(e) = result {
@@ -590,7 +602,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         };
         self.metrics.watches.inc();
         let deadline = Instant::now() + self.config.watch_list_timeout;
-        let collected = tokio::time::timeout_at(deadline, self.collect_initial_events(&options)).await;
+        let collected =
+            tokio::time::timeout_at(deadline, self.collect_initial_events(&options)).await;
         let failure = match collected {
             Ok(Ok((items, rv, stream))) => {
                 let items: Vec<K> = items.into_values().collect();
@@ -624,7 +637,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         });
         self.metrics.list_errors.inc();
         // Making progress with a paged LIST beats waiting for the stream again.
-        self.list().await
+        self.list_and_replace().await
     }
 
     /// Reads a streaming list up to its end bookmark.
@@ -664,7 +677,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     }
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
-                    return Err(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status).to_string());
+                    return Err(ListWatchError::from_status(
+                        "WATCH",
+                        &format!("({} watch stream)", self.type_name),
+                        &status,
+                    )
+                    .to_string());
                 }
                 Some(Err(ListWatchError::Decode { source, .. })) => {
                     tracing::warn!(type_name = %self.type_name, "skipping an undecodable event: {source}");
@@ -712,7 +730,10 @@ mod tests {
     fn bookmark(rv: &str, end: bool) -> WatchEvent<ConfigMap> {
         let mut annotations = std::collections::BTreeMap::new();
         if end {
-            annotations.insert(INITIAL_EVENTS_END_ANNOTATION.to_string(), "true".to_string());
+            annotations.insert(
+                INITIAL_EVENTS_END_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
         }
         WatchEvent::Bookmark(Bookmark {
             types: TypeMeta {
@@ -806,7 +827,10 @@ mod tests {
             );
             s.calls.push((self.start.elapsed(), desc));
             // An exhausted script fails, which the reflector retries after backoff.
-            let r = s.lists.pop_front().unwrap_or_else(|| Err(api_err(500, "Script")));
+            let r = s
+                .lists
+                .pop_front()
+                .unwrap_or_else(|| Err(api_err(500, "Script")));
             async move { r }
         }
 
@@ -858,21 +882,30 @@ mod tests {
 
     impl ReflectorStore<ConfigMap> for RecStore {
         fn add(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("add {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("add {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn update(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("update {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("update {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn delete(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("delete {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("delete {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn replace(&self, list: Vec<ConfigMap>, rv: &str) -> Result<(), StoreError> {
-            let mut names: Vec<String> = list.into_iter().map(|o| o.metadata.name.unwrap()).collect();
+            let mut names: Vec<String> =
+                list.into_iter().map(|o| o.metadata.name.unwrap()).collect();
             names.sort();
-            self.ops.lock().push(format!("replace [{}] @{rv}", names.join(",")));
+            self.ops
+                .lock()
+                .push(format!("replace [{}] @{rv}", names.join(",")));
             Ok(())
         }
         fn resync(&self) -> Result<(), StoreError> {
@@ -936,11 +969,23 @@ mod tests {
             ["replace [a,b,c] @10", "add d", "update a", "delete b"]
         );
         let calls = lw.call_names();
-        assert_eq!(calls[0], r#"list rv=Some("0") limit=Some(500) continue=None"#);
-        assert_eq!(calls[1], r#"list rv=None limit=Some(500) continue=Some("tok1")"#);
-        assert_eq!(calls[2], r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            calls[0],
+            r#"list rv=Some("0") limit=Some(500) continue=None"#
+        );
+        assert_eq!(
+            calls[1],
+            r#"list rv=None limit=Some(500) continue=Some("tok1")"#
+        );
+        assert_eq!(
+            calls[2],
+            r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#
+        );
         // The clean close re-watches from the bookmark's version, without a relist.
-        assert_eq!(calls[3], r#"watch rv="20" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            calls[3],
+            r#"watch rv="20" bookmarks=true initial=false timeout_ok=true"#
+        );
         assert_eq!(m.lists(), 1);
         assert_eq!(m.relists(), 0);
         assert_eq!(m.watch_events(), 4);
@@ -962,13 +1007,19 @@ mod tests {
         assert_eq!(ops, ["replace [a] @10", "replace [b] @30"]);
         let calls = lw.calls();
         let names: Vec<&str> = calls.iter().map(|c| c.1.as_str()).collect();
-        assert_eq!(names[1], r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            names[1],
+            r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#
+        );
         // Relist after the watch's 410 is at the last seen version, not "" ...
         assert_eq!(names[2], r#"list rv=Some("10") limit=None continue=None"#);
         // ... and its 410 is retried at once as a quorum read.
         assert_eq!(names[3], r#"list rv=None limit=Some(500) continue=None"#);
         assert_eq!(calls[3].0, calls[2].0, "retried without waiting");
-        assert_eq!(names[4], r#"watch rv="30" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            names[4],
+            r#"watch rv="30" bookmarks=true initial=false timeout_ok=true"#
+        );
         // The relist after a watch failure waited for the backoff.
         assert!(calls[2].0 - calls[1].0 >= Duration::from_millis(800));
         assert_eq!(m.relists(), 1);
@@ -985,7 +1036,10 @@ mod tests {
         }
         let (_, m) = run_for(&lw, no_jitter(), 200, None).await;
         let times: Vec<Duration> = lw.calls().iter().map(|c| c.0).collect();
-        let gaps: Vec<u128> = times.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        let gaps: Vec<u128> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
         assert_eq!(
             &gaps[..8],
             [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
@@ -1049,7 +1103,10 @@ mod tests {
             .watch(vec![], true);
         let (ops, _) = run_for(&lw, no_jitter(), 3, None).await;
         assert_eq!(ops, ["replace [a,b] @15"]);
-        assert_eq!(lw.call_names()[2], r#"list rv=Some("0") limit=None continue=None"#);
+        assert_eq!(
+            lw.call_names()[2],
+            r#"list rv=Some("0") limit=None continue=None"#
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1088,7 +1145,9 @@ mod tests {
                 ..no_jitter()
             },
         )
-        .with_should_resync(Arc::new(move || a.load(std::sync::atomic::Ordering::SeqCst)));
+        .with_should_resync(Arc::new(move || {
+            a.load(std::sync::atomic::Ordering::SeqCst)
+        }));
         let cancel = CancellationToken::new();
         let task = tokio::spawn(r.run(cancel.clone()));
         tokio::time::sleep(Duration::from_secs(25)).await;
@@ -1140,10 +1199,15 @@ mod tests {
             ..no_jitter()
         };
         let errs = Arc::new(Mutex::new(vec![]));
-        let (ops, _) = run_for(&lw, config, 10, Some(errs.clone())).await;
+        let (ops, m) = run_for(&lw, config, 10, Some(errs.clone())).await;
         assert_eq!(ops, ["replace [a] @7"]);
+        assert_eq!(m.lists(), 1, "the fallback is part of the same list round");
         let calls = lw.calls();
-        assert!(calls[1].1.starts_with(r#"list rv=Some("0") limit=Some(500)"#));
+        assert!(
+            calls[1]
+                .1
+                .starts_with(r#"list rv=Some("0") limit=Some(500)"#)
+        );
         assert_eq!(calls[1].0, Duration::from_secs(3));
         assert!(errs.lock()[0].contains("falling back"), "{:?}", errs.lock());
     }

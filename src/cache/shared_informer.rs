@@ -267,7 +267,11 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         Ok(())
     }
 
-    fn ensure_not_started(&self, inner: &Inner<K>, what: &'static str) -> Result<(), InformerError> {
+    fn ensure_not_started(
+        &self,
+        inner: &Inner<K>,
+        what: &'static str,
+    ) -> Result<(), InformerError> {
         match inner.lifecycle {
             Lifecycle::NotStarted(_) => Ok(()),
             Lifecycle::Running { .. } => Err(InformerError::AlreadyStarted {
@@ -348,7 +352,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         } else {
             options.name
         };
-        let backlog = self.shared.metrics.handler_backlog(&self.shared.type_name, &name);
+        let backlog = self
+            .shared
+            .metrics
+            .handler_backlog(&self.shared.type_name, &name);
         let buffer = Arc::new(ListenerBuffer::new(backlog));
         if started {
             // The replay happens under the informer lock, so no live notification for this
@@ -565,7 +572,10 @@ impl<K: CacheObject> Shared<K> {
                     }
                     distribute(&inner.listeners, &Notification::Delete(deleted), false);
                 }
-                Delta::Added(obj) | Delta::Updated(obj) | Delta::Replaced(obj) | Delta::Sync(obj) => {
+                Delta::Added(obj)
+                | Delta::Updated(obj)
+                | Delta::Replaced(obj)
+                | Delta::Sync(obj) => {
                     let key = match (self.key_func)(&obj) {
                         Ok(k) => k,
                         Err(e) => {
@@ -678,7 +688,11 @@ mod tests {
             std::mem::take(&mut *self.events.lock())
         }
         fn count(&self, prefix: &str) -> usize {
-            self.events.lock().iter().filter(|e| e.starts_with(prefix)).count()
+            self.events
+                .lock()
+                .iter()
+                .filter(|e| e.starts_with(prefix))
+                .count()
         }
     }
 
@@ -816,7 +830,11 @@ mod tests {
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         let inf = informer(&source, Duration::from_secs(1));
-        let (r1, r2, r3) = (Recorder::default(), Recorder::default(), Recorder::default());
+        let (r1, r2, r3) = (
+            Recorder::default(),
+            Recorder::default(),
+            Recorder::default(),
+        );
         inf.add_event_handler_with_resync_period(r1.clone(), Duration::from_secs(1))
             .unwrap();
         inf.add_event_handler_with_resync_period(r2.clone(), Duration::from_secs(2))
@@ -837,7 +855,8 @@ mod tests {
     async fn resync_check_period_follows_handlers_before_start_only() {
         let source = FakeControllerSource::new();
         let inf = informer(&source, Duration::from_secs(60));
-        let check = |inf: &SharedIndexInformer<ConfigMap>| inf.shared.inner.lock().resync_check_period;
+        let check =
+            |inf: &SharedIndexInformer<ConfigMap>| inf.shared.inner.lock().resync_check_period;
         let periods = |inf: &SharedIndexInformer<ConfigMap>| {
             inf.shared
                 .inner
@@ -858,7 +877,11 @@ mod tests {
         assert_eq!(check(&inf), Duration::from_secs(1));
         assert_eq!(
             periods(&inf),
-            [Duration::from_secs(60), Duration::from_secs(10), Duration::from_secs(1)]
+            [
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                Duration::from_secs(1)
+            ]
         );
         inf.start();
         // After start, the check period no longer moves; nothing below it.
@@ -914,7 +937,14 @@ mod tests {
         .unwrap();
         inf.start();
         assert!(inf.wait_for_cache_sync().await);
-        assert!(inf.lister().get("ns", "a").unwrap().metadata.managed_fields.is_none());
+        assert!(
+            inf.lister()
+                .get("ns", "a")
+                .unwrap()
+                .metadata
+                .managed_fields
+                .is_none()
+        );
         let err = inf.set_transform(|o| o).unwrap_err();
         assert!(matches!(err, InformerError::AlreadyStarted { .. }), "{err}");
         inf.shutdown().await;
@@ -944,6 +974,8 @@ mod tests {
         inf.remove_event_handler(&reg);
     }
 
+    // The gate is a std mutex held across awaits on purpose: it is what makes the handler slow.
+    #[allow(clippy::await_holding_lock)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_handler_does_not_block_the_others_and_shows_a_backlog() {
         let source = FakeControllerSource::new();

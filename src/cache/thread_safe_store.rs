@@ -190,7 +190,11 @@ impl<K> Indexer<K> {
         inner.indexer(index_name)?;
         Ok(inner.indices[index_name]
             .get(value)
-            .map(|s| s.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+            .map(|s| {
+                s.iter()
+                    .filter_map(|k| inner.items.get(k).cloned())
+                    .collect()
+            })
             .unwrap_or_default())
     }
 
@@ -216,9 +220,11 @@ impl<K> Indexer<K> {
 
 impl<K> Inner<K> {
     fn indexer(&self, name: &str) -> Result<&super::index::IndexFunc<K>, IndexError> {
-        self.indexers.get(name).ok_or_else(|| IndexError::UnknownIndex {
-            name: name.to_string(),
-        })
+        self.indexers
+            .get(name)
+            .ok_or_else(|| IndexError::UnknownIndex {
+                name: name.to_string(),
+            })
     }
 
     fn put(&mut self, key: String, obj: Arc<K>) {
@@ -348,7 +354,11 @@ mod tests {
         s.delete("ns/a");
         let r = s.reader();
         assert!(r.list_index_func_values("byUser").unwrap().is_empty());
-        assert!(r.list_index_func_values(NAMESPACE_INDEX).unwrap().is_empty());
+        assert!(
+            r.list_index_func_values(NAMESPACE_INDEX)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     // client-go: TestThreadSafeStoreAddKeepsNonEmptySetPostDeleteFromIndex
@@ -369,7 +379,10 @@ mod tests {
         let r = s.reader();
         s.add("ns/a".into(), pod("ns", "a", &["ernie", "bert"]));
         s.add("ns/b".into(), pod("ns", "b", &["ernie"]));
-        assert_eq!(sorted(r.index_keys("byUser", "ernie").unwrap()), vec!["ns/a", "ns/b"]);
+        assert_eq!(
+            sorted(r.index_keys("byUser", "ernie").unwrap()),
+            vec!["ns/a", "ns/b"]
+        );
         assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["ns/a"]);
         // The update moves a out of "bert" only.
         s.update("ns/a".into(), pod("ns", "a", &["ernie", "elmo"]));
@@ -392,10 +405,18 @@ mod tests {
         s.add("one/a".into(), pod("one", "a", &[]));
         s.add("one/b".into(), pod("one", "b", &[]));
         s.add("two/c".into(), pod("two", "c", &[]));
-        assert_eq!(names(r.by_index(NAMESPACE_INDEX, "one").unwrap()), vec!["a", "b"]);
+        assert_eq!(
+            names(r.by_index(NAMESPACE_INDEX, "one").unwrap()),
+            vec!["a", "b"]
+        );
         assert!(r.by_index(NAMESPACE_INDEX, "three").unwrap().is_empty());
         let err = r.by_index("nope", "one").unwrap_err();
-        assert_eq!(err, IndexError::UnknownIndex { name: "nope".into() });
+        assert_eq!(
+            err,
+            IndexError::UnknownIndex {
+                name: "nope".into()
+            }
+        );
         assert!(err.to_string().contains("nope"));
     }
 
@@ -438,7 +459,10 @@ mod tests {
         assert_eq!(r.list_keys(), vec!["other/b"]);
         assert!(r.index_keys("byUser", "ernie").unwrap().is_empty());
         assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["other/b"]);
-        assert_eq!(r.list_index_func_values(NAMESPACE_INDEX).unwrap(), vec!["other"]);
+        assert_eq!(
+            r.list_index_func_values(NAMESPACE_INDEX).unwrap(),
+            vec!["other"]
+        );
     }
 
     // client-go: TestCache / testStoreKeyFunc basics (store_test.go)
