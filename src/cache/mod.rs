@@ -1,13 +1,30 @@
-//! The informer machinery: client-go's `tools/cache`.
+//! The informer machinery: client-go's `tools/cache`, on raw watch streams.
 //!
-//! | kubeloop                     | client-go                                   |
-//! |------------------------------|---------------------------------------------|
-//! | [`store`]                    | `store.go` (keys), the reflector's `Store`  |
-//! | [`index`]                    | `index.go`                                  |
-//! | [`thread_safe_store`]        | `thread_safe_store.go`                      |
-//! | [`labels`]                   | apimachinery `pkg/labels`                   |
-//! | [`lister`]                   | `listers.go`                                |
-//! | [`delta_fifo`]               | `delta_fifo.go`                             |
+//! Data flows apiserver -> [`Reflector`] -> [`DeltaFIFO`] -> [`SharedIndexInformer`] ->
+//! ([`ThreadSafeStore`] and every handler's buffer). Readers get an [`Indexer`] or a
+//! [`Lister`] handing out `Arc<K>`; only the informer writes the cache.
+//!
+//! | kubeloop                | client-go                                               |
+//! |-------------------------|---------------------------------------------------------|
+//! | [`list_watch`]          | `listwatch.go` + the typed clients' List/Watch           |
+//! | [`reflector`]           | `reflector.go`                                          |
+//! | [`backoff`]             | apimachinery `wait` backoff manager as the reflector uses it |
+//! | [`delta_fifo`]          | `delta_fifo.go`                                         |
+//! | [`store`]               | `store.go` (keys) and the reflector's `Store`           |
+//! | [`index`]               | `index.go`                                              |
+//! | [`thread_safe_store`]   | `thread_safe_store.go`                                  |
+//! | [`labels`]              | apimachinery `pkg/labels`                               |
+//! | [`lister`]              | `listers.go`                                            |
+//! | [`processor`]           | `sharedProcessor` / `processorListener`, `ResourceEventHandler` |
+//! | [`shared_informer`]     | `shared_informer.go`, `controller.go` (`processDeltas`) |
+//! | [`factory`]             | `informers/factory.go`, `dynamicinformer`               |
+//! | [`metrics`]             | reflector metrics, plus a handler backlog gauge         |
+//!
+//! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
+//! `kube_client::core::DynamicObject` with an `ApiResource`.
+//!
+//! An informer runs until [`SharedIndexInformer::shutdown`] (or the factory's `shutdown`);
+//! dropping the handles does not stop its tasks, as in client-go without a stop channel.
 
 pub mod backoff;
 pub mod delta_fifo;

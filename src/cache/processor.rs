@@ -2,7 +2,7 @@
 //! `tools/cache/shared_informer.go`) and the handler interface (`controller.go`'s
 //! `ResourceEventHandler`).
 //!
-//! Every handler gets its own unbounded [`ListenerBuffer`] and its own task, so a slow handler
+//! Every handler gets its own unbounded `ListenerBuffer` and its own task, so a slow handler
 //! delays only itself. client-go uses a ring buffer grown from 1024 plus two goroutines per
 //! listener; here a `VecDeque` under the buffer's lock and a `Notify` do the same job.
 //! The backlog (queued plus in flight) is a gauge, which client-go lacks (client-go#1326).

@@ -1,7 +1,7 @@
 //! List-then-watch into a store: client-go `tools/cache/reflector.go` (`ListAndWatch`).
 //!
-//! The reflector is an explicit state machine ([`State`]): each variant says what the next
-//! [`step`](Core::step) does, and `step` returns the state after it. The rules are
+//! The reflector is an explicit state machine (`State`): each variant says what the next
+//! `step` does, and `step` returns the state after it. The rules are
 //! client-go's (see the crate's SPEC section 1):
 //! - LIST in pages of 500; resourceVersion "0" first, the last synced one on relists, ""
 //!   after a LIST answered 410 / "too large resource version" (retried at once). A 410 on a
