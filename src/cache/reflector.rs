@@ -210,6 +210,8 @@ struct Core<K, L> {
     backoff: Backoff,
     /// The version the store is known to be in sync with ("" before the first list).
     last_sync_rv: String,
+    /// A copy of `last_sync_rv` readers can see (client-go `LastSyncResourceVersion`).
+    published_rv: Arc<parking_lot::RwLock<String>>,
     /// A LIST at `last_sync_rv` answered 410: the next list asks "" (quorum read).
     rv_unavailable: bool,
     /// The server paginated a LIST at "0", so relists at a version stay paginated.
@@ -235,6 +237,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
                 type_name,
                 on_error: Arc::new(default_watch_error_handler),
                 last_sync_rv: String::new(),
+                published_rv: Default::default(),
                 rv_unavailable: false,
                 paginated_result: false,
                 listed_once: false,
@@ -257,6 +260,21 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
     /// Consulted before each periodic resync.
     pub fn with_should_resync(mut self, should: ShouldResync) -> Self {
         self.should_resync = Some(should);
+        self
+    }
+
+    /// A handle on the last synced resourceVersion, readable while the reflector runs
+    /// (client-go `LastSyncResourceVersion`); "" before the first list.
+    pub fn last_sync_resource_version(&self) -> Arc<parking_lot::RwLock<String>> {
+        self.core.published_rv.clone()
+    }
+
+    /// Publishes the last synced resourceVersion into `handle` instead of a private one.
+    pub fn publish_last_sync_resource_version(
+        mut self,
+        handle: Arc<parking_lot::RwLock<String>>,
+    ) -> Self {
+        self.core.published_rv = handle;
         self
     }
 
@@ -368,6 +386,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             return;
         }
         self.last_sync_rv = rv.to_string();
+        *self.published_rv.write() = self.last_sync_rv.clone();
         self.metrics.set_resource_version(rv);
     }
 
@@ -1092,6 +1111,55 @@ mod tests {
         assert_eq!((calls[3].0 - calls[2].0).as_millis(), 1600);
         assert_eq!(m.lists(), 1);
         assert_eq!(m.watches(), 3);
+    }
+
+    // client-go: TestReflectorListExtract's paginatedResult rule ("relists at a version are
+    // paginated only if the server paginated the list at \"0\"")
+    #[tokio::test(start_paused = true)]
+    async fn relists_stay_paginated_when_the_server_paginated_the_first_list() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![cm("a", "1")], "10", Some("tok"))
+            .list_ok(vec![cm("b", "2")], "10", None)
+            .watch(vec![status_event(410, "Expired")], true)
+            .list_ok(vec![cm("a", "1")], "11", None)
+            .watch(vec![], true);
+        let store = Arc::new(RecStore::default());
+        let r = Reflector::new(lw.clone(), store.clone(), no_jitter());
+        let rv = r.last_sync_resource_version();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(r.run(cancel.clone()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(*rv.read(), "11");
+        cancel.cancel();
+        task.await.unwrap();
+        assert_eq!(
+            lw.call_names()[3],
+            r#"list rv=Some("10") limit=Some(500) continue=None"#
+        );
+    }
+
+    // client-go: TestReflectorFullListIfTooLarge
+    #[tokio::test(start_paused = true)]
+    async fn too_large_resource_version_on_list_retries_with_empty_version() {
+        let lw = FakeLw::new();
+        lw.list_err(ListWatchError::Api {
+            verb: "LIST",
+            url: "/fake".into(),
+            code: 504,
+            reason: "Timeout".into(),
+            message: "Too large resource version: 20, current: 10".into(),
+            causes: vec!["ResourceVersionTooLarge".into()],
+        })
+        .list_ok(vec![cm("a", "1")], "10", None)
+        .watch(vec![], true);
+        let (ops, _) = run_for(&lw, no_jitter(), 2, None).await;
+        assert_eq!(ops, ["replace [a] @10"]);
+        let names = lw.call_names();
+        assert_eq!(
+            names[0],
+            r#"list rv=Some("0") limit=Some(500) continue=None"#
+        );
+        assert_eq!(names[1], r#"list rv=None limit=Some(500) continue=None"#);
     }
 
     #[tokio::test(start_paused = true)]

@@ -113,6 +113,7 @@ type StartFn<K> = Box<dyn FnOnce(StartParams<K>) -> BoxFuture<'static, ()> + Sen
 
 /// What the reflector is built with at start.
 struct StartParams<K> {
+    last_sync_rv: Arc<parking_lot::RwLock<String>>,
     store: Arc<dyn ReflectorStore<K>>,
     config: ReflectorConfig,
     metrics: CacheMetrics,
@@ -130,6 +131,8 @@ struct Shared<K> {
     /// Woken after each processed key (for `wait_for_cache_sync`).
     progressed: Notify,
     stop: CancellationToken,
+    /// The reflector's last synced resourceVersion.
+    last_sync_rv: Arc<parking_lot::RwLock<String>>,
     inner: Mutex<Inner<K>>,
 }
 
@@ -188,6 +191,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             if let Some(h) = p.on_error {
                 r = r.with_watch_error_handler(h);
             }
+            r = r.publish_last_sync_resource_version(p.last_sync_rv);
             r.run(p.cancel).boxed()
         });
         Self {
@@ -199,6 +203,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 metrics: config.metrics,
                 progressed: Notify::new(),
                 stop: CancellationToken::new(),
+                last_sync_rv: Default::default(),
                 inner: Mutex::new(Inner {
                     listeners: Vec::new(),
                     next_id: 0,
@@ -428,6 +433,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             ..inner.reflector_config.clone()
         };
         let reflector = start(StartParams {
+            last_sync_rv: self.shared.last_sync_rv.clone(),
             store: Arc::new(self.shared.fifo.clone()),
             config,
             metrics: self.shared.metrics.clone(),
@@ -440,6 +446,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             tasks: vec![tokio::spawn(reflector), processing],
             listener_tasks,
         };
+    }
+
+    /// The resourceVersion of the last list or watch event the reflector synced
+    /// (client-go `LastSyncResourceVersion`); "" before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.shared.last_sync_rv.read().clone()
     }
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
@@ -737,6 +749,7 @@ mod tests {
         source.add(cm("c"));
         settle().await;
         assert_eq!(rec.take(), ["update a", "delete b", "add c"]);
+        assert_eq!(inf.last_sync_resource_version(), "5");
         let mut keys = inf.indexer().list_keys();
         keys.sort();
         assert_eq!(keys, ["ns/a", "ns/c"]);
