@@ -23,6 +23,29 @@
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
 //! `kube_client::core::DynamicObject` with an `ApiResource`.
 //!
+//! # Examples
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kubeloop::cache::{FactoryOptions, LabelSelector, ResourceEventHandlerFuncs, SharedInformerFactory};
+//!
+//! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let factory = SharedInformerFactory::new(client, FactoryOptions::default());
+//! let informer = factory.informer::<ConfigMap>();
+//! informer.add_event_handler(
+//!     ResourceEventHandlerFuncs::new()
+//!         .on_add(|cm: &std::sync::Arc<ConfigMap>, _initial| println!("added {:?}", cm.metadata.name))
+//!         .on_delete(|gone| println!("deleted {:?} (tombstone: {})", gone.object().metadata.name, gone.is_tombstone())),
+//! )?;
+//! factory.start();
+//! factory.wait_for_cache_sync().await;
+//! let web = informer.lister().namespaced("default").list(&LabelSelector::parse("app=web")?);
+//! println!("{} web ConfigMaps", web.len());
+//! factory.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! An informer runs until [`SharedIndexInformer::shutdown`] (or the factory's `shutdown`);
 //! dropping the handles does not stop its tasks, as in client-go without a stop channel.
 
