@@ -8,6 +8,7 @@
 //! | [`workqueue`]         | `k8s.io/client-go/util/workqueue`                |
 //! | [`leaderelection`]    | `k8s.io/client-go/tools/leaderelection`          |
 //! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
+//! | [`ops`]               | component-base metrics registry, apiserver healthz |
 //! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
 //!
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
@@ -16,6 +17,7 @@
 pub mod cache;
 pub mod controller;
 pub mod leaderelection;
+pub mod ops;
 #[cfg(feature = "testenv")]
 pub mod testenv;
 pub mod workqueue;

@@ -1,14 +1,38 @@
-//! The `kubeloop` binary. Subcommands run the controllers built on the library.
+//! The `kubeloop` binary: one subcommand per program built on the library.
 
-use clap::Parser;
+mod cmd;
+
+use clap::{Parser, Subcommand};
 
 /// client-go's controller machinery rebuilt in Rust: run the sample controller or the
-/// VirtualMachine controller against a Kubernetes cluster.
+/// VirtualMachine controller against a Kubernetes cluster, or a local control plane to try
+/// them on.
 #[derive(Parser, Debug)]
 #[command(name = "kubeloop", version, about, long_about = None)]
-struct Cli {}
+struct Cli {
+    /// Log verbosity: -v for debug, -vv for trace (RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a local control plane (etcd, kube-apiserver, and with --full controller-manager,
+    /// scheduler and a kwok node) until Ctrl-C; built by hack/build-control-plane.
+    #[cfg(feature = "testenv")]
+    Cluster(cmd::cluster::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+    let cli = Cli::parse();
+    cmd::init_logging(cli.verbose);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        match cli.command {
+            #[cfg(feature = "testenv")]
+            Command::Cluster(args) => cmd::cluster::run(args).await,
+        }
+    })
 }

@@ -1,1 +1,54 @@
 //! client-go's `tools/leaderelection` on coordination.k8s.io/v1 Lease.
+//!
+//! | kubeloop                  | client-go                                             |
+//! |---------------------------|-------------------------------------------------------|
+//! | [`LeaderElector`]         | `leaderelection.go` `LeaderElector`                   |
+//! | [`LeaderElectionConfig`]  | `LeaderElectionConfig` + `NewLeaderElector` validation |
+//! | [`LeaseLock`]             | `resourcelock/leaselock.go`                           |
+//! | [`ResourceLock`]          | `resourcelock/interface.go` `Interface`               |
+//! | [`HealthzAdaptor`]        | `healthzadaptor.go`                                   |
+//! | [`Clock`]                 | `k8s.io/utils/clock` (wall clock for the record only) |
+//!
+//! Better than client-go on purpose: the elector can contend again after losing
+//! ([`LeaderElectionConfig::recontend`]); `on_stopped_leading` only runs after leading; the
+//! leader's work gets a [`LeaderContext`] and is awaited (bounded) before `on_stopped_leading`
+//! and before the lease is released, so it stops before the lease can pass to another holder
+//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]).
+//!
+//! ```no_run
+//! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use kubeloop::leaderelection::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let lock = LeaseLock::new(client, "kube-system", "my-controller", "pod-a");
+//! let elector = LeaderElector::new(LeaderElectionConfig { recontend: true, ..Default::default() }, lock)?;
+//! let callbacks = LeaderCallbacks::new(
+//!     |ctx| async move {
+//!         while ctx.still_leading() {
+//!             // one step of leader-only work, then:
+//!             tokio::select! { _ = ctx.cancelled() => break, _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {} }
+//!         }
+//!     },
+//!     || println!("stopped leading"),
+//! )
+//! .on_new_leader(|id| println!("leader is now {id:?}"));
+//! let shutdown = CancellationToken::new();
+//! elector.run(callbacks, shutdown).await;
+//! # Ok(()) }
+//! ```
+
+pub mod clock;
+pub mod config;
+mod elector;
+#[cfg(test)]
+mod fake_lock;
+mod healthz;
+mod lease_lock;
+mod resource_lock;
+
+pub use clock::{Clock, SkewedClock, SystemClock};
+pub use config::{ConfigError, LeaderElectionConfig};
+pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, StopReason};
+pub use healthz::HealthzAdaptor;
+pub use lease_lock::LeaseLock;
+pub use resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};

@@ -191,6 +191,12 @@ impl Cluster {
         self.dir.path()
     }
 
+    /// The pids of the components running now (etcd first).
+    pub fn component_pids(&self) -> Vec<u32> {
+        let p = self.processes.lock();
+        [&p.etcd, &p.apiserver, &p.controller_manager, &p.scheduler, &p.kwok].into_iter().flatten().map(|m| m.pid()).collect()
+    }
+
     /// Where the control-plane binaries (and kubectl) are.
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir

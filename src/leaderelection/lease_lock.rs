@@ -1,0 +1,108 @@
+//! The coordination.k8s.io/v1 Lease lock (client-go: `resourcelock/leaselock.go`).
+//!
+//! Invariant: `Inner::lease` is the object as last returned by the apiserver (from get, create or
+//! update). `update` writes the new spec onto *that* object, so the PUT carries its
+//! resourceVersion and the apiserver rejects it with 409 if anyone wrote since: a lost race
+//! surfaces as [`LockError::Conflict`], never as a silent overwrite.
+//!
+//! The parking_lot lock is never held across an `.await`: the object is cloned out, the request
+//! is made, and the answer stored back.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube_client::api::{Api, ObjectMeta, PostParams};
+use kube_client::{Client, Error as KubeError};
+use parking_lot::Mutex;
+
+use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};
+
+/// A Lease named `namespace/name`, contended for by `identity`.
+pub struct LeaseLock {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    identity: String,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// The object last returned by the apiserver; `None` until the first get or create.
+    lease: Option<Lease>,
+}
+
+impl LeaseLock {
+    /// A lock on the Lease `namespace/name` for the candidate `identity`. The identity is
+    /// checked (non-empty) when the elector is built.
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            inner: Mutex::new(Inner { lease: None }),
+        }
+    }
+
+    fn store(&self, lease: Lease) {
+        self.inner.lock().lease = Some(lease);
+    }
+}
+
+fn is_status(err: &KubeError, pred: impl Fn(&kube_client::core::Status) -> bool) -> bool {
+    matches!(err, KubeError::Api(status) if pred(status))
+}
+
+impl ResourceLock for LeaseLock {
+    async fn get(&self) -> Result<Option<LeaderElectionRecord>, LockError> {
+        match self.api.get(&self.name).await {
+            Ok(lease) => {
+                let record = lease_spec_to_record(&lease.spec.clone().unwrap_or_default());
+                self.store(lease);
+                Ok(Some(record))
+            }
+            Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(None),
+            Err(source) => Err(LockError::Get { lock: self.describe(), source }),
+        }
+    }
+
+    async fn create(&self, record: &LeaderElectionRecord) -> Result<(), LockError> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(record_to_lease_spec(record)),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(created) => {
+                self.store(created);
+                Ok(())
+            }
+            Err(e) if is_status(&e, |s| s.is_already_exists()) => Err(LockError::AlreadyExists { lock: self.describe() }),
+            Err(source) => Err(LockError::Create { lock: self.describe(), source }),
+        }
+    }
+
+    async fn update(&self, record: &LeaderElectionRecord) -> Result<(), LockError> {
+        let Some(mut lease) = self.inner.lock().lease.clone() else {
+            return Err(LockError::NotInitialized { lock: self.describe() });
+        };
+        lease.spec = Some(record_to_lease_spec(record));
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(updated) => {
+                self.store(updated);
+                Ok(())
+            }
+            Err(e) if is_status(&e, |s| s.is_conflict()) => Err(LockError::Conflict { lock: self.describe() }),
+            Err(source) => Err(LockError::Update { lock: self.describe(), source }),
+        }
+    }
+
+    fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    fn describe(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}

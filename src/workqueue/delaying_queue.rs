@@ -1,0 +1,495 @@
+//! A queue that can add an item later. client-go counterpart: `util/workqueue/delaying_queue.go`
+//! (`delayingType[T]`).
+//!
+//! Behaviour kept from client-go:
+//! - `add_after(item, d)` adds now when `d` is zero, otherwise at `now + d`.
+//! - An item waiting for its time keeps the earliest ready time asked for; a later
+//!   `add_after` with a later time does nothing.
+//! - Waiting is independent of the queue proper: an item can wait while it is dirty or being
+//!   processed, and is added (with the usual dedup) when its time comes.
+//! - `add_after` after shutdown is ignored; shutdown drops the waiting items.
+//! - Every `add_after` before shutdown counts in `workqueue_retries_total`.
+//!
+//! What differs on purpose (see STYLE.md, "Avoid"):
+//! - No 1000-slot channel, no waiting-loop goroutine, no 10 s heartbeat. The waiting items are
+//!   a binary heap inside the queue's own `Inner`, under the queue's one lock.
+//! - One timer task per delaying queue sleeps until the earliest ready time
+//!   (`sleep_until(next)`) and is woken early only when an `add_after` brings that time
+//!   forward, or on shutdown. It holds a weak reference and ends with the queue.
+//! - `get` and `len` also move items whose time has passed, so a busy queue does not wait for
+//!   the timer task to be scheduled.
+//!
+//! Invariants:
+//! - An entry of the heap is current iff the item's `ItemState::ready_at` equals the entry's
+//!   time; superseded entries (an earlier `add_after` came) stay in the heap and are skipped
+//!   when popped, which is cheaper than client-go's decrease-key with an index per entry.
+//! - `Inner::timer_running` is true while a timer task exists for this queue.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use hashbrown::hash_map::Entry;
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::Notify;
+
+use super::metrics::QueueMetrics;
+use super::queue::{Inner, ItemState, Queue, QueueConfig, Shared, Stamp};
+
+/// A [`Queue`] that can also add an item after a delay. Derefs to the [`Queue`], as client-go's
+/// `TypedDelayingInterface` embeds `TypedInterface`.
+///
+/// Delays fire from a task on the tokio runtime that is current when the first delayed item
+/// is added (or the first `get` parks); construct and use the queue inside a runtime.
+///
+/// # Examples
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use std::time::Duration;
+/// use kubeloop::workqueue::DelayingQueue;
+/// let queue = DelayingQueue::new();
+/// queue.add_after("default/web", Duration::from_millis(20));
+/// assert_eq!(queue.len(), 0);
+/// let item = queue.get().await.unwrap(); // about 20 ms later
+/// queue.done(&item);
+/// # });
+/// ```
+pub struct DelayingQueue<T> {
+    queue: Queue<T>,
+    /// `workqueue_retries_total{name}`, for a named queue.
+    retries: Option<Counter>,
+}
+
+/// The items of a delaying queue whose time has not come, earliest first.
+pub(super) struct WaitingHeap<T> {
+    heap: BinaryHeap<Waiting<T>>,
+    /// Orders entries with the same ready time by insertion, so equal delays come out FIFO.
+    next_seq: u64,
+}
+
+struct Waiting<T> {
+    ready_at: Stamp,
+    seq: u64,
+    item: T,
+}
+
+impl<T> Clone for DelayingQueue<T> {
+    fn clone(&self) -> Self {
+        DelayingQueue { queue: self.queue.clone(), retries: self.retries.clone() }
+    }
+}
+
+impl<T> std::fmt::Debug for DelayingQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DelayingQueue").field(&self.queue).finish()
+    }
+}
+
+impl<T> Deref for DelayingQueue<T> {
+    type Target = Queue<T>;
+
+    fn deref(&self) -> &Queue<T> {
+        &self.queue
+    }
+}
+
+impl<T: Hash + Eq + Clone + Send + 'static> Default for DelayingQueue<T> {
+    fn default() -> Self {
+        DelayingQueue::new()
+    }
+}
+
+impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
+    /// An unnamed delaying queue (no metrics). client-go: `NewTypedDelayingQueue`.
+    pub fn new() -> Self {
+        DelayingQueue::with_config(QueueConfig::default())
+    }
+
+    /// client-go: `NewTypedDelayingQueueWithConfig`.
+    pub fn with_config(config: QueueConfig) -> Self {
+        let retries = QueueMetrics::retries_for(config.metrics_provider.as_ref(), &config.name);
+        DelayingQueue { queue: Queue::with_config(config), retries }
+    }
+
+    /// Adds `item` once `delay` has passed; a zero delay adds it now. If the item is already
+    /// waiting, the earlier of the two times wins. Ignored after shutdown. client-go: `AddAfter`.
+    pub fn add_after(&self, item: T, delay: Duration) {
+        if delay.is_zero() {
+            if self.queue.is_shutting_down() {
+                return;
+            }
+            self.count_retry();
+            self.queue.add(item);
+            return;
+        }
+        let shared = &self.queue.shared;
+        let wake_timer = {
+            let mut inner = shared.inner.lock();
+            if inner.shutting_down {
+                return;
+            }
+            self.count_retry();
+            // A delay too large for the clock waits "forever" (30 years) instead of panicking.
+            let ready_at = inner.now().after(delay.min(FOREVER));
+            let earliest = inner.add_waiting(item, ready_at);
+            if !inner.timer_running {
+                spawn_timer(shared, &mut inner);
+                false
+            } else {
+                earliest
+            }
+        };
+        if wake_timer {
+            shared.timer.notify_one();
+        }
+    }
+
+    /// The number of items waiting for their time.
+    pub fn waiting_len(&self) -> usize {
+        self.queue.shared.inner.lock().waiting.len()
+    }
+
+    fn count_retry(&self) {
+        if let Some(retries) = &self.retries {
+            retries.inc();
+        }
+    }
+}
+
+/// The longest delay `add_after` honours; longer ones are cut to this.
+const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+impl<T> Default for WaitingHeap<T> {
+    fn default() -> Self {
+        WaitingHeap { heap: BinaryHeap::new(), next_seq: 0 }
+    }
+}
+
+impl<T> WaitingHeap<T> {
+    pub(super) fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Entries in the heap, superseded ones included.
+    pub(super) fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.heap.clear();
+    }
+
+    fn push(&mut self, ready_at: Stamp, item: T) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.heap.push(Waiting { ready_at, seq, item });
+    }
+
+    /// The earliest ready time in the heap (possibly of a superseded entry, which only makes
+    /// the timer wake early once).
+    fn next_ready_at(&self) -> Option<Stamp> {
+        self.heap.peek().map(|w| w.ready_at)
+    }
+
+    /// Removes and returns the earliest entry if its time is `now` or earlier.
+    fn pop_ready(&mut self, now: Stamp) -> Option<(Stamp, T)> {
+        if self.heap.peek()?.ready_at > now {
+            return None;
+        }
+        self.heap.pop().map(|w| (w.ready_at, w.item))
+    }
+}
+
+impl<T: Hash + Eq + Clone> Inner<T> {
+    /// Records that `item` should be added at `ready_at` unless an earlier time is already
+    /// set. Returns whether this became the heap's earliest time (the timer must re-arm).
+    fn add_waiting(&mut self, item: T, ready_at: Stamp) -> bool {
+        let next = self.waiting.next_ready_at();
+        match self.items.entry(item) {
+            Entry::Occupied(mut entry) => {
+                let state = entry.get_mut();
+                if state.ready_at.is_some_and(|current| current <= ready_at) {
+                    return false;
+                }
+                state.ready_at = Some(ready_at);
+                let item = entry.key().clone();
+                self.waiting.push(ready_at, item);
+            }
+            Entry::Vacant(entry) => {
+                let item = entry.key().clone();
+                entry.insert(ItemState { ready_at: Some(ready_at), ..ItemState::default() });
+                self.waiting.push(ready_at, item);
+            }
+        }
+        next.is_none_or(|next| ready_at < next)
+    }
+
+    /// Adds every waiting item whose time is `now` or earlier. Returns how many went into the
+    /// line (each may wake a parked `get`).
+    pub(super) fn promote_ready(&mut self, now: Stamp, metrics: Option<&QueueMetrics>) -> usize {
+        if self.shutting_down {
+            return 0;
+        }
+        let mut queued = 0;
+        while let Some((ready_at, item)) = self.waiting.pop_ready(now) {
+            let Some(state) = self.items.get_mut(&item) else { continue };
+            if state.ready_at != Some(ready_at) {
+                continue; // superseded by an earlier add_after, or already added
+            }
+            state.ready_at = None;
+            if self.add_tracked(item, metrics) {
+                queued += 1;
+            }
+        }
+        queued
+    }
+}
+
+/// Starts the timer task for `shared` if a tokio runtime is current. Without one, waiting
+/// items still move on the next `get` or `len`, and the next parked `get` starts the task.
+pub(super) fn spawn_timer<T: Hash + Eq + Clone + Send + 'static>(
+    shared: &Arc<Shared<T>>,
+    inner: &mut Inner<T>,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    inner.timer_running = true;
+    runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer)));
+}
+
+/// Sleeps until the earliest ready time, adds what is ready, repeats. Ends when the queue
+/// shuts down or every handle to it is dropped.
+async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notify>) {
+    loop {
+        let next = {
+            let Some(shared) = queue.upgrade() else { return };
+            let mut inner = shared.inner.lock();
+            if inner.shutting_down {
+                inner.timer_running = false;
+                return;
+            }
+            let now = inner.now();
+            let queued = inner.promote_ready(now, shared.metrics.as_ref());
+            let wake_getters = inner.claim_wakeups(queued);
+            let next = inner.waiting.next_ready_at().map(|at| at.instant(inner.epoch));
+            drop(inner);
+            shared.wake_getters(wake_getters);
+            next
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
+
+impl<T> PartialEq for Waiting<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl<T> Eq for Waiting<T> {}
+
+impl<T> PartialOrd for Waiting<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Waiting<T> {
+    /// Reversed, so `BinaryHeap` (a max-heap) pops the earliest time first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.ready_at.cmp(&self.ready_at).then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    // client-go: TestSimpleQueue
+    #[tokio::test(start_paused = true)]
+    async fn item_is_added_after_its_delay_and_not_again() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", ms(50));
+        assert_eq!(q.len(), 0, "should not have added");
+        tokio::time::advance(ms(49)).await;
+        assert_eq!(q.len(), 0, "one millisecond early");
+        tokio::time::advance(ms(11)).await;
+        assert_eq!(q.len(), 1, "should have added");
+        let item = q.get().await.unwrap();
+        q.done(&item);
+        // Step past what was client-go's heartbeat: nothing comes back.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(q.len(), 0, "should not have added again");
+        assert_eq!(q.waiting_len(), 0);
+    }
+
+    // client-go: TestDeduping
+    #[tokio::test(start_paused = true)]
+    async fn earliest_ready_time_wins() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", ms(50));
+        q.add_after("foo", ms(70));
+        assert_eq!(q.len(), 0);
+        tokio::time::advance(ms(60)).await;
+        assert_eq!(q.len(), 1);
+        let item = q.get().await.unwrap();
+        q.done(&item);
+        tokio::time::advance(ms(20)).await;
+        assert_eq!(q.len(), 0, "the later time was dropped, not kept");
+
+        // This time the earlier add comes second and overrides.
+        q.add_after("foo", ms(50));
+        q.add_after("foo", ms(30));
+        assert_eq!(q.len(), 0);
+        tokio::time::advance(ms(40)).await;
+        assert_eq!(q.len(), 1);
+        let item = q.get().await.unwrap();
+        q.done(&item);
+        tokio::time::advance(ms(20)).await;
+        assert_eq!(q.len(), 0, "the superseded 50 ms entry must not add it again");
+    }
+
+    // client-go: TestAddTwoFireEarly
+    #[tokio::test(start_paused = true)]
+    async fn earlier_item_fires_first_and_later_adds_keep_their_time() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", Duration::from_secs(1));
+        q.add_after("bar", ms(50));
+        assert_eq!(q.len(), 0);
+        tokio::time::advance(ms(60)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("bar"));
+        q.add_after("baz", Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("foo"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("baz"));
+    }
+
+    // client-go: TestCopyShifting
+    #[tokio::test(start_paused = true)]
+    async fn items_come_out_in_ready_time_order() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", Duration::from_secs(1));
+        q.add_after("bar", ms(500));
+        q.add_after("baz", ms(250));
+        assert_eq!(q.len(), 0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.get().await, Some("baz"));
+        assert_eq!(q.get().await, Some("bar"));
+        assert_eq!(q.get().await, Some("foo"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_blocked_get_wakes_at_the_ready_time() {
+        let q = DelayingQueue::new();
+        let start = Instant::now();
+        q.add_after("foo", ms(250));
+        assert_eq!(q.get().await, Some("foo"));
+        assert_eq!(start.elapsed(), ms(250), "woken exactly at the ready time (paused clock)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_add_after_rearms_a_sleeping_timer() {
+        let q = DelayingQueue::new();
+        let start = Instant::now();
+        q.add_after("late", Duration::from_secs(60));
+        let q2 = q.clone();
+        let getter = tokio::spawn(async move { q2.get().await });
+        tokio::time::sleep(ms(10)).await;
+        q.add_after("early", ms(40));
+        assert_eq!(getter.await.unwrap(), Some("early"));
+        assert_eq!(start.elapsed(), ms(50));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_delay_adds_now() {
+        let q = DelayingQueue::new();
+        q.add_after(1, Duration::ZERO);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.waiting_len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_item_being_processed_is_requeued_after_done() {
+        let q = DelayingQueue::new();
+        q.add("foo");
+        let item = q.get().await.unwrap();
+        q.add_after("foo", ms(10));
+        tokio::time::advance(ms(20)).await;
+        assert_eq!(q.len(), 0, "processing: only marked dirty");
+        q.done(&item);
+        assert_eq!(q.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_drops_waiting_items_and_ignores_new_ones() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", ms(10));
+        q.shutdown();
+        q.add_after("bar", ms(10));
+        q.add_after("baz", Duration::ZERO);
+        tokio::time::advance(ms(50)).await;
+        assert_eq!(q.len(), 0);
+        assert_eq!(q.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timer_task_ends_when_the_queue_is_dropped() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", Duration::from_secs(3600));
+        let weak = Arc::downgrade(&q.queue.shared);
+        drop(q);
+        tokio::time::sleep(ms(1)).await;
+        assert!(weak.upgrade().is_none(), "the timer task must not keep the queue alive");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn huge_delay_does_not_panic() {
+        let q = DelayingQueue::new();
+        q.add_after("foo", Duration::MAX);
+        assert_eq!(q.waiting_len(), 1);
+        assert_eq!(q.len(), 0);
+    }
+
+    // client-go: BenchmarkDelayingQueue_AddAfter, as a correctness check at 10k items.
+    #[tokio::test(start_paused = true)]
+    async fn ten_thousand_random_delays_all_arrive_in_time_order() {
+        let q = DelayingQueue::new();
+        let mut seed: u64 = 42;
+        for n in 0..10_000u32 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            q.add_after(n, Duration::from_millis(1 + (seed >> 33) % 600_000));
+        }
+        tokio::time::advance(Duration::from_secs(11 * 60)).await;
+        assert_eq!(q.len(), 10_000);
+        let mut got = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let item = q.get().await.unwrap();
+            q.done(&item);
+            assert!(got.insert(item));
+        }
+        assert_eq!(q.len(), 0);
+    }
+}
