@@ -116,6 +116,8 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     let victims: Vec<String> = (0..8).map(|i| format!("pre-{i}")).collect();
     proxy.set_blocked(true);
     proxy.cut_all();
+    // Let the proxy close the open watch before anything changes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted = churn(
         api.clone(),
         "compact",

@@ -83,6 +83,8 @@ async fn cut_mid_watch_and_outage_converge_with_tombstones() {
     let known_before: Vec<String> = (0..10).map(|i| format!("pre-{i}")).collect();
     proxy.set_blocked(true);
     proxy.cut_all();
+    // Let the proxy close the open watch before anything changes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted = churn(
         api.clone(),
         "outage",
