@@ -338,3 +338,63 @@ async fn streaming_list_mode_syncs_from_send_initial_events() {
     assert!(errors.lock().is_empty(), "{:?}", errors.lock());
     informer.shutdown().await;
 }
+
+#[tokio::test]
+async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() {
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster
+        .new_namespace("cache-watchlist-fallback")
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for i in 0..5 {
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("cm-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
+    }
+    let metrics = kubeloop::cache::CacheMetrics::new();
+    let informer = SharedIndexInformer::new(
+        ListWatch::<ConfigMap>::namespaced(client.clone(), &ns),
+        InformerConfig {
+            reflector: ReflectorConfig {
+                use_watch_list: true,
+                // Too short for any stream to deliver its initial events.
+                watch_list_timeout: Duration::from_micros(1),
+                ..Default::default()
+            },
+            metrics: metrics.clone(),
+            ..Default::default()
+        },
+    );
+    let checker = Checker::default();
+    informer.add_event_handler(checker.clone()).unwrap();
+    let errors = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let e = errors.clone();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
+        .unwrap();
+    informer.start();
+    assert!(informer.wait_for_cache_sync().await);
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        errors
+            .lock()
+            .iter()
+            .any(|e| e.contains("falling back to a paged LIST")),
+        "{:?}",
+        errors.lock()
+    );
+    assert_eq!(metrics.reflector("v1/configmaps").lists(), 1);
+    informer.shutdown().await;
+}
