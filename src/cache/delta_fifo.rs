@@ -932,6 +932,26 @@ mod tests {
         assert_eq!(store.len(), 1);
     }
 
+    // client-go: TestDeltaFIFO_KeyOf (a tombstone is keyed by its own key)
+    #[tokio::test(start_paused = true)]
+    async fn tombstones_are_keyed_by_their_stored_key() {
+        let store = ThreadSafeStore::new(Default::default());
+        // Known under a key that the object itself would not produce.
+        store.add("legacy/key".to_string(), Arc::new(obj("foo", 1)));
+        let known: Arc<dyn KnownObjects<ConfigMap>> = Arc::new(store);
+        let q = DeltaFIFO::new(default_key_func(), Some(known));
+        q.replace(vec![], "5").unwrap();
+        assert_eq!(q.list_keys(), vec!["legacy/key"]);
+        let popped = q
+            .pop(|d, _| match &d[0] {
+                Delta::Deleted(DeletedObject::Unknown(t)) => t.key.clone(),
+                other => panic!("expected a tombstone, got {other:?}"),
+            })
+            .await
+            .unwrap();
+        assert_eq!(popped, "legacy/key");
+    }
+
     #[test]
     fn objects_without_a_name_are_rejected_with_a_clear_error() {
         let q = fifo();

@@ -123,7 +123,12 @@ impl FakeControllerSource {
             .lock()
             .items
             .iter()
-            .map(|(k, o)| (k.clone(), o.metadata.resource_version.clone().unwrap_or_default()))
+            .map(|(k, o)| {
+                (
+                    k.clone(),
+                    o.metadata.resource_version.clone().unwrap_or_default(),
+                )
+            })
             .collect()
     }
     /// Names of the objects held.

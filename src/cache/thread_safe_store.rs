@@ -465,6 +465,47 @@ mod tests {
         );
     }
 
+    // client-go: TestThreadSafeStoreIndexingConcurrency (writers and index readers at once)
+    #[test]
+    fn concurrent_writers_keep_indices_consistent() {
+        let s = store_with_users();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let r = s.reader();
+                    for i in 0..500 {
+                        let key = format!("ns{t}/p{}", i % 50);
+                        let user = if i % 2 == 0 { "even" } else { "odd" };
+                        s.update(
+                            key.clone(),
+                            pod(&format!("ns{t}"), &format!("p{}", i % 50), &[user]),
+                        );
+                        if i % 7 == 0 {
+                            s.delete(&key);
+                        }
+                        let _ = r.by_index("byUser", "even").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Every index entry points at a stored object whose function gives that value, and
+        // every stored object is indexed.
+        let r = s.reader();
+        let mut indexed = 0;
+        for value in r.list_index_func_values("byUser").unwrap() {
+            for key in r.index_keys("byUser", &value).unwrap() {
+                let obj = r.get_by_key(&key).expect("indexed key is stored");
+                assert!(users_index()(&obj).contains(&value));
+                indexed += 1;
+            }
+        }
+        assert_eq!(indexed, r.len());
+    }
+
     // client-go: TestCache / testStoreKeyFunc basics (store_test.go)
     #[test]
     fn add_get_update_delete_list() {
