@@ -25,16 +25,17 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn components_die_with_a_sigkilled_parent() {
+/// Starts `kubeloop cluster <args>` and reads the component pids it prints before READY.
+fn start_cluster_process(args: &[&str]) -> (KillOnDrop, Vec<u32>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-        .args(["cluster", "--full"])
+        .arg("cluster")
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut child = KillOnDrop(child);
+    let child = KillOnDrop(child);
     let mut pids = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap();
@@ -45,6 +46,12 @@ fn components_die_with_a_sigkilled_parent() {
             break;
         }
     }
+    (child, pids)
+}
+
+#[test]
+fn components_die_with_a_sigkilled_parent() {
+    let (mut child, pids) = start_cluster_process(&["--full"]);
     // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
     assert_eq!(pids.len(), 5, "kubeloop cluster --full should report five components: {pids:?}");
     assert!(pids.iter().all(|&p| alive(p)), "every component runs before the kill");
@@ -62,19 +69,7 @@ fn components_die_with_a_sigkilled_parent() {
 
 #[test]
 fn sigterm_stops_the_cluster_and_its_components() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop")).args(["cluster"]).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut child = KillOnDrop(child);
-    let mut pids = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if let Some(pid) = line.strip_prefix("PID ") {
-            pids.push(pid.trim().parse::<u32>().unwrap());
-        }
-        if line == "READY" {
-            break;
-        }
-    }
+    let (mut child, pids) = start_cluster_process(&[]);
     assert_eq!(pids.len(), 2, "etcd and kube-apiserver: {pids:?}");
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
