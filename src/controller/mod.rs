@@ -4,5 +4,7 @@
 //! | kubeloop            | counterpart                                                   |
 //! |---------------------|---------------------------------------------------------------|
 //! | [`worker`]          | sample-controller's `runWorker` / `processNextWorkItem`       |
+//! | [`sample`]          | kubernetes/sample-controller (Foo -> Deployment)              |
 
+pub mod sample;
 pub mod worker;
