@@ -1,0 +1,144 @@
+//! `kubeloop sample-controller`: sample-controller's main.go. Flags as there (`--kubeconfig`,
+//! `--master`) plus `--workers`, `--resync` and `--namespace`; in-cluster configuration when neither
+//! `--kubeconfig` nor `--master` is given. SIGINT/SIGTERM drain the queue and stop; a second
+//! signal exits at once with status 1 (client-go's `SetupSignalHandler`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_client::config::{KubeConfigOptions, Kubeconfig};
+use kube_client::{Client, Config};
+use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Path to a kubeconfig. Only required if out-of-cluster.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The address of the Kubernetes API server. Overrides any value in kubeconfig. Only
+    /// required if out-of-cluster.
+    #[arg(long)]
+    master: Option<String>,
+    /// Foos synced at once.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: u16,
+    /// Watch one namespace only (default: all namespaces, as sample-controller does).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Informer resync period, e.g. 30s, 5m, 1m30s; 0 turns resyncs off.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    resync: Duration,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let config = client_config(&args).await?;
+    let client = Client::try_from(config).context("building the Kubernetes client")?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(handle_signals(shutdown.clone()));
+    let config = ControllerConfig { workers: usize::from(args.workers), resync: args.resync, namespace: args.namespace.clone(), ..Default::default() };
+    run_controller(client, config, shutdown).await.context("running the sample controller")?;
+    Ok(())
+}
+
+/// client-go's `clientcmd.BuildConfigFromFlags(master, kubeconfig)`.
+async fn client_config(args: &Args) -> anyhow::Result<Config> {
+    let mut config = match (&args.kubeconfig, &args.master) {
+        (Some(path), _) => {
+            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        (None, Some(master)) => Config::new(master.parse().with_context(|| format!("--master {master:?} is not a URL"))?),
+        (None, None) => {
+            tracing::warn!("neither --kubeconfig nor --master was given; using the in-cluster configuration");
+            Config::incluster().context("in-cluster configuration (outside a Pod, pass --kubeconfig)")?
+        }
+    };
+    if let (Some(_), Some(master)) = (&args.kubeconfig, &args.master) {
+        config.cluster_url = master.parse().with_context(|| format!("--master {master:?} is not a URL"))?;
+    }
+    Ok(config)
+}
+
+/// First SIGINT/SIGTERM cancels `shutdown`; a second one exits the process at once.
+async fn handle_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(term), Ok(int)) => (term, int),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot install signal handlers");
+            return;
+        }
+    };
+    let first = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal = first, "shutting down: finishing queued work (send another signal to exit at once)");
+    shutdown.cancel();
+    let second = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    eprintln!("received {second} again, exiting at once");
+    std::process::exit(1);
+}
+
+/// Parses Go-style durations: `30s`, `5m`, `1m30s`, `500ms`, `2h`, or `0`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let bad = || format!("invalid duration {text:?}: want e.g. 30s, 5m, 1m30s, 500ms");
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let seconds_per_unit = match &rest[..unit_len] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total += Duration::try_from_secs_f64(number * seconds_per_unit).map_err(|_| bad())?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_durations_parse() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_are_refused_with_the_text_in_the_message() {
+        for bad in ["", "30", "s", "30x", "1m30", "-5s"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+}
