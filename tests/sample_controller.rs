@@ -6,15 +6,20 @@
 //! only the test's namespace, so tests sharing the cluster do not see each other's Foos. The
 //! last test runs the real `kubeloop sample-controller` binary.
 
+// `foo` is the resource under test, not a placeholder name.
+#![allow(clippy::disallowed_names)]
+
 use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube_client::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube_client::core::GroupVersionKind;
 use kube_client::Client;
+use kube_client::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
 use kubeloop::testenv;
 use tokio::task::JoinHandle;
@@ -31,7 +36,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -40,19 +48,28 @@ where
 /// it is Established.
 async fn ensure_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube_client::Error::Api(status)) if status.is_already_exists() => {}
         Err(e) => panic!("creating the Foo CRD: {e}"),
     }
-    eventually("the Foo CRD to be Established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        async move {
-            let crd = crds.get("foos.samplecontroller.k8s.io").await.unwrap();
-            crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True")
-        }
-    })
+    eventually(
+        "the Foo CRD to be Established",
+        Duration::from_secs(30),
+        || {
+            let crds = crds.clone();
+            async move {
+                let crd = crds.get("foos.samplecontroller.k8s.io").await.unwrap();
+                crd.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }
+        },
+    )
     .await;
 }
 
@@ -64,7 +81,10 @@ struct Running {
 
 fn start_controller(client: &Client, namespace: &str) -> Running {
     let shutdown = CancellationToken::new();
-    let config = ControllerConfig { namespace: Some(namespace.to_string()), ..Default::default() };
+    let config = ControllerConfig {
+        namespace: Some(namespace.to_string()),
+        ..Default::default()
+    };
     let task = tokio::spawn(run(client.clone(), config, shutdown.clone()));
     Running { shutdown, task }
 }
@@ -72,8 +92,12 @@ fn start_controller(client: &Client, namespace: &str) -> Running {
 impl Running {
     async fn stop(self) {
         self.shutdown.cancel();
-        let result = tokio::time::timeout(Duration::from_secs(30), self.task).await.expect("controller stops within 30 s");
-        result.expect("controller task did not panic").expect("controller ran without error");
+        let result = tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("controller stops within 30 s");
+        result
+            .expect("controller task did not panic")
+            .expect("controller ran without error");
     }
 }
 
@@ -99,33 +123,60 @@ async fn setup(prefix: &str) -> (Client, String, Apis) {
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
-    let mut foo = Foo::new("", name, FooSpec { deployment_name: deployment.to_string(), replicas: Some(replicas) });
+    let mut foo = Foo::new(
+        "",
+        name,
+        FooSpec {
+            deployment_name: deployment.to_string(),
+            replicas: Some(replicas),
+        },
+    );
     foo.metadata.namespace = None;
     foo
 }
 
 async fn set_replicas(foos: &Api<Foo>, name: &str, replicas: i32) {
     let patch = serde_json::json!({"spec": {"replicas": replicas}});
-    foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 }
 
 /// Waits until the Deployment has `replicas` available and the Foo reports the same.
 async fn wait_available(apis: &Apis, foo: &str, deployment: &str, replicas: i32) {
-    eventually(&format!("deployment {deployment} with {replicas} available replicas"), WAIT, || async {
-        let Some(d) = apis.deployments.get_opt(deployment).await.unwrap() else { return false };
-        d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas) && d.status.as_ref().and_then(|s| s.available_replicas) == Some(replicas)
-    })
+    eventually(
+        &format!("deployment {deployment} with {replicas} available replicas"),
+        WAIT,
+        || async {
+            let Some(d) = apis.deployments.get_opt(deployment).await.unwrap() else {
+                return false;
+            };
+            d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas)
+                && d.status.as_ref().and_then(|s| s.available_replicas) == Some(replicas)
+        },
+    )
     .await;
-    eventually(&format!("foo {foo} status.availableReplicas {replicas}"), WAIT, || async {
-        let f = apis.foos.get(foo).await.unwrap();
-        f.status.map(|s| s.available_replicas) == Some(replicas)
-    })
+    eventually(
+        &format!("foo {foo} status.availableReplicas {replicas}"),
+        WAIT,
+        || async {
+            let f = apis.foos.get(foo).await.unwrap();
+            f.status.map(|s| s.available_replicas) == Some(replicas)
+        },
+    )
     .await;
 }
 
 async fn events_about(apis: &Apis, name: &str, reason: &str) -> Vec<Event> {
     let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
-    apis.events.list(&lp).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect()
+    apis.events
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
 }
 
 #[tokio::test]
@@ -133,54 +184,117 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
     let (client, ns, apis) = setup("sample-example").await;
     let controller = start_controller(&client, &ns);
 
-    let example: Foo = serde_saphyr::from_str(EXAMPLE_FOO_YAML).expect("examples/example-foo.yaml parses");
-    apis.foos.create(&PostParams::default(), &example).await.unwrap();
+    let example: Foo =
+        serde_saphyr::from_str(EXAMPLE_FOO_YAML).expect("examples/example-foo.yaml parses");
+    apis.foos
+        .create(&PostParams::default(), &example)
+        .await
+        .unwrap();
     wait_available(&apis, "example-foo", "example-foo", 1).await;
 
     let created = apis.foos.get("example-foo").await.unwrap();
     let d = apis.deployments.get("example-foo").await.unwrap();
-    let owner = d.metadata.owner_references.as_ref().and_then(|o| o.first()).expect("an ownerReference");
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Foo", "example-foo"));
+    let owner = d
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.first())
+        .expect("an ownerReference");
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Foo", "example-foo")
+    );
     assert_eq!(Some(owner.uid.as_str()), created.metadata.uid.as_deref());
-    assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
-    let labels = d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let labels = d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
     assert_eq!(labels.get("app").map(String::as_str), Some("nginx"));
-    assert_eq!(labels.get("controller").map(String::as_str), Some("example-foo"));
-    let container = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        labels.get("controller").map(String::as_str),
+        Some("example-foo")
+    );
+    let container = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
     assert_eq!(container.image.as_deref(), Some("nginx:latest"));
 
     eventually("a Normal Synced event on the Foo", WAIT, || async {
-        events_about(&apis, "example-foo", "Synced").await.iter().any(|e| {
-            e.type_.as_deref() == Some("Normal")
-                && e.message.as_deref() == Some("Foo synced successfully")
-                && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("sample-controller")
-                && e.involved_object.kind.as_deref() == Some("Foo")
-        })
+        events_about(&apis, "example-foo", "Synced")
+            .await
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Normal")
+                    && e.message.as_deref() == Some("Foo synced successfully")
+                    && e.source.as_ref().and_then(|s| s.component.as_deref())
+                        == Some("sample-controller")
+                    && e.involved_object.kind.as_deref() == Some("Foo")
+            })
     })
     .await;
 
     set_replicas(&apis.foos, "example-foo", 3).await;
     wait_available(&apis, "example-foo", "example-foo", 3).await;
-    let pods = apis.pods.list(&ListParams::default().labels("app=nginx,controller=example-foo")).await.unwrap();
+    let pods = apis
+        .pods
+        .list(&ListParams::default().labels("app=nginx,controller=example-foo"))
+        .await
+        .unwrap();
     assert_eq!(pods.items.len(), 3);
 
     // Repeated syncs of the same Foo are one Event with a count, not one Event each.
     let synced = events_about(&apis, "example-foo", "Synced").await;
     assert_eq!(synced.len(), 1, "one aggregated Synced event: {synced:#?}");
-    assert!(synced[0].count.unwrap_or(0) >= 2, "several syncs counted: {:?}", synced[0].count);
+    assert!(
+        synced[0].count.unwrap_or(0) >= 2,
+        "several syncs counted: {:?}",
+        synced[0].count
+    );
 
     // `kubectl get foos` shows the CRD's printer columns.
     let cluster = testenv::shared_full().await;
     let out = std::process::Command::new(cluster.bin_dir().join("kubectl"))
-        .args(["--kubeconfig", cluster.kubeconfig_path().to_str().unwrap(), "-n", &ns, "get", "foos"])
+        .args([
+            "--kubeconfig",
+            cluster.kubeconfig_path().to_str().unwrap(),
+            "-n",
+            &ns,
+            "get",
+            "foos",
+        ])
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
-    assert_eq!(header, ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "AGE"],
+        "{table}"
+    );
     let row: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
-    assert_eq!(&row[..4], ["example-foo", "example-foo", "3", "3"], "{table}");
+    assert_eq!(
+        &row[..4],
+        ["example-foo", "example-foo", "3", "3"],
+        "{table}"
+    );
 
     controller.stop().await;
 }
@@ -197,27 +311,44 @@ async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_unto
         }
     }))
     .unwrap();
-    let theirs = apis.deployments.create(&PostParams::default(), &theirs).await.unwrap();
+    let theirs = apis
+        .deployments
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
     let controller = start_controller(&client, &ns);
-    apis.foos.create(&PostParams::default(), &foo("squatter", "taken", 1)).await.unwrap();
+    apis.foos
+        .create(&PostParams::default(), &foo("squatter", "taken", 1))
+        .await
+        .unwrap();
 
     let message = "Resource \"taken\" already exists and is not managed by Foo";
-    eventually("an ErrResourceExists Warning counted at least twice", WAIT, || async {
-        let warnings = events_about(&apis, "squatter", "ErrResourceExists").await;
-        warnings.len() == 1
-            && warnings[0].type_.as_deref() == Some("Warning")
-            && warnings[0].message.as_deref() == Some(message)
-            && warnings[0].count.unwrap_or(0) >= 2
-    })
+    eventually(
+        "an ErrResourceExists Warning counted at least twice",
+        WAIT,
+        || async {
+            let warnings = events_about(&apis, "squatter", "ErrResourceExists").await;
+            warnings.len() == 1
+                && warnings[0].type_.as_deref() == Some("Warning")
+                && warnings[0].message.as_deref() == Some(message)
+                && warnings[0].count.unwrap_or(0) >= 2
+        },
+    )
     .await;
 
     let after = apis.deployments.get("taken").await.unwrap();
-    assert_eq!(after.metadata.generation, theirs.metadata.generation, "spec never written");
+    assert_eq!(
+        after.metadata.generation, theirs.metadata.generation,
+        "spec never written"
+    );
     assert_eq!(after.spec.as_ref().unwrap().replicas, Some(2));
     assert!(after.metadata.owner_references.is_none());
     assert_eq!(after.metadata.labels, theirs.metadata.labels);
     let status = apis.foos.get("squatter").await.unwrap().status;
-    assert!(status.is_none(), "no status written for a Foo whose Deployment is not ours: {status:?}");
+    assert!(
+        status.is_none(),
+        "no status written for a Foo whose Deployment is not ours: {status:?}"
+    );
     assert!(events_about(&apis, "squatter", "Synced").await.is_empty());
 
     controller.stop().await;
@@ -227,15 +358,30 @@ async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_unto
 async fn deleting_the_foo_garbage_collects_its_deployment_and_pods() {
     let (client, ns, apis) = setup("sample-gc").await;
     let controller = start_controller(&client, &ns);
-    apis.foos.create(&PostParams::default(), &foo("doomed", "doomed-web", 2)).await.unwrap();
+    apis.foos
+        .create(&PostParams::default(), &foo("doomed", "doomed-web", 2))
+        .await
+        .unwrap();
     wait_available(&apis, "doomed", "doomed-web", 2).await;
     let selector = ListParams::default().labels("controller=doomed");
     assert_eq!(apis.pods.list(&selector).await.unwrap().items.len(), 2);
 
-    apis.foos.delete("doomed", &DeleteParams::default()).await.unwrap();
-    eventually("the Deployment and its Pods to be garbage-collected", WAIT, || async {
-        apis.deployments.get_opt("doomed-web").await.unwrap().is_none() && apis.pods.list(&selector).await.unwrap().items.is_empty()
-    })
+    apis.foos
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Deployment and its Pods to be garbage-collected",
+        WAIT,
+        || async {
+            apis.deployments
+                .get_opt("doomed-web")
+                .await
+                .unwrap()
+                .is_none()
+                && apis.pods.list(&selector).await.unwrap().items.is_empty()
+        },
+    )
     .await;
 
     controller.stop().await;
@@ -245,25 +391,47 @@ async fn deleting_the_foo_garbage_collects_its_deployment_and_pods() {
 async fn a_controller_restarted_mid_way_converges_on_what_changed_while_it_was_down() {
     let (client, ns, apis) = setup("sample-restart").await;
     let first = start_controller(&client, &ns);
-    apis.foos.create(&PostParams::default(), &foo("steady", "steady-web", 1)).await.unwrap();
+    apis.foos
+        .create(&PostParams::default(), &foo("steady", "steady-web", 1))
+        .await
+        .unwrap();
     wait_available(&apis, "steady", "steady-web", 1).await;
     first.stop().await;
 
     // While no controller runs: scale one Foo, add another, and delete the first one's
     // Deployment out from under it.
     set_replicas(&apis.foos, "steady", 2).await;
-    apis.foos.create(&PostParams::default(), &foo("latecomer", "latecomer-web", 1)).await.unwrap();
+    apis.foos
+        .create(
+            &PostParams::default(),
+            &foo("latecomer", "latecomer-web", 1),
+        )
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let d = apis.deployments.get("steady-web").await.unwrap();
-    assert_eq!(d.spec.unwrap().replicas, Some(1), "nothing scales it while the controller is down");
-    assert!(apis.deployments.get_opt("latecomer-web").await.unwrap().is_none());
+    assert_eq!(
+        d.spec.unwrap().replicas,
+        Some(1),
+        "nothing scales it while the controller is down"
+    );
+    assert!(
+        apis.deployments
+            .get_opt("latecomer-web")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     let second = start_controller(&client, &ns);
     wait_available(&apis, "steady", "steady-web", 2).await;
     wait_available(&apis, "latecomer", "latecomer-web", 1).await;
 
     // A Deployment deleted behind the controller's back is recreated.
-    apis.deployments.delete("latecomer-web", &DeleteParams::default()).await.unwrap();
+    apis.deployments
+        .delete("latecomer-web", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually("latecomer-web recreated", WAIT, || async {
         match apis.deployments.get_opt("latecomer-web").await.unwrap() {
             Some(d) => d.metadata.deletion_timestamp.is_none(),
@@ -278,25 +446,55 @@ async fn a_controller_restarted_mid_way_converges_on_what_changed_while_it_was_d
 #[tokio::test]
 async fn invalid_foos_are_refused_by_the_apiserver_with_the_crd_validation_message() {
     let (client, ns, _apis) = setup("sample-invalid").await;
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo"), "foos");
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo"),
+        "foos",
+    );
     let foos: Api<DynamicObject> = Api::namespaced_with(client, &ns, &resource);
     let cases = [
-        ("zero", serde_json::json!({"deploymentName": "web", "replicas": 0}), "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
-        ("eleven", serde_json::json!({"deploymentName": "web", "replicas": 11}), "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10"),
-        ("nameless", serde_json::json!({"replicas": 1}), "spec.deploymentName: Required value"),
-        ("badname", serde_json::json!({"deploymentName": "Not_A_Name", "replicas": 1}), "spec.deploymentName in body should match"),
+        (
+            "zero",
+            serde_json::json!({"deploymentName": "web", "replicas": 0}),
+            "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1",
+        ),
+        (
+            "eleven",
+            serde_json::json!({"deploymentName": "web", "replicas": 11}),
+            "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10",
+        ),
+        (
+            "nameless",
+            serde_json::json!({"replicas": 1}),
+            "spec.deploymentName: Required value",
+        ),
+        (
+            "badname",
+            serde_json::json!({"deploymentName": "Not_A_Name", "replicas": 1}),
+            "spec.deploymentName in body should match",
+        ),
     ];
     for (name, spec, want) in cases {
         let mut obj = DynamicObject::new(name, &resource);
         obj.data = serde_json::json!({"spec": spec});
-        let err = foos.create(&PostParams::default(), &obj).await.expect_err(&format!("{name} must be refused"));
-        let kube_client::Error::Api(status) = err else { panic!("{name}: want an API error, got {err}") };
+        let err = foos
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{name} must be refused"));
+        let kube_client::Error::Api(status) = err else {
+            panic!("{name}: want an API error, got {err}")
+        };
         assert_eq!(status.code, 422, "{name}: {status:?}");
-        assert!(status.message.contains(want), "{name}: message {:?} lacks {want:?}", status.message);
+        assert!(
+            status.message.contains(want),
+            "{name}: message {:?} lacks {want:?}",
+            status.message
+        );
     }
     let mut ok = DynamicObject::new("fine", &resource);
     ok.data = serde_json::json!({"spec": {"deploymentName": "web", "replicas": 10}});
-    foos.create(&PostParams::default(), &ok).await.expect("replicas 10 is valid");
+    foos.create(&PostParams::default(), &ok)
+        .await
+        .expect("replicas 10 is valid");
 }
 
 #[tokio::test]
@@ -306,23 +504,42 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     let log_path = cluster.dir().join(format!("{ns}-controller.log"));
     let log = std::fs::File::create(&log_path).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-        .args(["sample-controller", "--kubeconfig", cluster.kubeconfig_path().to_str().unwrap(), "--namespace", &ns, "--workers", "3", "--resync", "10s"])
+        .args([
+            "sample-controller",
+            "--kubeconfig",
+            cluster.kubeconfig_path().to_str().unwrap(),
+            "--namespace",
+            &ns,
+            "--workers",
+            "3",
+            "--resync",
+            "10s",
+        ])
         .stdout(Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
 
-    apis.foos.create(&PostParams::default(), &foo("bin-foo", "bin-web", 1)).await.unwrap();
+    apis.foos
+        .create(&PostParams::default(), &foo("bin-foo", "bin-web", 1))
+        .await
+        .unwrap();
     wait_available(&apis, "bin-foo", "bin-web", 1).await;
     assert!(child.try_wait().unwrap().is_none(), "still running");
 
     let pid = child.id().expect("pid") as libc::pid_t;
     // SAFETY: sending a signal to the child we spawned and still own.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits within 30 s of SIGTERM").unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits within 30 s of SIGTERM")
+        .unwrap();
     let logs = std::fs::read_to_string(&log_path).unwrap();
-    assert!(status.success(), "clean exit after SIGTERM, got {status}; log:\n{logs}");
+    assert!(
+        status.success(),
+        "clean exit after SIGTERM, got {status}; log:\n{logs}"
+    );
     assert!(logs.contains("shutting down"), "log:\n{logs}");
     assert!(logs.contains("shut down"), "log:\n{logs}");
 }

@@ -37,8 +37,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::try_from(config).context("building the Kubernetes client")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(handle_signals(shutdown.clone()));
-    let config = ControllerConfig { workers: usize::from(args.workers), resync: args.resync, namespace: args.namespace.clone(), ..Default::default() };
-    run_controller(client, config, shutdown).await.context("running the sample controller")?;
+    let config = ControllerConfig {
+        workers: usize::from(args.workers),
+        resync: args.resync,
+        namespace: args.namespace.clone(),
+        ..Default::default()
+    };
+    run_controller(client, config, shutdown)
+        .await
+        .context("running the sample controller")?;
     Ok(())
 }
 
@@ -46,19 +53,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 async fn client_config(args: &Args) -> anyhow::Result<Config> {
     let mut config = match (&args.kubeconfig, &args.master) {
         (Some(path), _) => {
-            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        (None, Some(master)) => Config::new(master.parse().with_context(|| format!("--master {master:?} is not a URL"))?),
+        (None, Some(master)) => Config::new(
+            master
+                .parse()
+                .with_context(|| format!("--master {master:?} is not a URL"))?,
+        ),
         (None, None) => {
-            tracing::warn!("neither --kubeconfig nor --master was given; using the in-cluster configuration");
-            Config::incluster().context("in-cluster configuration (outside a Pod, pass --kubeconfig)")?
+            tracing::warn!(
+                "neither --kubeconfig nor --master was given; using the in-cluster configuration"
+            );
+            Config::incluster()
+                .context("in-cluster configuration (outside a Pod, pass --kubeconfig)")?
         }
     };
     if let (Some(_), Some(master)) = (&args.kubeconfig, &args.master) {
-        config.cluster_url = master.parse().with_context(|| format!("--master {master:?} is not a URL"))?;
+        config.cluster_url = master
+            .parse()
+            .with_context(|| format!("--master {master:?} is not a URL"))?;
     }
     Ok(config)
 }
@@ -66,7 +83,10 @@ async fn client_config(args: &Args) -> anyhow::Result<Config> {
 /// First SIGINT/SIGTERM cancels `shutdown`; a second one exits the process at once.
 async fn handle_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(term), Ok(int)) => (term, int),
         (Err(e), _) | (_, Err(e)) => {
             tracing::error!(error = %e, "cannot install signal handlers");
@@ -77,7 +97,10 @@ async fn handle_signals(shutdown: CancellationToken) {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    tracing::info!(signal = first, "shutting down: finishing queued work (send another signal to exit at once)");
+    tracing::info!(
+        signal = first,
+        "shutting down: finishing queued work (send another signal to exit at once)"
+    );
     shutdown.cancel();
     let second = tokio::select! {
         _ = term.recv() => "SIGTERM",
@@ -100,13 +123,17 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(bad());
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(bad());
         }
         let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let seconds_per_unit = match &rest[..unit_len] {
             "ms" => 0.001,
             "s" => 1.0,

@@ -54,7 +54,10 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         // sample-controller's main.go runs `controller.Run(ctx, 2)`.
-        WorkerConfig { workers: 2, name: "controller".to_string() }
+        WorkerConfig {
+            workers: 2,
+            name: "controller".to_string(),
+        }
     }
 }
 
@@ -76,8 +79,11 @@ impl Default for WorkerConfig {
 /// workers.await.unwrap();
 /// # });
 /// ```
-pub async fn run_workers<F, Fut, E>(queue: RateLimitingQueue<String>, config: WorkerConfig, reconcile: F)
-where
+pub async fn run_workers<F, Fut, E>(
+    queue: RateLimitingQueue<String>,
+    config: WorkerConfig,
+    reconcile: F,
+) where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: Display + Send + 'static,
@@ -105,7 +111,11 @@ where
 
 /// Takes one key and reconciles it; `false` once the queue is shut down and empty.
 /// sample-controller: `processNextWorkItem`.
-pub async fn process_next_work_item<F, Fut, E>(queue: &RateLimitingQueue<String>, name: &str, reconcile: &F) -> bool
+pub async fn process_next_work_item<F, Fut, E>(
+    queue: &RateLimitingQueue<String>,
+    name: &str,
+    reconcile: &F,
+) -> bool
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<Action, E>>,
@@ -114,7 +124,9 @@ where
     let Some(key) = queue.get().await else {
         return false;
     };
-    let outcome = AssertUnwindSafe(reconcile(key.clone())).catch_unwind().await;
+    let outcome = AssertUnwindSafe(reconcile(key.clone()))
+        .catch_unwind()
+        .await;
     match outcome {
         Ok(Ok(Action::Done)) => {
             queue.forget(&key);
@@ -174,7 +186,9 @@ pub fn enqueue<K: Resource>(queue: &RateLimitingQueue<String>, obj: &K) {
 
 /// Event handlers that enqueue the object's own key on add, update (resyncs included) and
 /// delete (tombstones included): what sample-controller registers on the Foo informer.
-pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(queue: RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<K> {
+pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(
+    queue: RateLimitingQueue<String>,
+) -> ResourceEventHandlerFuncs<K> {
     let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
     ResourceEventHandlerFuncs::new()
         .on_add(move |obj: &Arc<K>, _| enqueue(&q_add, obj.as_ref()))
@@ -211,13 +225,20 @@ mod tests {
 
     fn cm(ns: &str, name: &str) -> Arc<ConfigMap> {
         Arc::new(ConfigMap {
-            metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
             ..Default::default()
         })
     }
 
     fn queue() -> RateLimitingQueue<String> {
-        RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(10)))
+        RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
+            Duration::from_millis(5),
+            Duration::from_secs(10),
+        ))
     }
 
     #[tokio::test(start_paused = true)]
@@ -264,7 +285,8 @@ mod tests {
         let fail = |_key: String| async { Err::<Action, _>("boom") };
         process_next_work_item(&q, "t", &fail).await;
         tokio::time::sleep(Duration::from_millis(6)).await;
-        let later = |_key: String| async { Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(20))) };
+        let later =
+            |_key: String| async { Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(20))) };
         process_next_work_item(&q, "t", &later).await;
         assert_eq!(q.num_requeues(&key), 0);
         tokio::time::sleep(Duration::from_secs(19)).await;
@@ -309,7 +331,10 @@ mod tests {
         let (c, f, m) = (counts.clone(), in_flight.clone(), max_in_flight.clone());
         let workers = tokio::spawn(run_workers(
             q.clone(),
-            WorkerConfig { workers: 3, name: "t".into() },
+            WorkerConfig {
+                workers: 3,
+                name: "t".into(),
+            },
             move |key: String| {
                 let (c, f, m) = (c.clone(), f.clone(), m.clone());
                 async move {
@@ -323,19 +348,32 @@ mod tests {
             },
         ));
         q.shutdown_with_drain().await;
-        tokio::time::timeout(Duration::from_secs(10), workers).await.expect("workers stop").expect("no panic");
+        tokio::time::timeout(Duration::from_secs(10), workers)
+            .await
+            .expect("workers stop")
+            .expect("no panic");
         let counts = counts.lock();
-        assert_eq!(counts.len(), 50, "every queued key was reconciled before stopping");
+        assert_eq!(
+            counts.len(),
+            50,
+            "every queued key was reconciled before stopping"
+        );
         assert!(counts.values().all(|&n| n == 1));
         let max = max_in_flight.load(Ordering::SeqCst);
-        assert!((2..=3).contains(&max), "3 workers ran in parallel, at most 3 at once (saw {max})");
+        assert!(
+            (2..=3).contains(&max),
+            "3 workers ran in parallel, at most 3 at once (saw {max})"
+        );
     }
 
     #[test]
     fn a_tombstone_is_keyed_by_its_own_key() {
         let plain = DeletedObject::Object(cm("ns", "a"));
         assert_eq!(key_of_deleted(&plain).as_deref(), Some("ns/a"));
-        let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key: "ns/b".into(), obj: cm("ns", "stale") });
+        let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown {
+            key: "ns/b".into(),
+            obj: cm("ns", "stale"),
+        });
         assert_eq!(key_of_deleted(&tombstone).as_deref(), Some("ns/b"));
     }
 
@@ -355,7 +393,10 @@ mod tests {
         let h: &dyn ResourceEventHandler<ConfigMap> = &handler;
         h.on_add(&cm("ns", "a"), true);
         h.on_update(&cm("ns", "b"), &cm("ns", "b"));
-        h.on_delete(&DeletedObject::Unknown(DeletedFinalStateUnknown { key: "ns/c".into(), obj: cm("ns", "c") }));
+        h.on_delete(&DeletedObject::Unknown(DeletedFinalStateUnknown {
+            key: "ns/c".into(),
+            obj: cm("ns", "c"),
+        }));
         h.on_add(&cm("ns", "a"), false);
         assert_eq!(q.len(), 3, "ns/a, ns/b, ns/c with ns/a deduplicated");
     }

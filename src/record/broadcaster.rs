@@ -106,12 +106,19 @@ impl EventBroadcaster {
         let (tx, rx) = mpsc::channel(config.queue_size.max(1));
         let stop = CancellationToken::new();
         let writer = tokio::spawn(write_loop(sink, rx, stop.clone(), config));
-        EventBroadcaster { tx, stop, writer: Mutex::new(Some(writer)) }
+        EventBroadcaster {
+            tx,
+            stop,
+            writer: Mutex::new(Some(writer)),
+        }
     }
 
     /// A recorder reporting as `source`. client-go: `NewRecorder`.
     pub fn new_recorder(&self, source: EventSource) -> EventRecorder {
-        EventRecorder { tx: self.tx.clone(), source: Arc::new(source) }
+        EventRecorder {
+            tx: self.tx.clone(),
+            source: Arc::new(source),
+        }
     }
 
     /// Writes what is queued, then stops the writer and waits for it. Idempotent.
@@ -143,7 +150,13 @@ impl EventRecorder {
     }
 
     /// Records an event about the object `reference` points at.
-    pub fn event_for(&self, reference: ObjectReference, event_type: EventType, reason: &str, message: &str) {
+    pub fn event_for(
+        &self,
+        reference: ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
         let event = self.make_event(reference, event_type, reason, message);
         tracing::debug!(
             object = %format!("{}/{}", event.involved_object.namespace.as_deref().unwrap_or(""), event.involved_object.name.as_deref().unwrap_or("")),
@@ -156,25 +169,45 @@ impl EventRecorder {
         match self.tx.try_send(event) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(e)) => {
-                tracing::warn!(reason = e.reason.as_deref().unwrap_or(""), "event queue full, event dropped");
+                tracing::warn!(
+                    reason = e.reason.as_deref().unwrap_or(""),
+                    "event queue full, event dropped"
+                );
             }
             Err(mpsc::error::TrySendError::Closed(e)) => {
-                tracing::debug!(reason = e.reason.as_deref().unwrap_or(""), "event recorder shut down, event dropped");
+                tracing::debug!(
+                    reason = e.reason.as_deref().unwrap_or(""),
+                    "event recorder shut down, event dropped"
+                );
             }
         }
     }
 
     /// client-go: `recorderImpl.makeEvent`.
-    fn make_event(&self, reference: ObjectReference, event_type: EventType, reason: &str, message: &str) -> Event {
+    fn make_event(
+        &self,
+        reference: ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Event {
         let now = Timestamp::now();
         let namespace = match reference.namespace.as_deref() {
             Some(ns) if !ns.is_empty() => ns.to_string(),
             _ => "default".to_string(),
         };
         // client-go: fmt.Sprintf("%v.%x", ref.Name, t.UnixNano()).
-        let name = format!("{}.{:x}", reference.name.as_deref().unwrap_or(""), now.as_nanosecond());
+        let name = format!(
+            "{}.{:x}",
+            reference.name.as_deref().unwrap_or(""),
+            now.as_nanosecond()
+        );
         Event {
-            metadata: ObjectMeta { name: Some(name), namespace: Some(namespace), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace),
+                ..Default::default()
+            },
             involved_object: reference,
             reason: Some(reason.to_string()),
             message: Some(message.to_string()),
@@ -212,7 +245,12 @@ where
     }
 }
 
-async fn write_loop<S: EventSink>(sink: S, mut rx: mpsc::Receiver<Event>, stop: CancellationToken, config: BroadcasterConfig) {
+async fn write_loop<S: EventSink>(
+    sink: S,
+    mut rx: mpsc::Receiver<Event>,
+    stop: CancellationToken,
+    config: BroadcasterConfig,
+) {
     let mut correlator = EventCorrelator::new(config.correlator.clone());
     loop {
         let event = tokio::select! {
@@ -314,7 +352,10 @@ mod tests {
         async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
             self.patches.fetch_add(1, Ordering::SeqCst);
             let mut events = self.events.lock();
-            let Some(stored) = events.iter_mut().find(|e| e.metadata.name == event.metadata.name) else {
+            let Some(stored) = events
+                .iter_mut()
+                .find(|e| e.metadata.name == event.metadata.name)
+            else {
                 return Err(RecordError::NotFound {
                     namespace: "ns".into(),
                     name: event.metadata.name.clone().unwrap_or_default(),
@@ -329,13 +370,21 @@ mod tests {
 
     fn cm() -> ConfigMap {
         ConfigMap {
-            metadata: ObjectMeta { namespace: Some("ns".into()), name: Some("web".into()), uid: Some("u1".into()), ..Default::default() },
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some("web".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
 
     fn source() -> EventSource {
-        EventSource { component: "test-controller".into(), host: None }
+        EventSource {
+            component: "test-controller".into(),
+            host: None,
+        }
     }
 
     #[tokio::test]
@@ -357,7 +406,10 @@ mod tests {
         assert_eq!(e.involved_object.kind.as_deref(), Some("ConfigMap"));
         assert_eq!(e.involved_object.api_version.as_deref(), Some("v1"));
         assert_eq!(e.involved_object.uid.as_deref(), Some("u1"));
-        assert_eq!(e.source.as_ref().and_then(|s| s.component.as_deref()), Some("test-controller"));
+        assert_eq!(
+            e.source.as_ref().and_then(|s| s.component.as_deref()),
+            Some("test-controller")
+        );
         assert!(e.first_timestamp.is_some() && e.first_timestamp == e.last_timestamp);
     }
 
@@ -373,7 +425,10 @@ mod tests {
         b.shutdown().await;
         let events = sink.events.lock();
         assert_eq!(events.len(), 2, "{events:#?}");
-        let synced = events.iter().find(|e| e.message.as_deref() == Some("synced")).unwrap();
+        let synced = events
+            .iter()
+            .find(|e| e.message.as_deref() == Some("synced"))
+            .unwrap();
         assert_eq!(synced.count, Some(5));
         assert_eq!(sink.patches.load(Ordering::SeqCst), 4);
     }
@@ -403,7 +458,13 @@ mod tests {
     async fn transport_errors_are_retried_after_the_retry_interval() {
         let sink = MemorySink::default();
         sink.fail_creates.store(2, Ordering::SeqCst);
-        let b = EventBroadcaster::start(sink.clone(), BroadcasterConfig { retry_interval: Duration::from_secs(10), ..Default::default() });
+        let b = EventBroadcaster::start(
+            sink.clone(),
+            BroadcasterConfig {
+                retry_interval: Duration::from_secs(10),
+                ..Default::default()
+            },
+        );
         let r = b.new_recorder(source());
         r.event(&cm(), EventType::Normal, "Synced", "synced");
         tokio::time::sleep(Duration::from_secs(15)).await;
@@ -416,8 +477,17 @@ mod tests {
     #[tokio::test]
     async fn recording_never_blocks_when_the_writer_is_stuck_and_overflow_is_dropped() {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let sink = MemorySink { gate: Some(gate.clone()), ..Default::default() };
-        let b = EventBroadcaster::start(sink.clone(), BroadcasterConfig { queue_size: 3, ..Default::default() });
+        let sink = MemorySink {
+            gate: Some(gate.clone()),
+            ..Default::default()
+        };
+        let b = EventBroadcaster::start(
+            sink.clone(),
+            BroadcasterConfig {
+                queue_size: 3,
+                ..Default::default()
+            },
+        );
         let r = b.new_recorder(source());
         // The writer takes the first event and blocks in the sink; 3 more fill the channel;
         // the rest are dropped. None of these calls waits.

@@ -39,7 +39,11 @@ pub struct CorrelatorConfig {
 
 impl Default for CorrelatorConfig {
     fn default() -> Self {
-        CorrelatorConfig { cache_size: 4096, spam_burst: 25, spam_refill: Duration::from_secs(300) }
+        CorrelatorConfig {
+            cache_size: 4096,
+            spam_burst: 25,
+            spam_refill: Duration::from_secs(300),
+        }
     }
 }
 
@@ -90,7 +94,12 @@ struct Bucket {
 impl EventCorrelator {
     /// An empty correlator.
     pub fn new(config: CorrelatorConfig) -> Self {
-        EventCorrelator { config, seen: HashMap::new(), buckets: HashMap::new(), tick: 0 }
+        EventCorrelator {
+            config,
+            seen: HashMap::new(),
+            buckets: HashMap::new(),
+            tick: 0,
+        }
     }
 
     /// Decides what to write for `event` observed at `now`; `None` if the spam filter drops it.
@@ -162,10 +171,16 @@ impl EventCorrelator {
         if !self.buckets.contains_key(&key) && self.buckets.len() >= self.config.cache_size.max(1) {
             evict_oldest(&mut self.buckets, |b| b.used);
         }
-        let bucket = self.buckets.entry(key).or_insert(Bucket { tokens: burst, refilled_at: now, used: tick });
+        let bucket = self.buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
+            refilled_at: now,
+            used: tick,
+        });
         bucket.used = tick;
         if per_token > 0.0 {
-            let elapsed = now.saturating_duration_since(bucket.refilled_at).as_secs_f64();
+            let elapsed = now
+                .saturating_duration_since(bucket.refilled_at)
+                .as_secs_f64();
             bucket.tokens = (bucket.tokens + elapsed / per_token).min(burst);
         } else {
             bucket.tokens = burst;
@@ -181,7 +196,11 @@ impl EventCorrelator {
 }
 
 fn evict_oldest<V>(map: &mut HashMap<String, V>, used: impl Fn(&V) -> u64) {
-    if let Some(oldest) = map.iter().min_by_key(|(_, v)| used(v)).map(|(k, _)| k.clone()) {
+    if let Some(oldest) = map
+        .iter()
+        .min_by_key(|(_, v)| used(v))
+        .map(|(k, _)| k.clone())
+    {
         map.remove(&oldest);
     }
 }
@@ -235,7 +254,11 @@ mod tests {
     fn event(obj: &str, reason: &str, message: &str, name: &str, at_secs: i64) -> Event {
         let t = Time(Timestamp::from_second(1_700_000_000 + at_secs).unwrap());
         Event {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("ns".into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
             involved_object: ObjectReference {
                 kind: Some("Foo".into()),
                 namespace: Some("ns".into()),
@@ -247,7 +270,10 @@ mod tests {
             reason: Some(reason.into()),
             message: Some(message.into()),
             type_: Some("Normal".into()),
-            source: Some(EventSource { component: Some("sample-controller".into()), host: None }),
+            source: Some(EventSource {
+                component: Some("sample-controller".into()),
+                host: None,
+            }),
             first_timestamp: Some(t.clone()),
             last_timestamp: Some(t),
             count: Some(1),
@@ -260,15 +286,35 @@ mod tests {
     fn a_repeated_event_patches_the_first_one_with_a_higher_count() {
         let mut c = EventCorrelator::new(CorrelatorConfig::default());
         let now = Instant::now();
-        let first = c.correlate(event("a", "Synced", "ok", "a.1", 0), now).unwrap();
+        let first = c
+            .correlate(event("a", "Synced", "ok", "a.1", 0), now)
+            .unwrap();
         assert!(matches!(first, Write::Create(_)));
-        let second = c.correlate(event("a", "Synced", "ok", "a.2", 5), now).unwrap();
-        let Write::Patch(e) = second else { panic!("want a patch, got {second:?}") };
-        assert_eq!(e.metadata.name.as_deref(), Some("a.1"), "patches the Event created first");
+        let second = c
+            .correlate(event("a", "Synced", "ok", "a.2", 5), now)
+            .unwrap();
+        let Write::Patch(e) = second else {
+            panic!("want a patch, got {second:?}")
+        };
+        assert_eq!(
+            e.metadata.name.as_deref(),
+            Some("a.1"),
+            "patches the Event created first"
+        );
         assert_eq!(e.count, Some(2));
-        assert_eq!(e.first_timestamp, first.event().first_timestamp, "first timestamp kept");
-        assert_eq!(e.last_timestamp, event("a", "Synced", "ok", "x", 5).last_timestamp, "last timestamp moves");
-        let third = c.correlate(event("a", "Synced", "ok", "a.3", 9), now).unwrap();
+        assert_eq!(
+            e.first_timestamp,
+            first.event().first_timestamp,
+            "first timestamp kept"
+        );
+        assert_eq!(
+            e.last_timestamp,
+            event("a", "Synced", "ok", "x", 5).last_timestamp,
+            "last timestamp moves"
+        );
+        let third = c
+            .correlate(event("a", "Synced", "ok", "a.3", 9), now)
+            .unwrap();
         assert_eq!(third.event().count, Some(3));
     }
 
@@ -277,9 +323,28 @@ mod tests {
     fn events_that_differ_in_reason_message_or_object_are_separate() {
         let mut c = EventCorrelator::new(CorrelatorConfig::default());
         let now = Instant::now();
-        for (obj, reason, message) in [("a", "Synced", "ok"), ("a", "Synced", "other"), ("a", "Failed", "ok"), ("b", "Synced", "ok")] {
-            let w = c.correlate(event(obj, reason, message, &format!("{obj}.{reason}.{message}"), 0), now).unwrap();
-            assert!(matches!(w, Write::Create(_)), "{obj} {reason} {message} is new");
+        for (obj, reason, message) in [
+            ("a", "Synced", "ok"),
+            ("a", "Synced", "other"),
+            ("a", "Failed", "ok"),
+            ("b", "Synced", "ok"),
+        ] {
+            let w = c
+                .correlate(
+                    event(
+                        obj,
+                        reason,
+                        message,
+                        &format!("{obj}.{reason}.{message}"),
+                        0,
+                    ),
+                    now,
+                )
+                .unwrap();
+            assert!(
+                matches!(w, Write::Create(_)),
+                "{obj} {reason} {message} is new"
+            );
         }
         assert_eq!(c.len(), 4);
     }
@@ -288,12 +353,15 @@ mod tests {
     fn update_state_makes_the_next_repeat_patch_the_written_event() {
         let mut c = EventCorrelator::new(CorrelatorConfig::default());
         let now = Instant::now();
-        c.correlate(event("a", "Synced", "ok", "a.1", 0), now).unwrap();
+        c.correlate(event("a", "Synced", "ok", "a.1", 0), now)
+            .unwrap();
         // The first Event was gone, so the writer created it again as "a.9" with count 1.
         let mut recreated = event("a", "Synced", "ok", "a.9", 3);
         recreated.count = Some(1);
         c.update_state(&recreated);
-        let w = c.correlate(event("a", "Synced", "ok", "a.10", 4), now).unwrap();
+        let w = c
+            .correlate(event("a", "Synced", "ok", "a.10", 4), now)
+            .unwrap();
         assert_eq!(w.event().metadata.name.as_deref(), Some("a.9"));
         assert_eq!(w.event().count, Some(2));
     }
@@ -301,27 +369,60 @@ mod tests {
     // client-go: TestSpamFilter / TestEventCorrelator ("events-from-the-same-source-are-rate-limited")
     #[test]
     fn a_source_spamming_one_object_is_cut_off_after_the_burst_and_refilled_over_time() {
-        let mut c = EventCorrelator::new(CorrelatorConfig { spam_burst: 3, spam_refill: Duration::from_secs(10), ..Default::default() });
+        let mut c = EventCorrelator::new(CorrelatorConfig {
+            spam_burst: 3,
+            spam_refill: Duration::from_secs(10),
+            ..Default::default()
+        });
         let t0 = Instant::now();
         for i in 0..3 {
-            assert!(c.correlate(event("a", "R", &format!("m{i}"), "n", 0), t0).is_some(), "event {i} within the burst");
+            assert!(
+                c.correlate(event("a", "R", &format!("m{i}"), "n", 0), t0)
+                    .is_some(),
+                "event {i} within the burst"
+            );
         }
-        assert!(c.correlate(event("a", "R", "m3", "n", 0), t0).is_none(), "burst spent");
-        assert!(c.correlate(event("b", "R", "m0", "n", 0), t0).is_some(), "another object has its own bucket");
-        assert!(c.correlate(event("a", "R", "m4", "n", 0), t0 + Duration::from_secs(9)).is_none());
-        assert!(c.correlate(event("a", "R", "m5", "n", 0), t0 + Duration::from_secs(11)).is_some(), "one token back after 10 s");
+        assert!(
+            c.correlate(event("a", "R", "m3", "n", 0), t0).is_none(),
+            "burst spent"
+        );
+        assert!(
+            c.correlate(event("b", "R", "m0", "n", 0), t0).is_some(),
+            "another object has its own bucket"
+        );
+        assert!(
+            c.correlate(event("a", "R", "m4", "n", 0), t0 + Duration::from_secs(9))
+                .is_none()
+        );
+        assert!(
+            c.correlate(event("a", "R", "m5", "n", 0), t0 + Duration::from_secs(11))
+                .is_some(),
+            "one token back after 10 s"
+        );
     }
 
     #[test]
     fn the_cache_forgets_the_least_recently_used_event_when_full() {
-        let mut c = EventCorrelator::new(CorrelatorConfig { cache_size: 2, ..Default::default() });
+        let mut c = EventCorrelator::new(CorrelatorConfig {
+            cache_size: 2,
+            ..Default::default()
+        });
         let now = Instant::now();
         c.correlate(event("a", "R", "m", "a.1", 0), now);
         c.correlate(event("b", "R", "m", "b.1", 0), now);
         c.correlate(event("a", "R", "m", "a.2", 0), now); // a is now the most recent
         c.correlate(event("c", "R", "m", "c.1", 0), now); // evicts b
         assert_eq!(c.len(), 2);
-        assert!(matches!(c.correlate(event("a", "R", "m", "a.3", 0), now), Some(Write::Patch(_))));
-        assert!(matches!(c.correlate(event("b", "R", "m", "b.2", 0), now), Some(Write::Create(_))), "b was forgotten");
+        assert!(matches!(
+            c.correlate(event("a", "R", "m", "a.3", 0), now),
+            Some(Write::Patch(_))
+        ));
+        assert!(
+            matches!(
+                c.correlate(event("b", "R", "m", "b.2", 0), now),
+                Some(Write::Create(_))
+            ),
+            "b was forgotten"
+        );
     }
 }

@@ -17,6 +17,8 @@ mod broadcaster;
 mod correlator;
 mod sink;
 
-pub use broadcaster::{BroadcasterConfig, EventBroadcaster, EventRecorder, EventSource, EventType, object_reference};
+pub use broadcaster::{
+    BroadcasterConfig, EventBroadcaster, EventRecorder, EventSource, EventType, object_reference,
+};
 pub use correlator::{CorrelatorConfig, EventCorrelator, Write};
 pub use sink::{EventSink, KubeEventSink, RecordError};

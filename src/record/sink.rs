@@ -58,9 +58,19 @@ impl RecordError {
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let name = event.metadata.name.clone().unwrap_or_default();
         match &source {
-            kube_client::Error::Api(status) if status.is_not_found() => RecordError::NotFound { namespace, name },
-            kube_client::Error::Api(_) => RecordError::Rejected { namespace, name, source },
-            _ => RecordError::Transport { namespace, name, source },
+            kube_client::Error::Api(status) if status.is_not_found() => {
+                RecordError::NotFound { namespace, name }
+            }
+            kube_client::Error::Api(_) => RecordError::Rejected {
+                namespace,
+                name,
+                source,
+            },
+            _ => RecordError::Transport {
+                namespace,
+                name,
+                source,
+            },
         }
     }
 }
@@ -96,7 +106,10 @@ impl EventSink for KubeEventSink {
     async fn create(&self, event: &Event) -> Result<Event, RecordError> {
         let mut fresh = event.clone();
         fresh.metadata.resource_version = None;
-        self.api(event).create(&PostParams::default(), &fresh).await.map_err(|e| RecordError::from_kube(event, e))
+        self.api(event)
+            .create(&PostParams::default(), &fresh)
+            .await
+            .map_err(|e| RecordError::from_kube(event, e))
     }
 
     async fn patch(&self, event: &Event) -> Result<Event, RecordError> {

@@ -25,7 +25,10 @@ use super::deployment::{controller_of, refers_to_foo};
 use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
-use crate::cache::{DeletedObject, FactoryOptions, Lister, ResourceEventHandlerFuncs, SharedInformerFactory, store::resource_version};
+use crate::cache::{
+    DeletedObject, FactoryOptions, Lister, ResourceEventHandlerFuncs, SharedInformerFactory,
+    store::resource_version,
+};
 use crate::controller::worker::{WorkerConfig, enqueue, run_workers};
 use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
 use crate::workqueue::{QueueConfig, RateLimitingQueue, sample_controller_rate_limiter};
@@ -49,35 +52,67 @@ pub struct ControllerConfig {
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { workers: 2, resync: Duration::from_secs(30), namespace: None, queue_name: "Foos".to_string() }
+        ControllerConfig {
+            workers: 2,
+            resync: Duration::from_secs(30),
+            namespace: None,
+            queue_name: "Foos".to_string(),
+        }
     }
 }
 
 /// Runs the controller until `shutdown` is cancelled, then drains and stops.
-pub async fn run(client: Client, config: ControllerConfig, shutdown: CancellationToken) -> Result<(), ControllerError> {
-    let broadcaster = EventBroadcaster::start(KubeEventSink::new(client.clone()), BroadcasterConfig::default());
-    let recorder = broadcaster.new_recorder(EventSource { component: CONTROLLER_NAME.to_string(), host: None });
+pub async fn run(
+    client: Client,
+    config: ControllerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ControllerError> {
+    let broadcaster = EventBroadcaster::start(
+        KubeEventSink::new(client.clone()),
+        BroadcasterConfig::default(),
+    );
+    let recorder = broadcaster.new_recorder(EventSource {
+        component: CONTROLLER_NAME.to_string(),
+        host: None,
+    });
     let factory = SharedInformerFactory::new(
         client.clone(),
-        FactoryOptions { namespace: config.namespace.clone(), resync_period: config.resync, ..Default::default() },
+        FactoryOptions {
+            namespace: config.namespace.clone(),
+            resync_period: config.resync,
+            ..Default::default()
+        },
     );
     let foos = factory.informer::<Foo>();
     let deployments = factory.informer::<Deployment>();
-    let queue = RateLimitingQueue::with_config(sample_controller_rate_limiter(), QueueConfig::named(config.queue_name.clone()));
+    let queue = RateLimitingQueue::with_config(
+        sample_controller_rate_limiter(),
+        QueueConfig::named(config.queue_name.clone()),
+    );
 
     tracing::info!(controller = CONTROLLER_NAME, "setting up event handlers");
     foos.add_event_handler(foo_handler(queue.clone()))?;
     deployments.add_event_handler(deployment_handler(foos.lister(), queue.clone()))?;
 
     factory.start();
-    tracing::info!(controller = CONTROLLER_NAME, "waiting for informer caches to sync");
+    tracing::info!(
+        controller = CONTROLLER_NAME,
+        "waiting for informer caches to sync"
+    );
     let synced = tokio::select! {
         synced = factory.wait_for_cache_sync() => Some(synced),
         _ = shutdown.cancelled() => None,
     };
     let not_synced: Vec<String> = match &synced {
-        Some(synced) => synced.iter().filter(|(_, ok)| !**ok).map(|(name, _)| name.clone()).collect(),
-        None => vec![foos.type_name().to_string(), deployments.type_name().to_string()],
+        Some(synced) => synced
+            .iter()
+            .filter(|(_, ok)| !**ok)
+            .map(|(name, _)| name.clone())
+            .collect(),
+        None => vec![
+            foos.type_name().to_string(),
+            deployments.type_name().to_string(),
+        ],
     };
     if !not_synced.is_empty() {
         queue.shutdown();
@@ -86,11 +121,23 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: Cancellatio
         return Err(ControllerError::CacheSync { not_synced });
     }
 
-    let sync_client = Arc::new(KubeSyncClient::new(client, foos.lister(), deployments.lister(), recorder));
-    tracing::info!(controller = CONTROLLER_NAME, workers = config.workers, "starting workers");
+    let sync_client = Arc::new(KubeSyncClient::new(
+        client,
+        foos.lister(),
+        deployments.lister(),
+        recorder,
+    ));
+    tracing::info!(
+        controller = CONTROLLER_NAME,
+        workers = config.workers,
+        "starting workers"
+    );
     let workers = tokio::spawn(run_workers(
         queue.clone(),
-        WorkerConfig { workers: config.workers, name: CONTROLLER_NAME.to_string() },
+        WorkerConfig {
+            workers: config.workers,
+            name: CONTROLLER_NAME.to_string(),
+        },
         move |key: String| {
             let sync_client = Arc::clone(&sync_client);
             async move { sync_handler(sync_client.as_ref(), &key).await }
@@ -98,7 +145,11 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: Cancellatio
     ));
 
     shutdown.cancelled().await;
-    tracing::info!(controller = CONTROLLER_NAME, queued = queue.len(), "shutting down: draining the queue");
+    tracing::info!(
+        controller = CONTROLLER_NAME,
+        queued = queue.len(),
+        "shutting down: draining the queue"
+    );
     queue.shutdown_with_drain().await;
     if let Err(e) = workers.await {
         tracing::error!(controller = CONTROLLER_NAME, error = %e, "worker pool ended abnormally");
@@ -118,7 +169,10 @@ pub fn foo_handler(queue: RateLimitingQueue<String>) -> ResourceEventHandlerFunc
 }
 
 /// Deployment add/update/delete -> enqueue the owning Foo. sample-controller: `handleObject`.
-pub fn deployment_handler(foos: Lister<Foo>, queue: RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<Deployment> {
+pub fn deployment_handler(
+    foos: Lister<Foo>,
+    queue: RateLimitingQueue<String>,
+) -> ResourceEventHandlerFuncs<Deployment> {
     let (f_add, q_add) = (foos.clone(), queue.clone());
     let (f_update, q_update) = (foos.clone(), queue.clone());
     ResourceEventHandlerFuncs::new()
@@ -135,7 +189,10 @@ pub fn deployment_handler(foos: Lister<Foo>, queue: RateLimitingQueue<String>) -
             // A tombstone's object is the last state the cache knew; its ownerReferences are
             // what we need, and they do not change over a Deployment's life in practice.
             if deleted.is_tombstone() {
-                tracing::debug!(controller = CONTROLLER_NAME, "recovered deleted deployment from tombstone");
+                tracing::debug!(
+                    controller = CONTROLLER_NAME,
+                    "recovered deleted deployment from tombstone"
+                );
             }
             handle_object(&foos, &queue, &deleted.object().metadata)
         })
@@ -181,13 +238,24 @@ mod tests {
 
     /// A Foo `ns/test` in a lister, and the Deployment handler over it.
     fn setup() -> Setup {
-        let mut foo = Foo::new("ns", "test", FooSpec { deployment_name: "web".into(), replicas: Some(1) });
+        let mut foo = Foo::new(
+            "ns",
+            "test",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas: Some(1),
+            },
+        );
         foo.metadata.uid = Some("uid-1".into());
         let store = ThreadSafeStore::new(HashMap::new());
         store.add("ns/test".into(), Arc::new(foo.clone()));
         let queue = RateLimitingQueue::new(default_controller_rate_limiter());
         let handler = deployment_handler(Lister::new(store.reader()), queue.clone());
-        Setup { foo, handler, queue }
+        Setup {
+            foo,
+            handler,
+            queue,
+        }
     }
 
     fn owned(foo: &Foo, rv: &str) -> Arc<Deployment> {
@@ -226,7 +294,10 @@ mod tests {
     async fn a_tombstoned_deployment_enqueues_its_foo() {
         let s = setup();
         let h: &dyn ResourceEventHandler<Deployment> = &s.handler;
-        h.on_delete(&DeletedObject::Unknown(DeletedFinalStateUnknown { key: "ns/web".into(), obj: owned(&s.foo, "9") }));
+        h.on_delete(&DeletedObject::Unknown(DeletedFinalStateUnknown {
+            key: "ns/web".into(),
+            obj: owned(&s.foo, "9"),
+        }));
         assert_eq!(next_key(&s.queue).await, "ns/test");
     }
 
@@ -241,9 +312,17 @@ mod tests {
         other_kind.metadata.owner_references.as_mut().unwrap()[0].kind = "ReplicaSet".into();
         h.on_add(&Arc::new(other_kind), false);
         let mut other_group = new_deployment(&s.foo);
-        other_group.metadata.owner_references.as_mut().unwrap()[0].api_version = "example.com/v1".into();
+        other_group.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "example.com/v1".into();
         h.on_add(&Arc::new(other_group), false);
-        let orphan = Foo::new("ns", "not-cached", FooSpec { deployment_name: "x".into(), replicas: None });
+        let orphan = Foo::new(
+            "ns",
+            "not-cached",
+            FooSpec {
+                deployment_name: "x".into(),
+                replicas: None,
+            },
+        );
         h.on_add(&owned(&orphan, "1"), false);
         let mut other_namespace = new_deployment(&s.foo);
         other_namespace.metadata.namespace = Some("elsewhere".into());

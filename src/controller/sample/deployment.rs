@@ -19,7 +19,10 @@ pub const IMAGE: &str = "nginx:latest";
 
 /// The Deployment `foo` asks for. sample-controller: `newDeployment`.
 pub fn new_deployment(foo: &Foo) -> Deployment {
-    let labels = BTreeMap::from([("app".to_string(), "nginx".to_string()), ("controller".to_string(), foo.name().to_string())]);
+    let labels = BTreeMap::from([
+        ("app".to_string(), "nginx".to_string()),
+        ("controller".to_string(), foo.name().to_string()),
+    ]);
     Deployment {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
@@ -29,11 +32,21 @@ pub fn new_deployment(foo: &Foo) -> Deployment {
         },
         spec: Some(DeploymentSpec {
             replicas: foo.spec.replicas,
-            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..Default::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
                 spec: Some(PodSpec {
-                    containers: vec![Container { name: "nginx".to_string(), image: Some(IMAGE.to_string()), ..Default::default() }],
+                    containers: vec![Container {
+                        name: "nginx".to_string(),
+                        image: Some(IMAGE.to_string()),
+                        ..Default::default()
+                    }],
                     ..Default::default()
                 }),
             },
@@ -57,7 +70,10 @@ pub fn controller_reference(foo: &Foo) -> OwnerReference {
 
 /// The ownerReference marked `controller: true`, if any. client-go: `metav1.GetControllerOf`.
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.as_deref()?.iter().find(|r| r.controller == Some(true))
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
 }
 
 /// Whether `meta`'s controller is `foo` (same UID). client-go: `metav1.IsControlledBy`.
@@ -79,7 +95,14 @@ mod tests {
     use crate::controller::sample::types::FooSpec;
 
     fn foo() -> Foo {
-        let mut foo = Foo::new("ns", "example-foo", FooSpec { deployment_name: "web".into(), replicas: Some(3) });
+        let mut foo = Foo::new(
+            "ns",
+            "example-foo",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas: Some(3),
+            },
+        );
         foo.metadata.uid = Some("uid-1".into());
         foo
     }
@@ -91,14 +114,23 @@ mod tests {
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
         let spec = d.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(3));
-        let want = BTreeMap::from([("app".to_string(), "nginx".to_string()), ("controller".to_string(), "example-foo".to_string())]);
+        let want = BTreeMap::from([
+            ("app".to_string(), "nginx".to_string()),
+            ("controller".to_string(), "example-foo".to_string()),
+        ]);
         assert_eq!(spec.selector.match_labels.as_ref(), Some(&want));
-        assert_eq!(spec.template.metadata.as_ref().unwrap().labels.as_ref(), Some(&want));
+        assert_eq!(
+            spec.template.metadata.as_ref().unwrap().labels.as_ref(),
+            Some(&want)
+        );
         let containers = &spec.template.spec.as_ref().unwrap().containers;
         assert_eq!(containers.len(), 1);
         assert_eq!(containers[0].image.as_deref(), Some("nginx:latest"));
         let owner = controller_of(&d.metadata).unwrap();
-        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Foo", "example-foo", "uid-1"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Foo", "example-foo", "uid-1")
+        );
         assert_eq!(owner.api_version, "samplecontroller.k8s.io/v1alpha1");
         assert_eq!(owner.block_owner_deletion, Some(true));
         assert!(is_controlled_by(&d.metadata, &foo()));

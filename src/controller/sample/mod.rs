@@ -14,6 +14,9 @@
 //! The CRD is `crds/foo.yaml`, an example `examples/example-foo.yaml`; the binary runs it as
 //! `kubeloop sample-controller`.
 
+// `foo` is this controller's resource, not a placeholder name.
+#![allow(clippy::disallowed_names)]
+
 pub mod api;
 pub mod controller;
 pub mod deployment;

@@ -71,18 +71,24 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &str) -> Result<Action
         Some(existing) => existing.as_ref().clone(),
         None => {
             tracing::info!(key, deployment = deployment_name, "creating deployment");
-            client.create_deployment(&new_deployment(&foo)).await.map_err(|source| SyncError::CreateDeployment {
-                foo: key.to_string(),
-                deployment: deployment_name.to_string(),
-                source,
-            })?
+            client
+                .create_deployment(&new_deployment(&foo))
+                .await
+                .map_err(|source| SyncError::CreateDeployment {
+                    foo: key.to_string(),
+                    deployment: deployment_name.to_string(),
+                    source,
+                })?
         }
     };
 
     if !is_controlled_by(&deployment.metadata, &foo) {
         let message = message_resource_exists(deployment_name);
         client.record_event(&foo, EventType::Warning, ERR_RESOURCE_EXISTS, &message);
-        return Err(SyncError::NotControlled { foo: key.to_string(), deployment: deployment_name.to_string() });
+        return Err(SyncError::NotControlled {
+            foo: key.to_string(),
+            deployment: deployment_name.to_string(),
+        });
     }
 
     let current_replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
@@ -91,26 +97,44 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &str) -> Result<Action
             tracing::info!(key, deployment = deployment_name, wanted, current = ?current_replicas, "updating deployment replicas");
             let mut scaled = deployment;
             scaled.spec.get_or_insert_with(Default::default).replicas = Some(wanted);
-            client.update_deployment(&scaled).await.map_err(|source| SyncError::UpdateDeployment {
-                foo: key.to_string(),
-                deployment: deployment_name.to_string(),
-                replicas: Some(wanted),
-                source,
+            client.update_deployment(&scaled).await.map_err(|source| {
+                SyncError::UpdateDeployment {
+                    foo: key.to_string(),
+                    deployment: deployment_name.to_string(),
+                    replicas: Some(wanted),
+                    source,
+                }
             })?
         }
         _ => deployment,
     };
 
     update_foo_status(client, key, &foo, &deployment).await?;
-    client.record_event(&foo, EventType::Normal, SUCCESS_SYNCED, MESSAGE_RESOURCE_SYNCED);
+    client.record_event(
+        &foo,
+        EventType::Normal,
+        SUCCESS_SYNCED,
+        MESSAGE_RESOURCE_SYNCED,
+    );
     Ok(Action::Done)
 }
 
 /// Writes `status.availableReplicas` from `deployment`, retrying conflicts on a fresh read.
 /// sample-controller: `updateFooStatus`.
-async fn update_foo_status<C: SyncClient>(client: &C, key: &str, foo: &Foo, deployment: &Deployment) -> Result<(), SyncError> {
-    let available = deployment.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
-    let wanted = FooStatus { available_replicas: available };
+async fn update_foo_status<C: SyncClient>(
+    client: &C,
+    key: &str,
+    foo: &Foo,
+    deployment: &Deployment,
+) -> Result<(), SyncError> {
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    let wanted = FooStatus {
+        available_replicas: available,
+    };
     let mut current = foo.clone();
     for _ in 0..STATUS_ATTEMPTS {
         if current.status.as_ref() == Some(&wanted) {
@@ -126,14 +150,27 @@ async fn update_foo_status<C: SyncClient>(client: &C, key: &str, foo: &Foo, depl
                     Ok(Some(fresh)) => current = fresh,
                     // Deleted meanwhile: nothing left to report on.
                     Ok(None) => return Ok(()),
-                    Err(source) => return Err(SyncError::GetFoo { foo: key.to_string(), source }),
+                    Err(source) => {
+                        return Err(SyncError::GetFoo {
+                            foo: key.to_string(),
+                            source,
+                        });
+                    }
                 }
             }
             Err(kube_client::Error::Api(status)) if status.is_not_found() => return Ok(()),
-            Err(source) => return Err(SyncError::UpdateStatus { foo: key.to_string(), source }),
+            Err(source) => {
+                return Err(SyncError::UpdateStatus {
+                    foo: key.to_string(),
+                    source,
+                });
+            }
         }
     }
-    Err(SyncError::StatusConflicts { foo: key.to_string(), attempts: STATUS_ATTEMPTS })
+    Err(SyncError::StatusConflicts {
+        foo: key.to_string(),
+        attempts: STATUS_ATTEMPTS,
+    })
 }
 
 #[cfg(test)]
@@ -175,11 +212,15 @@ mod tests {
     impl FakeClient {
         fn with_foo(foo: Foo) -> Self {
             let mut f = FakeClient::default();
-            f.foos.insert((foo.namespace().into(), foo.name().into()), Arc::new(foo));
+            f.foos
+                .insert((foo.namespace().into(), foo.name().into()), Arc::new(foo));
             f
         }
         fn with_deployment(mut self, d: Deployment) -> Self {
-            let key = (d.metadata.namespace.clone().unwrap(), d.metadata.name.clone().unwrap());
+            let key = (
+                d.metadata.namespace.clone().unwrap(),
+                d.metadata.name.clone().unwrap(),
+            );
             self.deployments.insert(key, Arc::new(d));
             self
         }
@@ -192,21 +233,35 @@ mod tests {
     }
 
     fn conflict() -> kube_client::Error {
-        kube_client::Error::Api(Status::failure("the object has been modified", "Conflict").with_code(409).boxed())
+        kube_client::Error::Api(
+            Status::failure("the object has been modified", "Conflict")
+                .with_code(409)
+                .boxed(),
+        )
     }
 
     impl SyncClient for FakeClient {
         fn foo(&self, namespace: &str, name: &str) -> Option<Arc<Foo>> {
-            self.foos.get(&(namespace.to_string(), name.to_string())).cloned()
+            self.foos
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned()
         }
         fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>> {
-            self.deployments.get(&(namespace.to_string(), name.to_string())).cloned()
+            self.deployments
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned()
         }
-        async fn create_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        async fn create_deployment(
+            &self,
+            d: &Deployment,
+        ) -> Result<Deployment, kube_client::Error> {
             self.writes.lock().push(Write::CreateDeployment(d.clone()));
             Ok(d.clone())
         }
-        async fn update_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        async fn update_deployment(
+            &self,
+            d: &Deployment,
+        ) -> Result<Deployment, kube_client::Error> {
             self.writes.lock().push(Write::UpdateDeployment(d.clone()));
             Ok(d.clone())
         }
@@ -219,25 +274,46 @@ mod tests {
             }
             Ok(foo.clone())
         }
-        async fn get_foo(&self, namespace: &str, name: &str) -> Result<Option<Foo>, kube_client::Error> {
-            self.writes.lock().push(Write::GetFoo(format!("{namespace}/{name}")));
-            Ok(self.fresh_foo.clone().or_else(|| self.foo(namespace, name).map(|f| f.as_ref().clone())))
+        async fn get_foo(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Result<Option<Foo>, kube_client::Error> {
+            self.writes
+                .lock()
+                .push(Write::GetFoo(format!("{namespace}/{name}")));
+            Ok(self
+                .fresh_foo
+                .clone()
+                .or_else(|| self.foo(namespace, name).map(|f| f.as_ref().clone())))
         }
         fn record_event(&self, _foo: &Foo, event_type: EventType, reason: &str, message: &str) {
-            self.events.lock().push((event_type, reason.to_string(), message.to_string()));
+            self.events
+                .lock()
+                .push((event_type, reason.to_string(), message.to_string()));
         }
     }
 
     /// sample-controller's `newFoo`.
     fn new_foo(name: &str, replicas: Option<i32>) -> Foo {
-        let mut foo = Foo::new("default", name, FooSpec { deployment_name: format!("{name}-deployment"), replicas });
+        let mut foo = Foo::new(
+            "default",
+            name,
+            FooSpec {
+                deployment_name: format!("{name}-deployment"),
+                replicas,
+            },
+        );
         foo.metadata.uid = Some(format!("uid-{name}"));
         foo.metadata.resource_version = Some("1".into());
         foo
     }
 
     fn with_available(mut d: Deployment, available: i32) -> Deployment {
-        d.status = Some(DeploymentStatus { available_replicas: Some(available), ..Default::default() });
+        d.status = Some(DeploymentStatus {
+            available_replicas: Some(available),
+            ..Default::default()
+        });
         d
     }
 
@@ -259,7 +335,14 @@ mod tests {
         assert_eq!(writes.len(), 2, "{writes:#?}");
         assert_eq!(writes[0], Write::CreateDeployment(new_deployment(&foo)));
         assert_eq!(status_of(&writes[1]), Some(0));
-        assert_eq!(fake.events(), vec![(EventType::Normal, "Synced".into(), "Foo synced successfully".into())]);
+        assert_eq!(
+            fake.events(),
+            vec![(
+                EventType::Normal,
+                "Synced".into(),
+                "Foo synced successfully".into()
+            )]
+        );
     }
 
     // sample-controller: TestDoNothing
@@ -278,7 +361,9 @@ mod tests {
     #[tokio::test]
     async fn writes_nothing_when_deployment_and_status_already_match() {
         let mut foo = new_foo("test", Some(1));
-        foo.status = Some(FooStatus { available_replicas: 1 });
+        foo.status = Some(FooStatus {
+            available_replicas: 1,
+        });
         let d = with_available(new_deployment(&foo), 1);
         let fake = FakeClient::with_foo(foo).with_deployment(d);
         sync_handler(&fake, "default/test").await.unwrap();
@@ -297,9 +382,15 @@ mod tests {
         sync_handler(&fake, "default/test").await.unwrap();
         let writes = fake.writes();
         assert_eq!(writes.len(), 2, "{writes:#?}");
-        let Write::UpdateDeployment(updated) = &writes[0] else { panic!("want a deployment update first, got {writes:#?}") };
+        let Write::UpdateDeployment(updated) = &writes[0] else {
+            panic!("want a deployment update first, got {writes:#?}")
+        };
         assert_eq!(updated.spec.as_ref().unwrap().replicas, Some(2));
-        assert_eq!(updated.metadata.resource_version.as_deref(), Some("7"), "the update is conditional on what we read");
+        assert_eq!(
+            updated.metadata.resource_version.as_deref(),
+            Some("7"),
+            "the update is conditional on what we read"
+        );
         let mut expected = d.clone();
         expected.spec.as_mut().unwrap().replicas = Some(2);
         assert_eq!(updated, &expected, "only replicas changed");
@@ -315,11 +406,18 @@ mod tests {
         let fake = FakeClient::with_foo(foo).with_deployment(d);
         let err = sync_handler(&fake, "default/test").await.unwrap_err();
         assert!(matches!(err, SyncError::NotControlled { .. }), "{err}");
-        assert_eq!(err.to_string(), "foo default/test: Resource \"test-deployment\" already exists and is not managed by Foo");
+        assert_eq!(
+            err.to_string(),
+            "foo default/test: Resource \"test-deployment\" already exists and is not managed by Foo"
+        );
         assert!(fake.writes().is_empty(), "{:#?}", fake.writes());
         assert_eq!(
             fake.events(),
-            vec![(EventType::Warning, "ErrResourceExists".into(), "Resource \"test-deployment\" already exists and is not managed by Foo".into())]
+            vec![(
+                EventType::Warning,
+                "ErrResourceExists".into(),
+                "Resource \"test-deployment\" already exists and is not managed by Foo".into()
+            )]
         );
     }
 
@@ -329,7 +427,10 @@ mod tests {
         let mut older = foo.clone();
         older.metadata.uid = Some("uid-of-a-deleted-foo".into());
         let fake = FakeClient::with_foo(foo).with_deployment(new_deployment(&older));
-        assert!(matches!(sync_handler(&fake, "default/test").await, Err(SyncError::NotControlled { .. })));
+        assert!(matches!(
+            sync_handler(&fake, "default/test").await,
+            Err(SyncError::NotControlled { .. })
+        ));
         assert!(fake.writes().is_empty());
     }
 
@@ -347,7 +448,10 @@ mod tests {
         let mut foo = new_foo("test", Some(1));
         foo.spec.deployment_name.clear();
         let fake = FakeClient::with_foo(foo);
-        assert_eq!(sync_handler(&fake, "default/test").await.unwrap(), Action::Done);
+        assert_eq!(
+            sync_handler(&fake, "default/test").await.unwrap(),
+            Action::Done
+        );
         assert!(fake.writes().is_empty());
         assert!(fake.events().is_empty());
     }
@@ -366,7 +470,11 @@ mod tests {
         d.spec.as_mut().unwrap().replicas = Some(4);
         let fake = FakeClient::with_foo(foo).with_deployment(d);
         sync_handler(&fake, "default/test").await.unwrap();
-        assert!(fake.writes().iter().all(|w| !matches!(w, Write::UpdateDeployment(_))));
+        assert!(
+            fake.writes()
+                .iter()
+                .all(|w| !matches!(w, Write::UpdateDeployment(_)))
+        );
     }
 
     #[tokio::test]
@@ -374,16 +482,28 @@ mod tests {
         let foo = new_foo("test", Some(1));
         let mut fresh = foo.clone();
         fresh.metadata.resource_version = Some("2".into());
-        let mut fake = FakeClient::with_foo(foo.clone()).with_deployment(with_available(new_deployment(&foo), 1));
+        let mut fake = FakeClient::with_foo(foo.clone())
+            .with_deployment(with_available(new_deployment(&foo), 1));
         fake.fresh_foo = Some(fresh);
         *fake.status_conflicts.lock() = 1;
         sync_handler(&fake, "default/test").await.unwrap();
         let writes = fake.writes();
         assert_eq!(writes.len(), 3, "{writes:#?}");
         assert_eq!(writes[1], Write::GetFoo("default/test".into()));
-        let Write::UpdateFooStatus(second) = &writes[2] else { panic!("{writes:#?}") };
-        assert_eq!(second.metadata.resource_version.as_deref(), Some("2"), "retried with the fresh resourceVersion");
-        assert_eq!(second.status, Some(FooStatus { available_replicas: 1 }));
+        let Write::UpdateFooStatus(second) = &writes[2] else {
+            panic!("{writes:#?}")
+        };
+        assert_eq!(
+            second.metadata.resource_version.as_deref(),
+            Some("2"),
+            "retried with the fresh resourceVersion"
+        );
+        assert_eq!(
+            second.status,
+            Some(FooStatus {
+                available_replicas: 1
+            })
+        );
     }
 
     #[tokio::test]
@@ -392,8 +512,21 @@ mod tests {
         let fake = FakeClient::with_foo(foo.clone()).with_deployment(new_deployment(&foo));
         *fake.status_conflicts.lock() = 100;
         let err = sync_handler(&fake, "default/test").await.unwrap_err();
-        assert!(matches!(err, SyncError::StatusConflicts { attempts: STATUS_ATTEMPTS, .. }), "{err}");
-        let status_writes = fake.writes().iter().filter(|w| matches!(w, Write::UpdateFooStatus(_))).count();
+        assert!(
+            matches!(
+                err,
+                SyncError::StatusConflicts {
+                    attempts: STATUS_ATTEMPTS,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let status_writes = fake
+            .writes()
+            .iter()
+            .filter(|w| matches!(w, Write::UpdateFooStatus(_)))
+            .count();
         assert_eq!(status_writes, STATUS_ATTEMPTS as usize);
         assert!(fake.events().is_empty(), "no Synced event on failure");
     }

@@ -59,7 +59,11 @@ impl Foo {
     /// A Foo named `name` in `namespace` with `spec`.
     pub fn new(namespace: &str, name: &str, spec: FooSpec) -> Self {
         Foo {
-            metadata: ObjectMeta { namespace: Some(namespace.to_string()), name: Some(name.to_string()), ..Default::default() },
+            metadata: ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
             spec,
             status: None,
         }
@@ -118,8 +122,17 @@ mod tests {
 
     #[test]
     fn a_foo_round_trips_through_json_with_api_version_and_kind() {
-        let mut foo = Foo::new("ns", "example-foo", FooSpec { deployment_name: "example-foo".into(), replicas: Some(1) });
-        foo.status = Some(FooStatus { available_replicas: 1 });
+        let mut foo = Foo::new(
+            "ns",
+            "example-foo",
+            FooSpec {
+                deployment_name: "example-foo".into(),
+                replicas: Some(1),
+            },
+        );
+        foo.status = Some(FooStatus {
+            available_replicas: 1,
+        });
         let json = serde_json::to_value(&foo).unwrap();
         assert_eq!(json["apiVersion"], "samplecontroller.k8s.io/v1alpha1");
         assert_eq!(json["kind"], "Foo");
@@ -132,7 +145,14 @@ mod tests {
 
     #[test]
     fn a_foo_without_replicas_or_status_leaves_them_out() {
-        let foo = Foo::new("ns", "f", FooSpec { deployment_name: "d".into(), replicas: None });
+        let foo = Foo::new(
+            "ns",
+            "f",
+            FooSpec {
+                deployment_name: "d".into(),
+                replicas: None,
+            },
+        );
         let json = serde_json::to_value(&foo).unwrap();
         assert!(json["spec"].get("replicas").is_none());
         assert!(json.get("status").is_none());
@@ -145,6 +165,9 @@ mod tests {
         assert_eq!(Foo::api_version(&()), "samplecontroller.k8s.io/v1alpha1");
         assert_eq!(Foo::plural(&()), "foos");
         let url = Foo::url_path(&(), Some("ns"));
-        assert_eq!(url, "/apis/samplecontroller.k8s.io/v1alpha1/namespaces/ns/foos");
+        assert_eq!(
+            url,
+            "/apis/samplecontroller.k8s.io/v1alpha1/namespaces/ns/foos"
+        );
     }
 }
