@@ -122,6 +122,24 @@ async fn setup(prefix: &str) -> (Client, String, Apis) {
     (client, ns, apis)
 }
 
+/// Runs the cluster's kubectl with the admin kubeconfig; returns stdout, panics on failure.
+async fn kubectl(args: &[&str]) -> String {
+    let cluster = testenv::shared_full().await;
+    let out = tokio::process::Command::new(cluster.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
     let mut foo = Foo::new(
         "",
@@ -186,11 +204,16 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
 
     let example: Foo =
         serde_saphyr::from_str(EXAMPLE_FOO_YAML).expect("examples/example-foo.yaml parses");
+    let started = std::time::Instant::now();
     apis.foos
         .create(&PostParams::default(), &example)
         .await
         .unwrap();
     wait_available(&apis, "example-foo", "example-foo", 1).await;
+    println!(
+        "measured: example Foo created -> Deployment 1/1 available and Foo status 1 in {:?}",
+        started.elapsed()
+    );
 
     let created = apis.foos.get("example-foo").await.unwrap();
     let d = apis.deployments.get("example-foo").await.unwrap();
@@ -250,14 +273,50 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
     })
     .await;
 
+    let started = std::time::Instant::now();
     set_replicas(&apis.foos, "example-foo", 3).await;
     wait_available(&apis, "example-foo", "example-foo", 3).await;
+    println!(
+        "measured: Foo scaled 1 -> 3 -> Deployment 3/3 available and Foo status 3 in {:?}",
+        started.elapsed()
+    );
     let pods = apis
         .pods
         .list(&ListParams::default().labels("app=nginx,controller=example-foo"))
         .await
         .unwrap();
     assert_eq!(pods.items.len(), 3);
+
+    // Someone scales the Deployment by hand: the controller puts the Foo's replicas back.
+    let patch = serde_json::json!({"spec": {"replicas": 5}});
+    apis.deployments
+        .patch(
+            "example-foo",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the hand-scaled Deployment back at 3 replicas",
+        WAIT,
+        || async {
+            let d = apis.deployments.get("example-foo").await.unwrap();
+            d.spec.and_then(|s| s.replicas) == Some(3)
+        },
+    )
+    .await;
+    wait_available(&apis, "example-foo", "example-foo", 3).await;
+    // The two extra Pods the hand-scaling started are scaled away again.
+    eventually("3 Pods left", WAIT, || async {
+        let pods = apis
+            .pods
+            .list(&ListParams::default().labels("app=nginx,controller=example-foo"))
+            .await
+            .unwrap();
+        pods.items.len() == 3
+    })
+    .await;
 
     // Repeated syncs of the same Foo are one Event with a count, not one Event each.
     let synced = events_about(&apis, "example-foo", "Synced").await;
@@ -269,19 +328,7 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
     );
 
     // `kubectl get foos` shows the CRD's printer columns.
-    let cluster = testenv::shared_full().await;
-    let out = std::process::Command::new(cluster.bin_dir().join("kubectl"))
-        .args([
-            "--kubeconfig",
-            cluster.kubeconfig_path().to_str().unwrap(),
-            "-n",
-            &ns,
-            "get",
-            "foos",
-        ])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = kubectl(&["-n", &ns, "get", "foos"]).await;
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
     assert_eq!(
@@ -350,6 +397,15 @@ async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_unto
         "no status written for a Foo whose Deployment is not ours: {status:?}"
     );
     assert!(events_about(&apis, "squatter", "Synced").await.is_empty());
+
+    // What a user sees.
+    let described = kubectl(&["-n", &ns, "describe", "foo", "squatter"]).await;
+    assert!(
+        described.lines().any(|l| l.contains("Warning")
+            && l.contains("ErrResourceExists")
+            && l.contains(message)),
+        "kubectl describe shows the warning:\n{described}"
+    );
 
     controller.stop().await;
 }
