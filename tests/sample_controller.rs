@@ -599,3 +599,78 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     assert!(logs.contains("shutting down"), "log:\n{logs}");
     assert!(logs.contains("shut down"), "log:\n{logs}");
 }
+
+#[tokio::test]
+async fn the_rbac_example_grants_everything_the_controller_needs() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    use kube_client::core::ObjectMeta;
+
+    let (admin, ns, apis) = setup("sample-rbac").await;
+    let cluster = testenv::shared_full().await;
+    let rbac_yaml = include_str!("../examples/sample-controller-rbac.yaml");
+    let role_doc = rbac_yaml
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: ClusterRole\n"))
+        .expect("a ClusterRole in the RBAC example");
+    let role: ClusterRole = serde_saphyr::from_str(role_doc).expect("the ClusterRole parses");
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    match roles.create(&PostParams::default(), &role).await {
+        Ok(_) => {}
+        Err(kube_client::Error::Api(s)) if s.is_already_exists() => {}
+        Err(e) => panic!("creating the ClusterRole: {e}"),
+    }
+    // Bind it to a plain user (the manifest binds the ServiceAccount a Pod would use).
+    let user = format!("{ns}-controller");
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(user.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: role.metadata.name.clone().unwrap(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            namespace: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let restricted = Client::try_from(cluster.user_config(&user, &[]).unwrap()).unwrap();
+    // The role is no wider than it says: deleting Foos is refused.
+    let denied = Api::<Foo>::namespaced(restricted.clone(), "kube-system")
+        .delete("anything", &DeleteParams::default())
+        .await
+        .expect_err("the role grants no deletes");
+    assert!(
+        matches!(&denied, kube_client::Error::Api(s) if s.is_forbidden()),
+        "{denied}"
+    );
+
+    let controller = start_controller(&restricted, &ns);
+    apis.foos
+        .create(&PostParams::default(), &foo("limited", "limited-web", 2))
+        .await
+        .unwrap();
+    wait_available(&apis, "limited", "limited-web", 2).await;
+    set_replicas(&apis.foos, "limited", 1).await;
+    wait_available(&apis, "limited", "limited-web", 1).await;
+    eventually(
+        "a Synced event written as the restricted user",
+        WAIT,
+        || async {
+            events_about(&apis, "limited", "Synced")
+                .await
+                .iter()
+                .any(|e| e.count.unwrap_or(0) >= 2)
+        },
+    )
+    .await;
+    controller.stop().await;
+}
