@@ -9,6 +9,7 @@
 //! | [`leaderelection`]    | `k8s.io/client-go/tools/leaderelection`          |
 //! | [`record`]            | `k8s.io/client-go/tools/record`                  |
 //! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
+//! | [`ops`]               | component-base metrics registry, apiserver healthz |
 //! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
 //!
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
@@ -17,6 +18,7 @@
 pub mod cache;
 pub mod controller;
 pub mod leaderelection;
+pub mod ops;
 pub mod record;
 #[cfg(feature = "testenv")]
 pub mod testenv;
