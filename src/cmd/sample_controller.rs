@@ -33,10 +33,12 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Handlers first, before any await: a SIGTERM during start-up must stop us cleanly.
+    let shutdown = CancellationToken::new();
+    let signals = install_signal_handlers().context("installing SIGINT/SIGTERM handlers")?;
+    tokio::spawn(handle_signals(signals, shutdown.clone()));
     let config = client_config(&args).await?;
     let client = Client::try_from(config).context("building the Kubernetes client")?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(handle_signals(shutdown.clone()));
     let config = ControllerConfig {
         workers: usize::from(args.workers),
         resync: args.resync,
@@ -80,32 +82,37 @@ async fn client_config(args: &Args) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// First SIGINT/SIGTERM cancels `shutdown`; a second one exits the process at once.
-async fn handle_signals(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(term), Ok(int)) => (term, int),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!(error = %e, "cannot install signal handlers");
-            return;
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
         }
-    };
-    let first = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
+    }
+}
+
+fn install_signal_handlers() -> std::io::Result<Signals> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok(Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+    })
+}
+
+/// First SIGINT/SIGTERM cancels `shutdown`; a second one exits the process at once.
+async fn handle_signals(mut signals: Signals, shutdown: CancellationToken) {
+    let first = signals.next().await;
     tracing::info!(
         signal = first,
         "shutting down: finishing queued work (send another signal to exit at once)"
     );
     shutdown.cancel();
-    let second = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
+    let second = signals.next().await;
     eprintln!("received {second} again, exiting at once");
     std::process::exit(1);
 }
