@@ -674,3 +674,122 @@ async fn the_rbac_example_grants_everything_the_controller_needs() {
     .await;
     controller.stop().await;
 }
+
+/// Delegates to the real client, counting status writes.
+struct CountingClient {
+    inner: kubeloop::controller::sample::KubeSyncClient,
+    status_writes: std::sync::atomic::AtomicUsize,
+}
+
+impl kubeloop::controller::sample::SyncClient for CountingClient {
+    fn foo(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Foo>> {
+        self.inner.foo(namespace, name)
+    }
+    fn deployment(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Deployment>> {
+        self.inner.deployment(namespace, name)
+    }
+    async fn create_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        self.inner.create_deployment(d).await
+    }
+    async fn update_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        self.inner.update_deployment(d).await
+    }
+    async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
+        self.status_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.update_foo_status(foo).await
+    }
+    async fn get_foo(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Foo>, kube_client::Error> {
+        self.inner.get_foo(namespace, name).await
+    }
+    fn record_event(
+        &self,
+        foo: &Foo,
+        event_type: kubeloop::record::EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.inner.record_event(foo, event_type, reason, message)
+    }
+}
+
+#[tokio::test]
+async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried() {
+    use kubeloop::cache::{Lister, ThreadSafeStore};
+    use kubeloop::controller::sample::deployment::new_deployment;
+    use kubeloop::controller::sample::sync::sync_handler;
+    use kubeloop::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
+
+    let (client, ns, apis) = setup("sample-conflict").await;
+    let created = apis
+        .foos
+        .create(&PostParams::default(), &foo("stale", "stale-web", 1))
+        .await
+        .unwrap();
+    let deployment = apis
+        .deployments
+        .create(&PostParams::default(), &new_deployment(&created))
+        .await
+        .unwrap();
+    // Someone changes the Foo after our "cache" copied it: the cached resourceVersion is old.
+    let patch = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    let newer = apis
+        .foos
+        .patch("stale", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_ne!(
+        newer.metadata.resource_version,
+        created.metadata.resource_version
+    );
+
+    let foos = ThreadSafeStore::new(Default::default());
+    foos.add(format!("{ns}/stale"), std::sync::Arc::new(created.clone()));
+    let deployments = ThreadSafeStore::new(Default::default());
+    deployments.add(format!("{ns}/stale-web"), std::sync::Arc::new(deployment));
+    let broadcaster = EventBroadcaster::start(
+        KubeEventSink::new(client.clone()),
+        BroadcasterConfig::default(),
+    );
+    let recorder = broadcaster.new_recorder(EventSource {
+        component: "conflict-test".into(),
+        host: None,
+    });
+    let sync_client = CountingClient {
+        inner: kubeloop::controller::sample::KubeSyncClient::new(
+            client.clone(),
+            Lister::new(foos.reader()),
+            Lister::new(deployments.reader()),
+            recorder,
+        ),
+        status_writes: Default::default(),
+    };
+
+    sync_handler(&sync_client, &format!("{ns}/stale"))
+        .await
+        .expect("the conflict is retried, not returned");
+    assert_eq!(
+        sync_client
+            .status_writes
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one write refused with 409, one on the fresh read"
+    );
+    let stored = apis.foos.get("stale").await.unwrap();
+    assert_eq!(stored.status.map(|s| s.available_replicas), Some(0));
+    assert_eq!(
+        stored
+            .metadata
+            .labels
+            .unwrap()
+            .get("touched")
+            .map(String::as_str),
+        Some("yes"),
+        "the other writer's change survives"
+    );
+    broadcaster.shutdown().await;
+}
