@@ -122,6 +122,17 @@ async fn setup(prefix: &str) -> (Client, String, Apis) {
     (client, ns, apis)
 }
 
+/// A plain HTTP/1.1 GET; returns the whole response (status line, headers, body).
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
 /// Runs the cluster's kubectl with the admin kubeconfig; returns stdout, panics on failure.
 async fn kubectl(args: &[&str]) -> String {
     let cluster = testenv::shared_full().await;
@@ -559,6 +570,10 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     let cluster = testenv::shared_full().await;
     let log_path = cluster.dir().join(format!("{ns}-controller.log"));
     let log = std::fs::File::create(&log_path).unwrap();
+    let ops_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().to_string()
+    };
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
         .args([
             "sample-controller",
@@ -570,7 +585,12 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
             "3",
             "--resync",
             "10s",
+            "--metrics-bind-address",
+            &ops_addr,
+            "--health-probe-bind-address",
+            &ops_addr,
         ])
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
@@ -583,6 +603,19 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
         .unwrap();
     wait_available(&apis, "bin-foo", "bin-web", 1).await;
     assert!(child.try_wait().unwrap().is_none(), "still running");
+
+    // Its probes and metrics: ready, and the workqueue has seen the Foo.
+    let readyz = http_get(&ops_addr, "/readyz").await;
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
+    let metrics = http_get(&ops_addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let adds = metrics
+        .lines()
+        .find(|l| l.starts_with("workqueue_adds_total{name=\"Foos\"}"))
+        .unwrap_or_else(|| panic!("no Foos adds series in:\n{metrics}"));
+    let adds: f64 = adds.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(adds >= 1.0, "{adds}");
+    assert!(metrics.contains("kubeloop_reflector_lists"), "{metrics}");
 
     let pid = child.id().expect("pid") as libc::pid_t;
     // SAFETY: sending a signal to the child we spawned and still own.

@@ -1,15 +1,21 @@
 //! `kubeloop sample-controller`: sample-controller's main.go. Flags as there (`--kubeconfig`,
-//! `--master`) plus `--workers`, `--resync` and `--namespace`; in-cluster configuration when neither
+//! `--master`) plus `--workers`, `--resync`, `--namespace` and controller-runtime's
+//! `--metrics-bind-address` / `--health-probe-bind-address`; in-cluster configuration when neither
 //! `--kubeconfig` nor `--master` is given. SIGINT/SIGTERM drain the queue and stop; a second
 //! signal exits at once with status 1 (client-go's `SetupSignalHandler`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kube_client::{Client, Config};
 use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
+use kubeloop::ops::{Check, CheckFn, OpsServer, ServeConfig};
+use kubeloop::workqueue::MetricsProvider;
+use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args, Debug)]
@@ -27,6 +33,14 @@ pub struct Args {
     /// Watch one namespace only (default: all namespaces, as sample-controller does).
     #[arg(long)]
     namespace: Option<String>,
+    /// Serve Prometheus metrics (workqueue and informer series) on /metrics at this address,
+    /// e.g. :8080 or 127.0.0.1:8080; 0 turns it off.
+    #[arg(long, default_value = "0")]
+    metrics_bind_address: String,
+    /// Serve /healthz and /readyz (ready once the caches synced) at this address; 0 turns it
+    /// off. May equal --metrics-bind-address to share one server.
+    #[arg(long, default_value = "0")]
+    health_probe_bind_address: String,
     /// Informer resync period, e.g. 30s, 5m, 1m30s; 0 turns resyncs off.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     resync: Duration,
@@ -45,9 +59,76 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         ..Default::default()
     };
+    start_ops_servers(&args, &config, &shutdown).await?;
     run_controller(client, config, shutdown)
         .await
         .context("running the sample controller")?;
+    Ok(())
+}
+
+/// `/metrics`, `/healthz` and `/readyz`, on one server or two, if asked for.
+async fn start_ops_servers(
+    args: &Args,
+    config: &ControllerConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics_addr = OpsServer::parse_bind_address(&args.metrics_bind_address)
+        .context("--metrics-bind-address")?;
+    let probe_addr = OpsServer::parse_bind_address(&args.health_probe_bind_address)
+        .context("--health-probe-bind-address")?;
+    let registry = metrics_addr.map(|_| {
+        let mut registry = Registry::default();
+        MetricsProvider::global().register(&mut registry);
+        config.cache_metrics.register(&mut registry);
+        Arc::new(registry)
+    });
+    let ready = config.ready.clone();
+    let healthz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("informers-synced", move || {
+        if ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("caches not synced yet, or shutting down".to_string())
+        }
+    }))];
+    let mut servers = Vec::new();
+    match (metrics_addr, probe_addr) {
+        (Some(m), Some(p)) if m == p => {
+            servers.push((
+                m,
+                ServeConfig {
+                    registry,
+                    healthz,
+                    readyz,
+                },
+            ));
+        }
+        (m, p) => {
+            if let Some(m) = m {
+                servers.push((
+                    m,
+                    ServeConfig {
+                        registry,
+                        ..Default::default()
+                    },
+                ));
+            }
+            if let Some(p) = p {
+                servers.push((
+                    p,
+                    ServeConfig {
+                        registry: None,
+                        healthz,
+                        readyz,
+                    },
+                ));
+            }
+        }
+    }
+    for (addr, serve) in servers {
+        let server = OpsServer::start(addr, serve, shutdown.clone()).await?;
+        tracing::info!(addr = %server.addr(), "serving metrics / probes");
+    }
     Ok(())
 }
 

@@ -13,6 +13,7 @@
 //! finished), stops the informers and flushes the event writer.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -26,12 +27,14 @@ use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
 use crate::cache::{
-    DeletedObject, FactoryOptions, Lister, ResourceEventHandlerFuncs, SharedInformerFactory,
-    store::resource_version,
+    CacheMetrics, DeletedObject, FactoryOptions, Lister, ResourceEventHandlerFuncs,
+    SharedInformerFactory, store::resource_version,
 };
 use crate::controller::worker::{WorkerConfig, enqueue, run_workers};
 use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
-use crate::workqueue::{QueueConfig, RateLimitingQueue, sample_controller_rate_limiter};
+use crate::workqueue::{
+    MetricsProvider, QueueConfig, RateLimitingQueue, sample_controller_rate_limiter,
+};
 
 /// The controller's name: event source component, queue name, log field.
 /// sample-controller: `controllerAgentName`.
@@ -48,6 +51,13 @@ pub struct ControllerConfig {
     pub namespace: Option<String>,
     /// The workqueue's name for its metrics (empty: no metrics).
     pub queue_name: String,
+    /// Where the workqueue reports (`None`: the process-wide provider).
+    pub queue_metrics: Option<MetricsProvider>,
+    /// Where the informers report.
+    pub cache_metrics: CacheMetrics,
+    /// Set once the caches have synced and the workers run; cleared when shutdown starts
+    /// (what `/readyz` reports).
+    pub ready: Arc<AtomicBool>,
 }
 
 impl Default for ControllerConfig {
@@ -57,6 +67,9 @@ impl Default for ControllerConfig {
             resync: Duration::from_secs(30),
             namespace: None,
             queue_name: "Foos".to_string(),
+            queue_metrics: None,
+            cache_metrics: CacheMetrics::default(),
+            ready: Arc::default(),
         }
     }
 }
@@ -80,6 +93,7 @@ pub async fn run(
         FactoryOptions {
             namespace: config.namespace.clone(),
             resync_period: config.resync,
+            metrics: config.cache_metrics.clone(),
             ..Default::default()
         },
     );
@@ -87,7 +101,10 @@ pub async fn run(
     let deployments = factory.informer::<Deployment>();
     let queue = RateLimitingQueue::with_config(
         sample_controller_rate_limiter(),
-        QueueConfig::named(config.queue_name.clone()),
+        QueueConfig {
+            name: config.queue_name.clone(),
+            metrics_provider: config.queue_metrics.clone(),
+        },
     );
 
     tracing::info!(controller = CONTROLLER_NAME, "setting up event handlers");
@@ -144,7 +161,10 @@ pub async fn run(
         },
     ));
 
+    config.ready.store(true, Ordering::SeqCst);
+
     shutdown.cancelled().await;
+    config.ready.store(false, Ordering::SeqCst);
     tracing::info!(
         controller = CONTROLLER_NAME,
         queued = queue.len(),
