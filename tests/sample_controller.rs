@@ -826,3 +826,45 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
     );
     broadcaster.shutdown().await;
 }
+
+#[tokio::test]
+async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_error() {
+    // The apiserver-only cluster of this test binary never gets the Foo CRD.
+    let cluster = testenv::shared().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+        .args([
+            "sample-controller",
+            "--kubeconfig",
+            cluster.kubeconfig_path().to_str().unwrap(),
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "keeps waiting for the CRD"
+    );
+    let pid = child.id().expect("pid") as libc::pid_t;
+    // SAFETY: signalling the child this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the Foo CRD (foos.samplecontroller.k8s.io) is not installed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "stopped before the caches synced: [\"samplecontroller.k8s.io/v1alpha1/foos\"] not synced"
+        ),
+        "only the Foo informer is named: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}

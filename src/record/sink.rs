@@ -58,7 +58,7 @@ impl RecordError {
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let name = event.metadata.name.clone().unwrap_or_default();
         match &source {
-            kube_client::Error::Api(status) if status.is_not_found() => {
+            kube_client::Error::Api(status) if status.code == 404 => {
                 RecordError::NotFound { namespace, name }
             }
             kube_client::Error::Api(_) => RecordError::Rejected {

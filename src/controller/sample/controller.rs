@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_client::Client;
+use kube_client::api::ListParams;
+use kube_client::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use super::api::KubeSyncClient;
@@ -111,6 +112,10 @@ pub async fn run(
     foos.add_event_handler(foo_handler(queue.clone()))?;
     deployments.add_event_handler(deployment_handler(foos.lister(), queue.clone()))?;
 
+    tokio::spawn(warn_if_crd_missing(
+        client.clone(),
+        config.namespace.clone(),
+    ));
     factory.start();
     tracing::info!(
         controller = CONTROLLER_NAME,
@@ -126,10 +131,15 @@ pub async fn run(
             .filter(|(_, ok)| !**ok)
             .map(|(name, _)| name.clone())
             .collect(),
-        None => vec![
-            foos.type_name().to_string(),
-            deployments.type_name().to_string(),
-        ],
+        // Stopped while waiting: name the informers that had not synced by then.
+        None => [
+            (foos.type_name(), foos.has_synced()),
+            (deployments.type_name(), deployments.has_synced()),
+        ]
+        .into_iter()
+        .filter(|(_, synced)| !synced)
+        .map(|(name, _)| name.to_string())
+        .collect(),
     };
     if !not_synced.is_empty() {
         queue.shutdown();
@@ -178,6 +188,23 @@ pub async fn run(
     broadcaster.shutdown().await;
     tracing::info!(controller = CONTROLLER_NAME, "shut down");
     Ok(())
+}
+
+/// The Foo informer cannot sync without the CRD, and its list errors alone do not say why:
+/// say it once, plainly. The informer keeps retrying, so installing the CRD later works.
+async fn warn_if_crd_missing(client: Client, namespace: Option<String>) {
+    let foos: Api<Foo> = match &namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    if let Err(kube_client::Error::Api(status)) = foos.list(&ListParams::default().limit(1)).await
+        && status.code == 404
+    {
+        tracing::warn!(
+            controller = CONTROLLER_NAME,
+            "the Foo CRD (foos.samplecontroller.k8s.io) is not installed; apply crds/foo.yaml. Waiting for it."
+        );
+    }
 }
 
 /// Foo add/update -> enqueue the Foo. sample-controller: `enqueueFoo` on `AddFunc`/`UpdateFunc`.

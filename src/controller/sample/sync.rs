@@ -17,6 +17,9 @@
 //! - step 4 changes only `spec.replicas` of the existing Deployment (with its resourceVersion,
 //!   so a concurrent change is a conflict, retried from the newer cached copy); sample-controller
 //!   replaces the whole object with `newDeployment(foo)`, wiping anything else set on it;
+//! - HTTP status codes decide (409 conflict, 404 gone), not kube-core's `is_conflict` /
+//!   `is_not_found`, which are false for a bare-text error body (kube-core 5 checks only the
+//!   reason when the reason is a known one);
 //! - step 5 skips the write when the status already holds the value (sample-controller writes
 //!   on every sync, i.e. every Foo every 30 s), and retries conflicts in place where
 //!   sample-controller returns them as errors.
@@ -144,7 +147,7 @@ async fn update_foo_status<C: SyncClient>(
         updated.status = Some(wanted.clone());
         match client.update_foo_status(&updated).await {
             Ok(_) => return Ok(()),
-            Err(kube_client::Error::Api(status)) if status.is_conflict() => {
+            Err(kube_client::Error::Api(status)) if status.code == 409 => {
                 tracing::debug!(key, "status update conflicted, reading the foo again");
                 match client.get_foo(current.namespace(), current.name()).await {
                     Ok(Some(fresh)) => current = fresh,
@@ -158,7 +161,7 @@ async fn update_foo_status<C: SyncClient>(
                     }
                 }
             }
-            Err(kube_client::Error::Api(status)) if status.is_not_found() => return Ok(()),
+            Err(kube_client::Error::Api(status)) if status.code == 404 => return Ok(()),
             Err(source) => {
                 return Err(SyncError::UpdateStatus {
                     foo: key.to_string(),
