@@ -7,6 +7,7 @@
 //! | [`cache`]             | `k8s.io/client-go/tools/cache`                   |
 //! | [`workqueue`]         | `k8s.io/client-go/util/workqueue`                |
 //! | [`leaderelection`]    | `k8s.io/client-go/tools/leaderelection`          |
+//! | [`record`]            | `k8s.io/client-go/tools/record`                  |
 //! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
 //! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
 //!
@@ -16,6 +17,7 @@
 pub mod cache;
 pub mod controller;
 pub mod leaderelection;
+pub mod record;
 #[cfg(feature = "testenv")]
 pub mod testenv;
 pub mod workqueue;
