@@ -23,6 +23,9 @@ enum Command {
     /// scheduler and a kwok node) until Ctrl-C; built by hack/build-control-plane.
     #[cfg(feature = "testenv")]
     Cluster(cmd::cluster::Args),
+    /// Run the VirtualMachine controller (controller101): VMs as containers through the Docker
+    /// API, with finalizers and leader election.
+    VmController(cmd::vm_controller::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             #[cfg(feature = "testenv")]
             Command::Cluster(args) => cmd::cluster::run(args).await,
+            Command::VmController(args) => cmd::vm_controller::run(args).await,
         }
     })
 }

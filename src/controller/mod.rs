@@ -4,5 +4,7 @@
 //! | kubeloop            | counterpart                                                   |
 //! |---------------------|---------------------------------------------------------------|
 //! | [`worker`]          | sample-controller's `runWorker` / `processNextWorkItem`       |
+//! | [`vm`]              | controller101's VirtualMachine controller                   |
 
 pub mod worker;
+pub mod vm;

@@ -29,18 +29,10 @@ use super::driver::{Driver, DriverError, ServerSpec, ServerStatus as DriverServe
 use super::error_policy::ReconcileError;
 use super::quantity::resources_of;
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
+pub use crate::controller::worker::Action;
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
-
-/// What the worker does with the key after a successful reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Forget the key until the next event.
-    Done,
-    /// Forget the key's failures and look at it again after this long.
-    RequeueAfter(Duration),
-}
 
 /// Settings of the phase machine.
 #[derive(Clone, Debug)]

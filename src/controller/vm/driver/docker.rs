@@ -18,7 +18,10 @@
 //! compared.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
@@ -71,22 +74,35 @@ impl DockerDriverConfig {
     }
 }
 
-/// The driver. Connecting is lazy: an engine that is down fails the calls, not the constructor.
+/// The driver. Connecting is lazy: an engine that is down (even one whose socket file does not
+/// exist yet, which bollard refuses at connect time) fails the calls, not the constructor, so
+/// the controller starts and reports the outage on the VMs.
 #[derive(Clone)]
 pub struct DockerDriver {
-    docker: Docker,
+    /// The client once connected; bollard opens a new connection per request on unix sockets,
+    /// so a client stays valid across engine restarts.
+    docker: Arc<Mutex<Option<Docker>>>,
     config: DockerDriverConfig,
     engine: String,
 }
 
 impl DockerDriver {
-    /// A driver for `config.host`; fails only if the address cannot be parsed.
-    pub fn new(config: DockerDriverConfig) -> Result<Self, DriverError> {
+    /// A driver for `config.host` (not contacted until the first call).
+    pub fn new(config: DockerDriverConfig) -> Self {
         let engine = format!("docker engine at {}", config.host);
-        let docker = Docker::connect_with_host(&config.host)
-            .map_err(|e| DriverError::Unreachable { engine: engine.clone(), message: e.to_string() })?
-            .with_timeout(config.timeout);
-        Ok(Self { docker, config, engine })
+        Self { docker: Arc::default(), config, engine }
+    }
+
+    fn client(&self) -> Result<Docker, DriverError> {
+        let mut slot = self.docker.lock();
+        if let Some(docker) = slot.as_ref() {
+            return Ok(docker.clone());
+        }
+        let docker = Docker::connect_with_host(&self.config.host)
+            .map_err(|e| DriverError::Unreachable { engine: self.engine.clone(), message: e.to_string() })?
+            .with_timeout(self.config.timeout);
+        *slot = Some(docker.clone());
+        Ok(docker)
     }
 
     fn error(&self, operation: &'static str, server: &str, error: BollardError) -> DriverError {
@@ -103,7 +119,7 @@ impl DockerDriver {
 
     /// The container named exactly `name`, or `None`.
     async fn inspect(&self, name: &str) -> Result<Option<ContainerInspectResponse>, DriverError> {
-        match self.docker.inspect_container(name, None::<InspectContainerOptions>).await {
+        match self.client()?.inspect_container(name, None::<InspectContainerOptions>).await {
             Ok(found) => {
                 // The engine also resolves ids and id prefixes; only an exact name counts.
                 let found_name = found.name.as_deref().unwrap_or("").trim_start_matches('/');
@@ -115,7 +131,7 @@ impl DockerDriver {
     }
 
     async fn start(&self, name: &str) -> Result<(), DriverError> {
-        match self.docker.start_container(name, None).await {
+        match self.client()?.start_container(name, None).await {
             // 304: already running.
             Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
             Err(e) => Err(self.error("start", name, e)),
@@ -124,7 +140,7 @@ impl DockerDriver {
 
     async fn one_sample(&self, name: &str) -> Result<Option<ContainerStatsResponse>, DriverError> {
         let options = StatsOptionsBuilder::new().stream(false).build();
-        match self.docker.stats(name, Some(options)).next().await {
+        match self.client()?.stats(name, Some(options)).next().await {
             None => Ok(None),
             Some(Ok(stats)) => Ok(Some(stats)),
             Some(Err(BollardError::DockerResponseServerError { status_code: 404, .. })) => Ok(None),
@@ -206,7 +222,7 @@ impl Driver for DockerDriver {
             ..ContainerCreateBody::default()
         };
         let options = CreateContainerOptionsBuilder::new().name(&spec.name).build();
-        match self.docker.create_container(Some(options), body).await {
+        match self.client()?.create_container(Some(options), body).await {
             Ok(_) => {}
             // The name is taken: a container from an earlier attempt or controller. Adopt it.
             Err(BollardError::DockerResponseServerError { status_code: 409, .. }) => {
@@ -228,7 +244,7 @@ impl Driver for DockerDriver {
 
     async fn delete_server(&self, name: &str) -> Result<(), DriverError> {
         let options = RemoveContainerOptionsBuilder::new().force(true).build();
-        match self.docker.remove_container(name, Some(options)).await {
+        match self.client()?.remove_container(name, Some(options)).await {
             Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
             Err(e) => Err(self.error("delete", name, e)),
         }
@@ -286,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_engine_that_is_not_there_is_reported_as_unreachable_naming_its_address() {
-        let driver = DockerDriver::new(DockerDriverConfig { host: "unix:///nonexistent/kubeloop-test.sock".into(), ..Default::default() }).unwrap();
+        let driver = DockerDriver::new(DockerDriverConfig { host: "unix:///nonexistent/kubeloop-test.sock".into(), ..Default::default() });
         let err = driver.server_exists("x").await.unwrap_err();
         assert!(matches!(err, DriverError::Unreachable { .. }), "{err:?}");
         assert!(err.to_string().contains("docker engine at unix:///nonexistent/kubeloop-test.sock"), "{err}");
