@@ -47,12 +47,20 @@ fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
+/// apply`s of a new object race to create it).
 async fn install_crd(cluster: &Cluster) {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if *installed {
+        return;
+    }
     let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
     assert!(ok, "applying the CRD: {out}{err}");
     let (ok, out, err) =
         kubectl(cluster, &["wait", "--for", "condition=established", "--timeout=60s", "crd/virtualmachines.cloudnative.tw"]);
     assert!(ok, "waiting for the CRD: {out}{err}");
+    *installed = true;
 }
 
 async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
@@ -221,4 +229,296 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(labelled_containers(&ns), Vec::<String>::new(), "no container was created");
     assert_eq!(controller.terminate(), Some(0));
+}
+
+/// The usage column of `kubectl get vms` for `name`: (STATUS, CPU, MEMORY).
+fn kubectl_columns(cluster: &Cluster, ns: &str, name: &str) -> (String, Vec<String>) {
+    let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", ns]);
+    assert!(ok, "kubectl get vms: {err}");
+    let header = out.lines().next().unwrap_or_default().to_string();
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} missing from kubectl get vms:\n{out}"));
+    (header, row.split_whitespace().map(str::to_string).collect())
+}
+
+async fn start_busy_loop(docker: &Docker, container: &str) {
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions { cmd: Some(vec!["sh", "-c", "while :; do :; done"]), ..Default::default() },
+        )
+        .await
+        .expect("creating the exec");
+    docker.start_exec(&exec.id, Some(StartExecOptions { detach: true, ..Default::default() })).await.expect("starting the exec");
+}
+
+#[tokio::test]
+async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_delete() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-life").await.unwrap();
+    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let refresh = Duration::from_secs(3);
+    let mut controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    assert!(ok, "{out}{err}");
+    let active = wait_phase(&api, "test-vm", Phase::Active, Duration::from_secs(90), &controller).await;
+    assert!(active.has_finalizer());
+    let server = active.status.as_ref().unwrap().server.clone().unwrap();
+    assert_eq!(server.state, "running");
+
+    // The container: exact name, limits in engine units, labels naming the VM.
+    let docker = docker_at(&host);
+    let name = container_name(&ns, "test-vm");
+    let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.expect("the container exists");
+    assert_eq!(inspected.id.as_deref(), Some(server.id.as_str()));
+    let host_config = inspected.host_config.unwrap();
+    assert_eq!(host_config.memory, Some(4_000_000_000));
+    assert_eq!(host_config.nano_cpus, Some(2_000_000_000));
+    let labels = inspected.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("kubeloop.dev/vm-namespace"), Some(&ns));
+    assert_eq!(labels.get("kubeloop.dev/vm-name").map(String::as_str), Some("test-vm"));
+    assert_eq!(labels.get("kubeloop.dev/vm-uid"), active.metadata.uid.as_ref());
+
+    // kubectl shows the printer columns filled.
+    let (header, row) = kubectl_columns(cluster, &ns, "test-vm");
+    assert_eq!(header.split_whitespace().collect::<Vec<_>>(), vec!["NAME", "STATUS", "CPU", "MEMORY", "AGE"]);
+    assert_eq!(row[1], "Active", "{row:?}");
+    let idle_cpu: f64 = row[2].parse().unwrap_or_else(|_| panic!("CPU column is a number: {row:?}"));
+    let memory: f64 = row[3].parse().unwrap_or_else(|_| panic!("MEMORY column is a number: {row:?}"));
+    assert!(memory > 0.0, "a running httpd uses some memory: {row:?}");
+    assert!(idle_cpu < 50.0, "idle httpd: {row:?}");
+
+    // Load it: the CPU column follows within a refresh period (plus the stats sample and the
+    // kubectl poll). One busy loop is 100% of a core on an idle host; on these shared 2-core
+    // machines it gets far less when other builds run, so the bar is "clearly above idle".
+    start_busy_loop(&docker, &name).await;
+    let loaded_at = Instant::now();
+    let threshold = (idle_cpu + 5.0).max(10.0);
+    let busy_cpu = eventually(&format!("the CPU column to rise above {threshold}"), refresh * 3, || async {
+        let (_, row) = kubectl_columns(cluster, &ns, "test-vm");
+        row[2].parse::<f64>().ok().filter(|cpu| *cpu > threshold)
+    })
+    .await;
+    let rose_after = loaded_at.elapsed();
+    println!("CPU column: idle {idle_cpu} -> loaded {busy_cpu} after {rose_after:?} (refresh interval {refresh:?})");
+
+    // Delete: Terminating, then the container goes, then the object.
+    let list = api.list(&Default::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    let mut phases = Vec::new();
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(event) = events.try_next().await.expect("watch") {
+            match event {
+                WatchEvent::Modified(vm) => phases.push(vm.phase()),
+                WatchEvent::Deleted(vm) => return vm,
+                _ => {}
+            }
+        }
+        panic!("watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("test-vm was not deleted; phases seen {phases:?}; log:\n{}", tail(&controller.log_text(), 30)));
+    assert!(phases.contains(&Phase::Terminating), "phases seen while deleting: {phases:?}");
+    assert_eq!(deleted.phase(), Phase::Terminating);
+    let gone = docker.inspect_container(&name, None::<InspectContainerOptions>).await;
+    assert!(
+        matches!(gone, Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })),
+        "the container is gone before the object: {gone:?}"
+    );
+    assert!(vm(&api, "test-vm").await.is_none());
+    assert_eq!(controller.terminate(), Some(0));
+}
+
+async fn apply_vm(cluster: &Cluster, ns: &str, name: &str, cpu: &str, memory: &str) {
+    let manifest = format!(
+        "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{resource: {{cpu: \"{cpu}\", memory: \"{memory}\"}}}}\n"
+    );
+    let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
+    std::fs::write(&path, manifest).unwrap();
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+}
+
+async fn container_exists(docker: &Docker, name: &str) -> bool {
+    match docker.inspect_container(name, None::<InspectContainerOptions>).await {
+        Ok(_) => true,
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => false,
+        Err(e) => panic!("inspecting {name}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_back() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-zombie").await.unwrap();
+    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let name = container_name(&ns, "zombie");
+
+    let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
+    apply_vm(cluster, &ns, "zombie", "1", "64Mi").await;
+    wait_phase(&api, "zombie", Phase::Active, Duration::from_secs(90), &first).await;
+    assert_eq!(first.terminate(), Some(0), "SIGTERM stops the controller cleanly");
+
+    // controller101 removed nothing here: the container outlived its VM for good.
+    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "zombie", "-n", &ns, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = vm(&api, "zombie").await.expect("the finalizer keeps the object while no controller runs");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(container_exists(&docker, &name).await, "nothing deleted the container yet");
+
+    let second = Controller::spawn(cluster, &ns, &host, "second", &[]);
+    eventually("the object to go", Duration::from_secs(60), || async { vm(&api, "zombie").await.is_none().then_some(()) }).await;
+    assert!(!container_exists(&docker, &name).await, "the restarted controller deleted the container");
+    assert!(second.log_text().contains("server deleted; removing the finalizer"), "{}", tail(&second.log_text(), 20));
+}
+
+/// A podman service of this test's own on a temp socket, so it can be stopped and restarted
+/// without touching the shared one.
+struct PrivateEngine {
+    socket: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateEngine {
+    fn new(dir: &Path) -> Self {
+        let socket = std::env::temp_dir().join(format!("kubeloop-vm-engine-{}.sock", std::process::id()));
+        Self { socket, log: dir.join(format!("podman-private-{}.log", std::process::id())), child: None }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    async fn start(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new("podman")
+            .args(["system", "service", "--time=0"])
+            .arg(self.host())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting podman system service");
+        self.child = Some(child);
+        let host = self.host();
+        eventually("the private podman service to answer", Duration::from_secs(30), || {
+            let host = host.clone();
+            async move {
+                let docker = Docker::connect_with_host(&host).ok()?;
+                docker.ping().await.ok().map(|_| ())
+            }
+        })
+        .await;
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateEngine {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[tokio::test]
+async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_once_back() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-outage").await.unwrap();
+    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let mut engine = PrivateEngine::new(cluster.dir());
+    engine.start().await;
+    let host = engine.host();
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+
+    apply_vm(cluster, &ns, "outage", "1", "64Mi").await;
+    let before = wait_phase(&api, "outage", Phase::Active, Duration::from_secs(90), &controller).await;
+    let id_before = before.status.unwrap().server.unwrap().id;
+
+    engine.stop();
+    let failed = wait_phase(&api, "outage", Phase::Failed, Duration::from_secs(30), &controller).await;
+    let reason = failed.status.unwrap().reason;
+    assert!(reason.contains(&format!("docker engine at {host} is unreachable")), "the reason names the engine: {reason}");
+    println!("reason while the engine is down: {reason}");
+
+    engine.start().await;
+    let after = wait_phase(&api, "outage", Phase::Active, Duration::from_secs(60), &controller).await;
+    let status = after.status.unwrap();
+    assert_eq!(status.reason, "");
+    assert_eq!(status.server.unwrap().id, id_before, "the container survived the outage and was adopted");
+}
+
+async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await.unwrap(), ns);
+    leases.get_opt("controller101").await.unwrap().and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-ha").await.unwrap();
+    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let timing = ["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+
+    let mut a = Controller::spawn(cluster, &ns, &host, "replica-a", &timing);
+    eventually("replica-a to lead", Duration::from_secs(30), || async {
+        (lease_holder(cluster, &ns).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
+    apply_vm(cluster, &ns, "first", "1", "64Mi").await;
+    wait_phase(&api, "first", Phase::Active, Duration::from_secs(90), &a).await;
+    assert!(a.log_text().contains("became the leader"));
+    let b_log = b.log_text();
+    assert!(!b_log.contains("became the leader") && !b_log.contains("writing status"), "the standby must not act:\n{b_log}");
+
+    // The leader dies without releasing the lease; work arrives while nobody leads.
+    a.kill();
+    apply_vm(cluster, &ns, "second", "1", "64Mi").await;
+    let killed_at = Instant::now();
+    wait_phase(&api, "second", Phase::Active, Duration::from_secs(90), &b).await;
+    println!("the standby finished the pending VM {:?} after the leader was killed", killed_at.elapsed());
+    assert_eq!(lease_holder(cluster, &ns).await.as_deref(), Some("replica-b"));
+    assert!(container_exists(&docker, &container_name(&ns, "second")).await);
+
+    // The new leader also finishes the old leader's VMs: delete the first one.
+    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "first", "-n", &ns, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    eventually("first to be cleaned up by replica-b", Duration::from_secs(60), || async { vm(&api, "first").await.is_none().then_some(()) })
+        .await;
+    assert!(!container_exists(&docker, &container_name(&ns, "first")).await);
+
+    // SIGTERM: the leader stops, releases the lease and exits 0.
+    assert_eq!(b.terminate(), Some(0));
+    assert_eq!(lease_holder(cluster, &ns).await, None, "the lease was released");
 }
