@@ -286,6 +286,10 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     assert_eq!(labels.get("kubeloop.dev/vm-name").map(String::as_str), Some("test-vm"));
     assert_eq!(labels.get("kubeloop.dev/vm-uid"), active.metadata.uid.as_ref());
 
+    // The controller said so in an Event.
+    let (ok, out, err) = kubectl(cluster, &["get", "events", "-n", &ns, "--field-selector", "involvedObject.name=test-vm"]);
+    assert!(ok && out.contains("ServerRunning"), "an Event about the running server: {out}{err}");
+
     // kubectl shows the printer columns filled.
     let (header, row) = kubectl_columns(cluster, &ns, "test-vm");
     assert_eq!(header.split_whitespace().collect::<Vec<_>>(), vec!["NAME", "STATUS", "CPU", "MEMORY", "AGE"]);
@@ -521,4 +525,46 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     // SIGTERM: the leader stops, releases the lease and exits 0.
     assert_eq!(b.terminate(), Some(0));
     assert_eq!(lease_holder(cluster, &ns).await, None, "the lease was released");
+}
+
+#[tokio::test]
+async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreated() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-vanish").await.unwrap();
+    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+
+    apply_vm(cluster, &ns, "ghost", "500m", "64Mi").await;
+    let active = wait_phase(&api, "ghost", Phase::Active, Duration::from_secs(90), &controller).await;
+    let old_id = active.status.unwrap().server.unwrap().id;
+
+    let rv = api.get("ghost").await.unwrap().metadata.resource_version.unwrap();
+    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let name = container_name(&ns, "ghost");
+    let out = Command::new("podman").args(["rm", "-f", "-t", "0", &name]).output().unwrap();
+    assert!(out.status.success(), "podman rm: {}", String::from_utf8_lossy(&out.stderr));
+
+    let mut seen = Vec::new();
+    let new_id = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(WatchEvent::Modified(vm)) = events.try_next().await.expect("watch") {
+            let status = vm.status.clone().unwrap_or_default();
+            seen.push((status.phase, status.reason.clone()));
+            if status.phase == Phase::Active && let Some(server) = status.server.filter(|s| s.id != old_id) {
+                return server.id;
+            }
+        }
+        panic!("watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not recreated; seen {seen:?}\n{}", tail(&controller.log_text(), 30)));
+    let vanished = seen.iter().find(|(phase, _)| *phase == Phase::Failed).unwrap_or_else(|| panic!("no Failed phase in {seen:?}"));
+    assert!(vanished.1.contains(&format!("server {name} (id {old_id}) vanished")), "{vanished:?}");
+    let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.unwrap();
+    assert_eq!(inspected.id.as_deref(), Some(new_id.as_str()));
+    assert_eq!(inspected.host_config.unwrap().nano_cpus, Some(500_000_000));
 }

@@ -22,13 +22,17 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use super::api::KubeVmApi;
+use futures::future::BoxFuture;
+
+use super::api::{KubeVmApi, VmApi};
+use super::error_policy::ReconcileError;
 use super::driver::Driver;
 use super::reconcile::{Reconciler, ReconcilerConfig};
 use super::types::VirtualMachine;
 use crate::cache::{DeletedObject, FactoryOptions, ResourceEventHandlerFuncs, SharedInformerFactory};
 use crate::controller::worker::{Action, WorkerConfig, enqueue, key_of_deleted, run_workers};
 use crate::leaderelection::LeaderContext;
+use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
 use crate::workqueue::{QueueConfig, RateLimitingQueue, default_controller_rate_limiter};
 
 /// Settings of one controller instance.
@@ -75,11 +79,16 @@ pub async fn run<D: Driver>(
         RateLimitingQueue::with_config(default_controller_rate_limiter(), QueueConfig::named("virtualmachines"));
     informer.add_event_handler(handlers(queue.clone()))?;
 
-    let reconciler = Arc::new(Reconciler::new(
-        driver,
-        KubeVmApi::new(client, informer.lister()),
-        ReconcilerConfig { refresh_interval: config.refresh_interval },
-    ));
+    let events = EventBroadcaster::start(KubeEventSink::new(client.clone()), BroadcasterConfig::default());
+    let recorder = events.new_recorder(EventSource { component: "vm-controller".into(), host: None });
+    let reconciler = Arc::new(
+        Reconciler::new(
+            driver,
+            KubeVmApi::new(client, informer.lister()),
+            ReconcilerConfig { refresh_interval: config.refresh_interval },
+        )
+        .with_recorder(recorder),
+    );
     info!(engine = reconciler.driver().engine(), workers = config.workers, "starting the VirtualMachine controller");
     factory.start();
     let synced = tokio::select! {
@@ -89,6 +98,7 @@ pub async fn run<D: Driver>(
     if !synced {
         queue.shutdown();
         factory.shutdown().await;
+        events.shutdown().await;
         return Err(VmControllerError::CacheNotSynced);
     }
     info!("VirtualMachine informer synced; workers starting");
@@ -96,23 +106,7 @@ pub async fn run<D: Driver>(
     let workers = tokio::spawn(run_workers(
         queue.clone(),
         WorkerConfig { workers: config.workers, name: "vm-controller".into() },
-        move |key: String| {
-            let reconciler = Arc::clone(&reconciler);
-            let leader = leader.clone();
-            async move {
-                if leader.as_ref().is_some_and(|l| !l.still_leading()) {
-                    // Leadership ended: do nothing; the queue is being shut down.
-                    return Ok(Action::Done);
-                }
-                match reconciler.reconcile(&key).await {
-                    Err(e) if !e.retry() => {
-                        error!(key = %key, error = %e, "dropping key");
-                        Ok(Action::Done)
-                    }
-                    other => other,
-                }
-            }
-        },
+        worker_fn(reconciler, leader),
     ));
     stop.cancelled().await;
     info!("stopping the VirtualMachine controller");
@@ -121,7 +115,33 @@ pub async fn run<D: Driver>(
         error!(error = %e, "worker loop ended abnormally");
     }
     factory.shutdown().await;
+    events.shutdown().await;
     Ok(())
+}
+
+/// What each worker calls with a key: the reconcile, unless leadership has ended; errors that
+/// must not be retried (see [`super::error_policy`]) are logged and the key dropped.
+pub(crate) fn worker_fn<D: Driver, A: VmApi>(
+    reconciler: Arc<Reconciler<D, A>>,
+    leader: Option<LeaderContext>,
+) -> impl Fn(String) -> BoxFuture<'static, Result<Action, ReconcileError>> + Send + Sync + 'static {
+    move |key: String| {
+        let reconciler = Arc::clone(&reconciler);
+        let leader = leader.clone();
+        Box::pin(async move {
+            if leader.as_ref().is_some_and(|l| !l.still_leading()) {
+                // Leadership ended: act no more; the queue is being shut down.
+                return Ok(Action::Done);
+            }
+            match reconciler.reconcile(&key).await {
+                Err(e) if !e.retry() => {
+                    error!(key = %key, error = %e, "dropping key");
+                    Ok(Action::Done)
+                }
+                other => other,
+            }
+        })
+    }
 }
 
 /// Adds and deletes always; updates only when something the controller acts on changed.
@@ -154,7 +174,64 @@ pub fn needs_reconcile(old: &VirtualMachine, new: &VirtualMachine) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::vm::driver::FakeDriver;
+    use crate::controller::vm::fake_api::FakeApi;
     use crate::controller::vm::types::{Phase, VirtualMachineStatus};
+    use crate::workqueue::ItemExponentialFailureRateLimiter;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_vm_that_keeps_failing_is_retried_with_exponential_backoff_not_in_a_hot_loop() {
+        let driver = FakeDriver::new();
+        let api = FakeApi::new();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        driver.fail_creates(u32::MAX);
+        let reconciler = Arc::new(Reconciler::new(driver.clone(), api.clone(), ReconcilerConfig::default()));
+        // The per-item part of the controller's default limiter: 5 ms doubling, cap 1000 s.
+        let queue: RateLimitingQueue<String> =
+            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000)));
+        let workers = tokio::spawn(run_workers(queue.clone(), WorkerConfig { workers: 2, name: "test".into() }, worker_fn(reconciler, None)));
+        queue.add(key.clone());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Attempts at 0, 5, 15, 35, ... ms: 5 ms * (2^n - 1) <= 10 s gives n <= 10, so 11 or 12
+        // attempts in 10 s; a hot loop would make thousands.
+        let attempts = driver.calls("create");
+        assert!((10..=13).contains(&attempts), "{attempts} create attempts in 10 s");
+        assert_eq!(api.object(&key).unwrap().phase(), Phase::Failed);
+        // Another 10 s add at most one attempt (the next delay is about 10 s).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(driver.calls("create") <= attempts + 1);
+        queue.shutdown_with_drain().await;
+        workers.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_active_vm_is_refreshed_on_the_timed_requeue_and_a_deleted_one_stops_being_requeued() {
+        let driver = FakeDriver::new();
+        let api = FakeApi::new();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        let refresh = Duration::from_secs(20);
+        let reconciler = Arc::new(Reconciler::new(driver.clone(), api.clone(), ReconcilerConfig { refresh_interval: refresh }));
+        let queue: RateLimitingQueue<String> =
+            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000)));
+        let workers = tokio::spawn(run_workers(queue.clone(), WorkerConfig::default(), worker_fn(reconciler, None)));
+        queue.add(key.clone());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(driver.calls("status"), 1);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(driver.calls("status"), 4, "one refresh per 20 s, without any event");
+
+        // Deleted: finalized on the next pass, then never looked at again.
+        api.delete(&key);
+        queue.add(key.clone());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(api.object(&key).is_none());
+        let calls = driver.calls("status") + driver.calls("delete");
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(driver.calls("status") + driver.calls("delete"), calls, "no requeue of a deleted VM");
+        assert_eq!(queue.len(), 0);
+        queue.shutdown_with_drain().await;
+        workers.await.unwrap();
+    }
 
     #[test]
     fn status_only_updates_do_not_wake_the_controller_but_spec_and_deletion_do() {

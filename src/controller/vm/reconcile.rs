@@ -29,6 +29,7 @@ use super::driver::{Driver, DriverError, ServerSpec, ServerStatus as DriverServe
 use super::error_policy::ReconcileError;
 use super::quantity::resources_of;
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
+use crate::record::{EventRecorder, EventType};
 pub use crate::controller::worker::Action;
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
@@ -52,11 +53,25 @@ pub struct Reconciler<D, A> {
     driver: D,
     api: A,
     config: ReconcilerConfig,
+    /// Events for `kubectl describe vm` (none in unit tests).
+    recorder: Option<EventRecorder>,
 }
 
 impl<D: Driver, A: VmApi> Reconciler<D, A> {
     pub fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
-        Self { driver, api, config }
+        Self { driver, api, config, recorder: None }
+    }
+
+    /// Also records Kubernetes Events about the VMs.
+    pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    fn event(&self, vm: &VirtualMachine, event_type: EventType, reason: &str, message: &str) {
+        if let Some(recorder) = &self.recorder {
+            recorder.event(vm, event_type, reason, message);
+        }
     }
 
     /// The driver (for tests and wiring).
@@ -89,6 +104,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             Err(invalid) => {
                 // The schema should have refused it; say so on the object and wait for an edit.
                 warn!(error = %invalid, "invalid VirtualMachine spec");
+                self.event(&vm, EventType::Warning, "InvalidSpec", &invalid.to_string());
                 self.set_status(&vm, failed(&vm, invalid.to_string())).await?;
                 return Ok(Action::Done);
             }
@@ -105,6 +121,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 Some(previous) if vm.phase() != Phase::Creating => {
                     let vanished = format!("server {server} (id {}) vanished; recreating it", previous.id);
                     warn!(vm = %vm.key(), "{vanished}");
+                    self.event(&vm, EventType::Warning, "ServerVanished", &vanished);
                     let Some(_) = self.set_status(&vm, failed(&vm, vanished.clone())).await? else { return Ok(Action::Done) };
                     vanished
                 }
@@ -130,6 +147,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         match self.driver.create_server(&spec).await {
             Ok(status) => {
                 info!(vm = %vm.key(), server = %spec.name, id = %status.id, "server running");
+                self.event(&vm, EventType::Normal, "ServerRunning", &format!("server {} (id {}) is running", spec.name, status.id));
                 self.set_active(&vm, &status).await
             }
             Err(e) => self.fail(&vm, e).await,
@@ -163,6 +181,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             return Err(ReconcileError::Driver { vm: vm.key(), source: e });
         }
         info!(vm = %vm.key(), server = %server, "server deleted; removing the finalizer");
+        self.event(&vm, EventType::Normal, "ServerDeleted", &format!("server {server} deleted"));
         set_finalizer(&self.api, &vm, false).await?;
         Ok(Action::Done)
     }
@@ -191,6 +210,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         let status = failed(vm, error.to_string());
         let unchanged = vm.status.as_ref().is_some_and(|s| s.phase == Phase::Failed && s.reason == status.reason);
         if !unchanged {
+            self.event(vm, EventType::Warning, "Failed", &status.reason);
             self.set_status(vm, status).await?;
         }
         Err(ReconcileError::Driver { vm: vm.key(), source: error })

@@ -113,7 +113,7 @@ impl DockerDriver {
                 server: server.to_string(),
                 message: format!("{status_code}: {}", message.trim()),
             },
-            other => DriverError::Unreachable { engine: self.engine.clone(), message: other.to_string() },
+            other => DriverError::Unreachable { engine: self.engine.clone(), message: with_sources(&other) },
         }
     }
 
@@ -164,6 +164,22 @@ impl DockerDriver {
         };
         Ok((cpu, memory))
     }
+}
+
+/// The error and its causes, `outer: inner: innermost` (bollard's transport errors say
+/// "client error (Connect)" and keep "Connection refused" in their sources).
+fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// CPU% between two samples: cpu_delta / system_delta * online_cpus * 100.
