@@ -25,11 +25,15 @@ const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml
 const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
 
 fn docker_host() -> String {
-    std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string())
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string())
 }
 
 fn docker_at(host: &str) -> Docker {
-    Docker::connect_with_host(host).unwrap_or_else(|e| panic!("connecting to {host}: {e} (run hack/setup-podman)"))
+    Docker::connect_with_host(host)
+        .unwrap_or_else(|e| panic!("connecting to {host}: {e} (run hack/setup-podman)"))
 }
 
 fn container_name(ns: &str, name: &str) -> String {
@@ -44,7 +48,11 @@ fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
         .args(args)
         .output()
         .expect("running kubectl");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
@@ -57,8 +65,16 @@ async fn install_crd(cluster: &Cluster) {
     }
     let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
     assert!(ok, "applying the CRD: {out}{err}");
-    let (ok, out, err) =
-        kubectl(cluster, &["wait", "--for", "condition=established", "--timeout=60s", "crd/virtualmachines.cloudnative.tw"]);
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/virtualmachines.cloudnative.tw",
+        ],
+    );
     assert!(ok, "waiting for the CRD: {out}{err}");
     *installed = true;
 }
@@ -73,7 +89,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -85,14 +104,36 @@ struct Controller {
 }
 
 impl Controller {
-    fn spawn(cluster: &Cluster, ns: &str, docker_host: &str, identity: &str, extra: &[&str]) -> Self {
-        let log = cluster.dir().join(format!("vm-controller-{ns}-{identity}-{}.log", std::process::id()));
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+    fn spawn(
+        cluster: &Cluster,
+        ns: &str,
+        docker_host: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
+        let log = cluster.dir().join(format!(
+            "vm-controller-{ns}-{identity}-{}.log",
+            std::process::id()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
             .arg("vm-controller")
             .arg("--kubeconfig")
             .arg(cluster.kubeconfig_path())
-            .args(["--namespace", ns, "--lease-lock-namespace", ns, "--holder-identity", identity, "--vm-driver", "docker"])
+            .args([
+                "--namespace",
+                ns,
+                "--lease-lock-namespace",
+                ns,
+                "--holder-identity",
+                identity,
+                "--vm-driver",
+                "docker",
+            ])
             .args(extra)
             .env("DOCKER_HOST", docker_host)
             .env("RUST_LOG", "info,kubeloop=debug")
@@ -121,7 +162,11 @@ impl Controller {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code();
             }
-            assert!(Instant::now() < deadline, "controller did not stop on SIGTERM; log:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "controller did not stop on SIGTERM; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -147,25 +192,48 @@ struct ContainerCleanup {
 impl Drop for ContainerCleanup {
     fn drop(&mut self) {
         let filter = format!("label=kubeloop.dev/vm-namespace={}", self.namespace);
-        let Ok(out) = Command::new("podman").args(["ps", "-aq", "--filter", &filter]).output() else { return };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+        let Ok(out) = Command::new("podman")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
         if !ids.is_empty() {
-            let _ = Command::new("podman").args(["rm", "-f", "-t", "0"]).args(&ids).output();
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "0"])
+                .args(&ids)
+                .output();
         }
     }
 }
 
 fn labelled_containers(namespace: &str) -> Vec<String> {
     let filter = format!("label=kubeloop.dev/vm-namespace={namespace}");
-    let out = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}", "--filter", &filter]).output().expect("podman ps");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()
+    let out = Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}", "--filter", &filter])
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 async fn vm(api: &Api<VirtualMachine>, name: &str) -> Option<VirtualMachine> {
     api.get_opt(name).await.expect("GET VirtualMachine")
 }
 
-async fn wait_phase(api: &Api<VirtualMachine>, name: &str, phase: Phase, timeout: Duration, controller: &Controller) -> VirtualMachine {
+async fn wait_phase(
+    api: &Api<VirtualMachine>,
+    name: &str,
+    phase: Phase,
+    timeout: Duration,
+    controller: &Controller,
+) -> VirtualMachine {
     let deadline = Instant::now() + timeout;
     loop {
         let current = vm(api, name).await;
@@ -190,7 +258,9 @@ fn tail(text: &str, n: usize) -> String {
 
 async fn engine_ready(host: &str) {
     let docker = docker_at(host);
-    docker.ping().await.unwrap_or_else(|e| panic!("the engine at {host} does not answer: {e} (run hack/setup-podman)"));
+    docker.ping().await.unwrap_or_else(|e| {
+        panic!("the engine at {host} does not answer: {e} (run hack/setup-podman)")
+    });
 }
 
 #[tokio::test]
@@ -198,36 +268,80 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
     let cluster = testenv::shared().await;
     install_crd(cluster).await;
     let ns = cluster.new_namespace("vm-invalid").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     engine_ready(&docker_host()).await;
-    let mut controller = Controller::spawn(cluster, &ns, &docker_host(), "only", &["--leader-elect=false"]);
+    let mut controller = Controller::spawn(
+        cluster,
+        &ns,
+        &docker_host(),
+        "only",
+        &["--leader-elect=false"],
+    );
 
     let cases = [
-        ("cpu-abc", "resource: {cpu: abc, memory: 4G}", "spec.resource.cpu"),
-        ("cpu-zero", "resource: {cpu: \"0\", memory: 4G}", "cpu must be greater than zero"),
-        ("cpu-zero-int", "resource: {cpu: 0, memory: 4G}", "spec.resource.cpu"),
-        ("memory-negative", "resource: {cpu: 2, memory: \"-4G\"}", "spec.resource.memory"),
-        ("memory-negative-int", "resource: {cpu: 2, memory: -4}", "spec.resource.memory"),
+        (
+            "cpu-abc",
+            "resource: {cpu: abc, memory: 4G}",
+            "spec.resource.cpu",
+        ),
+        (
+            "cpu-zero",
+            "resource: {cpu: \"0\", memory: 4G}",
+            "cpu must be greater than zero",
+        ),
+        (
+            "cpu-zero-int",
+            "resource: {cpu: 0, memory: 4G}",
+            "spec.resource.cpu",
+        ),
+        (
+            "memory-negative",
+            "resource: {cpu: 2, memory: \"-4G\"}",
+            "spec.resource.memory",
+        ),
+        (
+            "memory-negative-int",
+            "resource: {cpu: 2, memory: -4}",
+            "spec.resource.memory",
+        ),
         ("no-resource", "", "spec.resource: Required value"),
-        ("no-memory", "resource: {cpu: 2}", "spec.resource.memory: Required value"),
+        (
+            "no-memory",
+            "resource: {cpu: 2}",
+            "spec.resource.memory: Required value",
+        ),
     ];
     for (name, spec, expected) in cases {
-        let manifest = format!("apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{{spec}}}\n");
+        let manifest = format!(
+            "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{{spec}}}\n"
+        );
         let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
         std::fs::write(&path, manifest).unwrap();
         let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", path.to_str().unwrap()]);
         assert!(!ok, "{name} must be refused, kubectl said: {out}");
-        assert!(err.contains("is invalid") && err.contains(expected), "{name}: the message should name the problem ({expected}): {err}");
+        assert!(
+            err.contains("is invalid") && err.contains(expected),
+            "{name}: the message should name the problem ({expected}): {err}"
+        );
     }
     // The valid example passes the same schema.
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "--dry-run=server", "-f", TEST_VM]);
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["apply", "-n", &ns, "--dry-run=server", "-f", TEST_VM],
+    );
     assert!(ok, "test-vm must be accepted: {out}{err}");
 
     let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", &ns, "-o", "name"]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "", "no VirtualMachine was stored");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(labelled_containers(&ns), Vec::<String>::new(), "no container was created");
+    assert_eq!(
+        labelled_containers(&ns),
+        Vec::<String>::new(),
+        "no container was created"
+    );
     assert_eq!(controller.terminate(), Some(0));
 }
 
@@ -247,11 +361,23 @@ async fn start_busy_loop(docker: &Docker, container: &str) {
     let exec = docker
         .create_exec(
             container,
-            CreateExecOptions { cmd: Some(vec!["sh", "-c", "while :; do :; done"]), ..Default::default() },
+            CreateExecOptions {
+                cmd: Some(vec!["sh", "-c", "while :; do :; done"]),
+                ..Default::default()
+            },
         )
         .await
         .expect("creating the exec");
-    docker.start_exec(&exec.id, Some(StartExecOptions { detach: true, ..Default::default() })).await.expect("starting the exec");
+    docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("starting the exec");
 }
 
 #[tokio::test]
@@ -261,14 +387,24 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     let host = docker_host();
     engine_ready(&host).await;
     let ns = cluster.new_namespace("vm-life").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let refresh = Duration::from_secs(3);
-    let mut controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
+    let mut controller =
+        Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
 
     let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
-    let active = wait_phase(&api, "test-vm", Phase::Active, Duration::from_secs(90), &controller).await;
+    let active = wait_phase(
+        &api,
+        "test-vm",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
     assert!(active.has_finalizer());
     let server = active.status.as_ref().unwrap().server.clone().unwrap();
     assert_eq!(server.state, "running");
@@ -276,26 +412,55 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     // The container: exact name, limits in engine units, labels naming the VM.
     let docker = docker_at(&host);
     let name = container_name(&ns, "test-vm");
-    let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.expect("the container exists");
+    let inspected = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .expect("the container exists");
     assert_eq!(inspected.id.as_deref(), Some(server.id.as_str()));
     let host_config = inspected.host_config.unwrap();
     assert_eq!(host_config.memory, Some(4_000_000_000));
     assert_eq!(host_config.nano_cpus, Some(2_000_000_000));
     let labels = inspected.config.unwrap().labels.unwrap();
     assert_eq!(labels.get("kubeloop.dev/vm-namespace"), Some(&ns));
-    assert_eq!(labels.get("kubeloop.dev/vm-name").map(String::as_str), Some("test-vm"));
-    assert_eq!(labels.get("kubeloop.dev/vm-uid"), active.metadata.uid.as_ref());
+    assert_eq!(
+        labels.get("kubeloop.dev/vm-name").map(String::as_str),
+        Some("test-vm")
+    );
+    assert_eq!(
+        labels.get("kubeloop.dev/vm-uid"),
+        active.metadata.uid.as_ref()
+    );
 
     // The controller said so in an Event.
-    let (ok, out, err) = kubectl(cluster, &["get", "events", "-n", &ns, "--field-selector", "involvedObject.name=test-vm"]);
-    assert!(ok && out.contains("ServerRunning"), "an Event about the running server: {out}{err}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            "involvedObject.name=test-vm",
+        ],
+    );
+    assert!(
+        ok && out.contains("ServerRunning"),
+        "an Event about the running server: {out}{err}"
+    );
 
     // kubectl shows the printer columns filled.
     let (header, row) = kubectl_columns(cluster, &ns, "test-vm");
-    assert_eq!(header.split_whitespace().collect::<Vec<_>>(), vec!["NAME", "STATUS", "CPU", "MEMORY", "AGE"]);
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        vec!["NAME", "STATUS", "CPU", "MEMORY", "AGE"]
+    );
     assert_eq!(row[1], "Active", "{row:?}");
-    let idle_cpu: f64 = row[2].parse().unwrap_or_else(|_| panic!("CPU column is a number: {row:?}"));
-    let memory: f64 = row[3].parse().unwrap_or_else(|_| panic!("MEMORY column is a number: {row:?}"));
+    let idle_cpu: f64 = row[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("CPU column is a number: {row:?}"));
+    let memory: f64 = row[3]
+        .parse()
+        .unwrap_or_else(|_| panic!("MEMORY column is a number: {row:?}"));
     assert!(memory > 0.0, "a running httpd uses some memory: {row:?}");
     assert!(idle_cpu < 50.0, "idle httpd: {row:?}");
 
@@ -305,19 +470,32 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     start_busy_loop(&docker, &name).await;
     let loaded_at = Instant::now();
     let threshold = (idle_cpu + 5.0).max(10.0);
-    let busy_cpu = eventually(&format!("the CPU column to rise above {threshold}"), refresh * 3, || async {
-        let (_, row) = kubectl_columns(cluster, &ns, "test-vm");
-        row[2].parse::<f64>().ok().filter(|cpu| *cpu > threshold)
-    })
+    let busy_cpu = eventually(
+        &format!("the CPU column to rise above {threshold}"),
+        refresh * 3,
+        || async {
+            let (_, row) = kubectl_columns(cluster, &ns, "test-vm");
+            row[2].parse::<f64>().ok().filter(|cpu| *cpu > threshold)
+        },
+    )
     .await;
     let rose_after = loaded_at.elapsed();
-    println!("CPU column: idle {idle_cpu} -> loaded {busy_cpu} after {rose_after:?} (refresh interval {refresh:?})");
+    println!(
+        "CPU column: idle {idle_cpu} -> loaded {busy_cpu} after {rose_after:?} (refresh interval {refresh:?})"
+    );
 
     // Delete: Terminating, then the container goes, then the object.
     let list = api.list(&Default::default()).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
-    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"]);
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
+    );
     assert!(ok, "{out}{err}");
     let mut phases = Vec::new();
     let deleted = tokio::time::timeout(Duration::from_secs(60), async {
@@ -331,12 +509,28 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
         panic!("watch ended")
     })
     .await
-    .unwrap_or_else(|_| panic!("test-vm was not deleted; phases seen {phases:?}; log:\n{}", tail(&controller.log_text(), 30)));
-    assert!(phases.contains(&Phase::Terminating), "phases seen while deleting: {phases:?}");
-    assert_eq!(deleted.phase(), Phase::Terminating);
-    let gone = docker.inspect_container(&name, None::<InspectContainerOptions>).await;
+    .unwrap_or_else(|_| {
+        panic!(
+            "test-vm was not deleted; phases seen {phases:?}; log:\n{}",
+            tail(&controller.log_text(), 30)
+        )
+    });
     assert!(
-        matches!(gone, Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })),
+        phases.contains(&Phase::Terminating),
+        "phases seen while deleting: {phases:?}"
+    );
+    assert_eq!(deleted.phase(), Phase::Terminating);
+    let gone = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await;
+    assert!(
+        matches!(
+            gone,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ),
         "the container is gone before the object: {gone:?}"
     );
     assert!(vm(&api, "test-vm").await.is_none());
@@ -354,9 +548,14 @@ async fn apply_vm(cluster: &Cluster, ns: &str, name: &str, cpu: &str, memory: &s
 }
 
 async fn container_exists(docker: &Docker, name: &str) -> bool {
-    match docker.inspect_container(name, None::<InspectContainerOptions>).await {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
         Ok(_) => true,
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => false,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
         Err(e) => panic!("inspecting {name}: {e}"),
     }
 }
@@ -368,28 +567,61 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     let host = docker_host();
     engine_ready(&host).await;
     let ns = cluster.new_namespace("vm-zombie").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let docker = docker_at(&host);
     let name = container_name(&ns, "zombie");
 
     let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
     apply_vm(cluster, &ns, "zombie", "1", "64Mi").await;
-    wait_phase(&api, "zombie", Phase::Active, Duration::from_secs(90), &first).await;
-    assert_eq!(first.terminate(), Some(0), "SIGTERM stops the controller cleanly");
+    wait_phase(
+        &api,
+        "zombie",
+        Phase::Active,
+        Duration::from_secs(90),
+        &first,
+    )
+    .await;
+    assert_eq!(
+        first.terminate(),
+        Some(0),
+        "SIGTERM stops the controller cleanly"
+    );
 
     // controller101 removed nothing here: the container outlived its VM for good.
-    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "zombie", "-n", &ns, "--wait=false"]);
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "zombie", "-n", &ns, "--wait=false"],
+    );
     assert!(ok, "{out}{err}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let held = vm(&api, "zombie").await.expect("the finalizer keeps the object while no controller runs");
+    let held = vm(&api, "zombie")
+        .await
+        .expect("the finalizer keeps the object while no controller runs");
     assert!(held.metadata.deletion_timestamp.is_some());
-    assert!(container_exists(&docker, &name).await, "nothing deleted the container yet");
+    assert!(
+        container_exists(&docker, &name).await,
+        "nothing deleted the container yet"
+    );
 
     let second = Controller::spawn(cluster, &ns, &host, "second", &[]);
-    eventually("the object to go", Duration::from_secs(60), || async { vm(&api, "zombie").await.is_none().then_some(()) }).await;
-    assert!(!container_exists(&docker, &name).await, "the restarted controller deleted the container");
-    assert!(second.log_text().contains("server deleted; removing the finalizer"), "{}", tail(&second.log_text(), 20));
+    eventually("the object to go", Duration::from_secs(60), || async {
+        vm(&api, "zombie").await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        !container_exists(&docker, &name).await,
+        "the restarted controller deleted the container"
+    );
+    assert!(
+        second
+            .log_text()
+            .contains("server deleted; removing the finalizer"),
+        "{}",
+        tail(&second.log_text(), 20)
+    );
 }
 
 /// A podman service of this test's own on a temp socket, so it can be stopped and restarted
@@ -402,8 +634,13 @@ struct PrivateEngine {
 
 impl PrivateEngine {
     fn new(dir: &Path) -> Self {
-        let socket = std::env::temp_dir().join(format!("kubeloop-vm-engine-{}.sock", std::process::id()));
-        Self { socket, log: dir.join(format!("podman-private-{}.log", std::process::id())), child: None }
+        let socket =
+            std::env::temp_dir().join(format!("kubeloop-vm-engine-{}.sock", std::process::id()));
+        Self {
+            socket,
+            log: dir.join(format!("podman-private-{}.log", std::process::id())),
+            child: None,
+        }
     }
 
     fn host(&self) -> String {
@@ -412,7 +649,11 @@ impl PrivateEngine {
 
     async fn start(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new("podman")
             .args(["system", "service", "--time=0"])
             .arg(self.host())
@@ -423,13 +664,17 @@ impl PrivateEngine {
             .expect("starting podman system service");
         self.child = Some(child);
         let host = self.host();
-        eventually("the private podman service to answer", Duration::from_secs(30), || {
-            let host = host.clone();
-            async move {
-                let docker = Docker::connect_with_host(&host).ok()?;
-                docker.ping().await.ok().map(|_| ())
-            }
-        })
+        eventually(
+            "the private podman service to answer",
+            Duration::from_secs(30),
+            || {
+                let host = host.clone();
+                async move {
+                    let docker = Docker::connect_with_host(&host).ok()?;
+                    docker.ping().await.ok().map(|_| ())
+                }
+            },
+        )
         .await;
     }
 
@@ -453,7 +698,9 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     let cluster = testenv::shared().await;
     install_crd(cluster).await;
     let ns = cluster.new_namespace("vm-outage").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let mut engine = PrivateEngine::new(cluster.dir());
     engine.start().await;
     let host = engine.host();
@@ -461,25 +708,59 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
     apply_vm(cluster, &ns, "outage", "1", "64Mi").await;
-    let before = wait_phase(&api, "outage", Phase::Active, Duration::from_secs(90), &controller).await;
+    let before = wait_phase(
+        &api,
+        "outage",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
     let id_before = before.status.unwrap().server.unwrap().id;
 
     engine.stop();
-    let failed = wait_phase(&api, "outage", Phase::Failed, Duration::from_secs(30), &controller).await;
+    let failed = wait_phase(
+        &api,
+        "outage",
+        Phase::Failed,
+        Duration::from_secs(30),
+        &controller,
+    )
+    .await;
     let reason = failed.status.unwrap().reason;
-    assert!(reason.contains(&format!("docker engine at {host} is unreachable")), "the reason names the engine: {reason}");
+    assert!(
+        reason.contains(&format!("docker engine at {host} is unreachable")),
+        "the reason names the engine: {reason}"
+    );
     println!("reason while the engine is down: {reason}");
 
     engine.start().await;
-    let after = wait_phase(&api, "outage", Phase::Active, Duration::from_secs(60), &controller).await;
+    let after = wait_phase(
+        &api,
+        "outage",
+        Phase::Active,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
     let status = after.status.unwrap();
     assert_eq!(status.reason, "");
-    assert_eq!(status.server.unwrap().id, id_before, "the container survived the outage and was adopted");
+    assert_eq!(
+        status.server.unwrap().id,
+        id_before,
+        "the container survived the outage and was adopted"
+    );
 }
 
 async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(cluster.client().await.unwrap(), ns);
-    leases.get_opt("controller101").await.unwrap().and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty())
+    leases
+        .get_opt("controller101")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
 }
 
 #[tokio::test]
@@ -489,10 +770,19 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     let host = docker_host();
     engine_ready(&host).await;
     let ns = cluster.new_namespace("vm-ha").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let docker = docker_at(&host);
-    let timing = ["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+    let timing = [
+        "--lease-duration",
+        "6s",
+        "--renew-deadline",
+        "4s",
+        "--retry-period",
+        "1s",
+    ];
 
     let mut a = Controller::spawn(cluster, &ns, &host, "replica-a", &timing);
     eventually("replica-a to lead", Duration::from_secs(30), || async {
@@ -504,27 +794,47 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     wait_phase(&api, "first", Phase::Active, Duration::from_secs(90), &a).await;
     assert!(a.log_text().contains("became the leader"));
     let b_log = b.log_text();
-    assert!(!b_log.contains("became the leader") && !b_log.contains("writing status"), "the standby must not act:\n{b_log}");
+    assert!(
+        !b_log.contains("became the leader") && !b_log.contains("writing status"),
+        "the standby must not act:\n{b_log}"
+    );
 
     // The leader dies without releasing the lease; work arrives while nobody leads.
     a.kill();
     apply_vm(cluster, &ns, "second", "1", "64Mi").await;
     let killed_at = Instant::now();
     wait_phase(&api, "second", Phase::Active, Duration::from_secs(90), &b).await;
-    println!("the standby finished the pending VM {:?} after the leader was killed", killed_at.elapsed());
-    assert_eq!(lease_holder(cluster, &ns).await.as_deref(), Some("replica-b"));
+    println!(
+        "the standby finished the pending VM {:?} after the leader was killed",
+        killed_at.elapsed()
+    );
+    assert_eq!(
+        lease_holder(cluster, &ns).await.as_deref(),
+        Some("replica-b")
+    );
     assert!(container_exists(&docker, &container_name(&ns, "second")).await);
 
     // The new leader also finishes the old leader's VMs: delete the first one.
-    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "first", "-n", &ns, "--wait=false"]);
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "first", "-n", &ns, "--wait=false"],
+    );
     assert!(ok, "{out}{err}");
-    eventually("first to be cleaned up by replica-b", Duration::from_secs(60), || async { vm(&api, "first").await.is_none().then_some(()) })
-        .await;
+    eventually(
+        "first to be cleaned up by replica-b",
+        Duration::from_secs(60),
+        || async { vm(&api, "first").await.is_none().then_some(()) },
+    )
+    .await;
     assert!(!container_exists(&docker, &container_name(&ns, "first")).await);
 
     // SIGTERM: the leader stops, releases the lease and exits 0.
     assert_eq!(b.terminate(), Some(0));
-    assert_eq!(lease_holder(cluster, &ns).await, None, "the lease was released");
+    assert_eq!(
+        lease_holder(cluster, &ns).await,
+        None,
+        "the lease was released"
+    );
 }
 
 #[tokio::test]
@@ -534,37 +844,81 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
     let host = docker_host();
     engine_ready(&host).await;
     let ns = cluster.new_namespace("vm-vanish").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
     apply_vm(cluster, &ns, "ghost", "500m", "64Mi").await;
-    let active = wait_phase(&api, "ghost", Phase::Active, Duration::from_secs(90), &controller).await;
+    let active = wait_phase(
+        &api,
+        "ghost",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
     let old_id = active.status.unwrap().server.unwrap().id;
 
-    let rv = api.get("ghost").await.unwrap().metadata.resource_version.unwrap();
-    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let rv = api
+        .get("ghost")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let name = container_name(&ns, "ghost");
-    let out = Command::new("podman").args(["rm", "-f", "-t", "0", &name]).output().unwrap();
-    assert!(out.status.success(), "podman rm: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("podman")
+        .args(["rm", "-f", "-t", "0", &name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman rm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut seen = Vec::new();
     let new_id = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(WatchEvent::Modified(vm)) = events.try_next().await.expect("watch") {
             let status = vm.status.clone().unwrap_or_default();
             seen.push((status.phase, status.reason.clone()));
-            if status.phase == Phase::Active && let Some(server) = status.server.filter(|s| s.id != old_id) {
+            if status.phase == Phase::Active
+                && let Some(server) = status.server.filter(|s| s.id != old_id)
+            {
                 return server.id;
             }
         }
         panic!("watch ended")
     })
     .await
-    .unwrap_or_else(|_| panic!("not recreated; seen {seen:?}\n{}", tail(&controller.log_text(), 30)));
-    let vanished = seen.iter().find(|(phase, _)| *phase == Phase::Failed).unwrap_or_else(|| panic!("no Failed phase in {seen:?}"));
-    assert!(vanished.1.contains(&format!("server {name} (id {old_id}) vanished")), "{vanished:?}");
-    let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.unwrap();
+    .unwrap_or_else(|_| {
+        panic!(
+            "not recreated; seen {seen:?}\n{}",
+            tail(&controller.log_text(), 30)
+        )
+    });
+    let vanished = seen
+        .iter()
+        .find(|(phase, _)| *phase == Phase::Failed)
+        .unwrap_or_else(|| panic!("no Failed phase in {seen:?}"));
+    assert!(
+        vanished
+            .1
+            .contains(&format!("server {name} (id {old_id}) vanished")),
+        "{vanished:?}"
+    );
+    let inspected = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .unwrap();
     assert_eq!(inspected.id.as_deref(), Some(new_id.as_str()));
     assert_eq!(inspected.host_config.unwrap().nano_cpus, Some(500_000_000));
 }

@@ -19,7 +19,9 @@ use kube_client::Client;
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig, Driver, FakeDriver};
 use kubeloop::controller::vm::{self, VmControllerConfig};
-use kubeloop::leaderelection::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock, StopReason};
+use kubeloop::leaderelection::{
+    LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock, StopReason,
+};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -82,15 +84,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
     };
     match args.vm_driver {
-        VmDriver::Docker => run_with(args, client, DockerDriver::new(DockerDriverConfig::from_env()), config).await,
+        VmDriver::Docker => {
+            run_with(
+                args,
+                client,
+                DockerDriver::new(DockerDriverConfig::from_env()),
+                config,
+            )
+            .await
+        }
         VmDriver::Fake => run_with(args, client, FakeDriver::new(), config).await,
     }
 }
 
-async fn run_with<D: Driver + Clone>(args: Args, client: Client, driver: D, config: VmControllerConfig) -> anyhow::Result<()> {
+async fn run_with<D: Driver + Clone>(
+    args: Args,
+    client: Client,
+    driver: D,
+    config: VmControllerConfig,
+) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     stop_on_signals(shutdown.clone())?;
-    info!(driver = driver.engine(), leader_elect = args.leader_elect, "kubeloop vm-controller starting");
+    info!(
+        driver = driver.engine(),
+        leader_elect = args.leader_elect,
+        "kubeloop vm-controller starting"
+    );
 
     if !args.leader_elect {
         vm::run(client, driver, config, shutdown, None).await?;
@@ -101,7 +120,11 @@ async fn run_with<D: Driver + Clone>(args: Args, client: Client, driver: D, conf
     let namespace = args
         .lease_lock_namespace
         .clone()
-        .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .unwrap_or_else(|| "default".to_string());
     let election = LeaderElectionConfig {
         lease_duration: args.lease_duration,
@@ -121,7 +144,9 @@ async fn run_with<D: Driver + Clone>(args: Args, client: Client, driver: D, conf
             let (client, driver, config) = (client.clone(), driver.clone(), config.clone());
             async move {
                 info!("became the leader; starting the controller");
-                if let Err(e) = vm::run(client, driver, config, ctx.token().clone(), Some(ctx)).await {
+                if let Err(e) =
+                    vm::run(client, driver, config, ctx.token().clone(), Some(ctx)).await
+                {
                     error!(error = %e, "the controller stopped with an error");
                 }
             }
@@ -145,12 +170,15 @@ async fn run_with<D: Driver + Clone>(args: Args, client: Client, driver: D, conf
 async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let file = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube_client::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => kube_client::Config::infer().await.context("finding a kubeconfig (use --kubeconfig)")?,
+        None => kube_client::Config::infer()
+            .await
+            .context("finding a kubeconfig (use --kubeconfig)")?,
     };
     Client::try_from(config).context("building the Kubernetes client")
 }
@@ -175,9 +203,16 @@ fn holder_identity(flag: Option<&str>) -> anyhow::Result<String> {
         std::env::var("POD_NAME").ok(),
         hostname(),
     ];
-    match candidates.into_iter().flatten().map(|s| s.trim().to_string()).find(|s| !s.is_empty()) {
+    match candidates
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+    {
         Some(identity) => Ok(identity),
-        None => bail!("no leader-election identity: --holder-identity, $POD_NAME and the hostname are all empty"),
+        None => bail!(
+            "no leader-election identity: --holder-identity, $POD_NAME and the hostname are all empty"
+        ),
     }
 }
 
@@ -199,13 +234,19 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
         Some(i) => value.split_at(i),
         None => (value, "s"),
     };
-    let n: f64 = number.parse().map_err(|_| format!("{value:?} is not a duration like 20s or 500ms"))?;
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration like 20s or 500ms"))?;
     let seconds = match unit {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "{value:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ));
+        }
     };
     if !(seconds > 0.0 && seconds.is_finite()) {
         return Err(format!("{value:?} must be greater than zero"));

@@ -34,7 +34,11 @@ pub enum ApiError {
     #[error("VirtualMachine {vm}: not found during {operation}")]
     NotFound { vm: String, operation: &'static str },
     #[error("VirtualMachine {vm}: {operation} failed: {message}")]
-    Other { vm: String, operation: &'static str, message: String },
+    Other {
+        vm: String,
+        operation: &'static str,
+        message: String,
+    },
     #[error("VirtualMachine {vm}: {operation} still conflicted after {CONFLICT_RETRIES} attempts")]
     ConflictRetriesExhausted { vm: String, operation: &'static str },
 }
@@ -45,7 +49,11 @@ pub trait VmApi: Send + Sync + 'static {
     fn cached(&self, namespace: &str, name: &str) -> Option<Arc<VirtualMachine>>;
 
     /// A fresh GET; `None` if it does not exist.
-    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<VirtualMachine>, ApiError>> + Send;
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<VirtualMachine>, ApiError>> + Send;
 
     /// Sets `metadata.finalizers` to `finalizers` if the object is still at
     /// `vm.metadata.resourceVersion` (else [`ApiError::Conflict`]).
@@ -56,7 +64,10 @@ pub trait VmApi: Send + Sync + 'static {
     ) -> impl Future<Output = Result<VirtualMachine, ApiError>> + Send;
 
     /// `PUT` of the status subresource with `vm.status`, at `vm.metadata.resourceVersion`.
-    fn replace_status(&self, vm: &VirtualMachine) -> impl Future<Output = Result<VirtualMachine, ApiError>> + Send;
+    fn replace_status(
+        &self,
+        vm: &VirtualMachine,
+    ) -> impl Future<Output = Result<VirtualMachine, ApiError>> + Send;
 }
 
 /// Writes `status` to the VM, re-reading it after a conflict. `Ok(None)`: the VM is gone.
@@ -78,13 +89,20 @@ pub async fn write_status<A: VmApi>(
             Err(other) => return Err(other),
         }
     }
-    Err(ApiError::ConflictRetriesExhausted { vm: vm.key(), operation: "status update" })
+    Err(ApiError::ConflictRetriesExhausted {
+        vm: vm.key(),
+        operation: "status update",
+    })
 }
 
 /// Adds (`present = true`) or removes our finalizer, re-reading after a conflict. Returns the
 /// updated object, or `Ok(None)` if it is gone (removing the last finalizer of a deleting
 /// object makes it disappear).
-pub async fn set_finalizer<A: VmApi>(api: &A, vm: &VirtualMachine, present: bool) -> Result<Option<VirtualMachine>, ApiError> {
+pub async fn set_finalizer<A: VmApi>(
+    api: &A,
+    vm: &VirtualMachine,
+    present: bool,
+) -> Result<Option<VirtualMachine>, ApiError> {
     let mut current = vm.clone();
     for _ in 0..CONFLICT_RETRIES {
         let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
@@ -107,7 +125,10 @@ pub async fn set_finalizer<A: VmApi>(api: &A, vm: &VirtualMachine, present: bool
             Err(other) => return Err(other),
         }
     }
-    Err(ApiError::ConflictRetriesExhausted { vm: vm.key(), operation: "finalizer patch" })
+    Err(ApiError::ConflictRetriesExhausted {
+        vm: vm.key(),
+        operation: "finalizer patch",
+    })
 }
 
 /// [`VmApi`] over the real apiserver and the informer's lister.
@@ -129,9 +150,19 @@ impl KubeVmApi {
 
 fn classify(vm: &VirtualMachine, operation: &'static str, error: KubeError) -> ApiError {
     match error {
-        KubeError::Api(status) if status.code == 409 => ApiError::Conflict { vm: vm.key(), operation },
-        KubeError::Api(status) if status.is_not_found() => ApiError::NotFound { vm: vm.key(), operation },
-        other => ApiError::Other { vm: vm.key(), operation, message: other.to_string() },
+        KubeError::Api(status) if status.code == 409 => ApiError::Conflict {
+            vm: vm.key(),
+            operation,
+        },
+        KubeError::Api(status) if status.is_not_found() => ApiError::NotFound {
+            vm: vm.key(),
+            operation,
+        },
+        other => ApiError::Other {
+            vm: vm.key(),
+            operation,
+            message: other.to_string(),
+        },
     }
 }
 
@@ -141,14 +172,21 @@ impl VmApi for KubeVmApi {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<VirtualMachine>, ApiError> {
-        self.api(namespace).get_opt(name).await.map_err(|e| ApiError::Other {
-            vm: format!("{namespace}/{name}"),
-            operation: "get",
-            message: e.to_string(),
-        })
+        self.api(namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| ApiError::Other {
+                vm: format!("{namespace}/{name}"),
+                operation: "get",
+                message: e.to_string(),
+            })
     }
 
-    async fn patch_finalizers(&self, vm: &VirtualMachine, finalizers: Vec<String>) -> Result<VirtualMachine, ApiError> {
+    async fn patch_finalizers(
+        &self,
+        vm: &VirtualMachine,
+        finalizers: Vec<String>,
+    ) -> Result<VirtualMachine, ApiError> {
         // A merge patch replaces the whole list; the resourceVersion makes it conditional.
         let patch = serde_json::json!({
             "metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}

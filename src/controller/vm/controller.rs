@@ -25,11 +25,13 @@ use tracing::{error, info};
 use futures::future::BoxFuture;
 
 use super::api::{KubeVmApi, VmApi};
-use super::error_policy::ReconcileError;
 use super::driver::Driver;
+use super::error_policy::ReconcileError;
 use super::reconcile::{Reconciler, ReconcilerConfig};
 use super::types::VirtualMachine;
-use crate::cache::{DeletedObject, FactoryOptions, ResourceEventHandlerFuncs, SharedInformerFactory};
+use crate::cache::{
+    DeletedObject, FactoryOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
+};
 use crate::controller::worker::{Action, WorkerConfig, enqueue, key_of_deleted, run_workers};
 use crate::leaderelection::LeaderContext;
 use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
@@ -48,7 +50,11 @@ pub struct VmControllerConfig {
 
 impl Default for VmControllerConfig {
     fn default() -> Self {
-        Self { workers: 2, refresh_interval: super::reconcile::DEFAULT_REFRESH_INTERVAL, namespace: None }
+        Self {
+            workers: 2,
+            refresh_interval: super::reconcile::DEFAULT_REFRESH_INTERVAL,
+            namespace: None,
+        }
     }
 }
 
@@ -72,24 +78,41 @@ pub async fn run<D: Driver>(
 ) -> Result<(), VmControllerError> {
     let factory = SharedInformerFactory::new(
         client.clone(),
-        FactoryOptions { namespace: config.namespace.clone(), ..FactoryOptions::default() },
+        FactoryOptions {
+            namespace: config.namespace.clone(),
+            ..FactoryOptions::default()
+        },
     );
     let informer = factory.informer::<VirtualMachine>();
-    let queue: RateLimitingQueue<String> =
-        RateLimitingQueue::with_config(default_controller_rate_limiter(), QueueConfig::named("virtualmachines"));
+    let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
+        default_controller_rate_limiter(),
+        QueueConfig::named("virtualmachines"),
+    );
     informer.add_event_handler(handlers(queue.clone()))?;
 
-    let events = EventBroadcaster::start(KubeEventSink::new(client.clone()), BroadcasterConfig::default());
-    let recorder = events.new_recorder(EventSource { component: "vm-controller".into(), host: None });
+    let events = EventBroadcaster::start(
+        KubeEventSink::new(client.clone()),
+        BroadcasterConfig::default(),
+    );
+    let recorder = events.new_recorder(EventSource {
+        component: "vm-controller".into(),
+        host: None,
+    });
     let reconciler = Arc::new(
         Reconciler::new(
             driver,
             KubeVmApi::new(client, informer.lister()),
-            ReconcilerConfig { refresh_interval: config.refresh_interval },
+            ReconcilerConfig {
+                refresh_interval: config.refresh_interval,
+            },
         )
         .with_recorder(recorder),
     );
-    info!(engine = reconciler.driver().engine(), workers = config.workers, "starting the VirtualMachine controller");
+    info!(
+        engine = reconciler.driver().engine(),
+        workers = config.workers,
+        "starting the VirtualMachine controller"
+    );
     factory.start();
     let synced = tokio::select! {
         synced = informer.wait_for_cache_sync() => synced,
@@ -105,7 +128,10 @@ pub async fn run<D: Driver>(
 
     let workers = tokio::spawn(run_workers(
         queue.clone(),
-        WorkerConfig { workers: config.workers, name: "vm-controller".into() },
+        WorkerConfig {
+            workers: config.workers,
+            name: "vm-controller".into(),
+        },
         worker_fn(reconciler, leader),
     ));
     stop.cancelled().await;
@@ -149,11 +175,13 @@ fn handlers(queue: RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<Virtu
     let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
     ResourceEventHandlerFuncs::new()
         .on_add(move |vm: &Arc<VirtualMachine>, _| enqueue(&q_add, vm.as_ref()))
-        .on_update(move |old: &Arc<VirtualMachine>, new: &Arc<VirtualMachine>| {
-            if needs_reconcile(old, new) {
-                enqueue(&q_update, new.as_ref());
-            }
-        })
+        .on_update(
+            move |old: &Arc<VirtualMachine>, new: &Arc<VirtualMachine>| {
+                if needs_reconcile(old, new) {
+                    enqueue(&q_update, new.as_ref());
+                }
+            },
+        )
         .on_delete(move |deleted: &DeletedObject<VirtualMachine>| {
             if let Some(key) = key_of_deleted(deleted) {
                 q_delete.add(key);
@@ -185,17 +213,34 @@ mod tests {
         let api = FakeApi::new();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         driver.fail_creates(u32::MAX);
-        let reconciler = Arc::new(Reconciler::new(driver.clone(), api.clone(), ReconcilerConfig::default()));
+        let reconciler = Arc::new(Reconciler::new(
+            driver.clone(),
+            api.clone(),
+            ReconcilerConfig::default(),
+        ));
         // The per-item part of the controller's default limiter: 5 ms doubling, cap 1000 s.
         let queue: RateLimitingQueue<String> =
-            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000)));
-        let workers = tokio::spawn(run_workers(queue.clone(), WorkerConfig { workers: 2, name: "test".into() }, worker_fn(reconciler, None)));
+            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
+                Duration::from_millis(5),
+                Duration::from_secs(1000),
+            ));
+        let workers = tokio::spawn(run_workers(
+            queue.clone(),
+            WorkerConfig {
+                workers: 2,
+                name: "test".into(),
+            },
+            worker_fn(reconciler, None),
+        ));
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(10)).await;
         // Attempts at 0, 5, 15, 35, ... ms: 5 ms * (2^n - 1) <= 10 s gives n <= 10, so 11 or 12
         // attempts in 10 s; a hot loop would make thousands.
         let attempts = driver.calls("create");
-        assert!((10..=13).contains(&attempts), "{attempts} create attempts in 10 s");
+        assert!(
+            (10..=13).contains(&attempts),
+            "{attempts} create attempts in 10 s"
+        );
         assert_eq!(api.object(&key).unwrap().phase(), Phase::Failed);
         // Another 10 s add at most one attempt (the next delay is about 10 s).
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -205,20 +250,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_active_vm_is_refreshed_on_the_timed_requeue_and_a_deleted_one_stops_being_requeued() {
+    async fn an_active_vm_is_refreshed_on_the_timed_requeue_and_a_deleted_one_stops_being_requeued()
+    {
         let driver = FakeDriver::new();
         let api = FakeApi::new();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         let refresh = Duration::from_secs(20);
-        let reconciler = Arc::new(Reconciler::new(driver.clone(), api.clone(), ReconcilerConfig { refresh_interval: refresh }));
+        let reconciler = Arc::new(Reconciler::new(
+            driver.clone(),
+            api.clone(),
+            ReconcilerConfig {
+                refresh_interval: refresh,
+            },
+        ));
         let queue: RateLimitingQueue<String> =
-            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000)));
-        let workers = tokio::spawn(run_workers(queue.clone(), WorkerConfig::default(), worker_fn(reconciler, None)));
+            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
+                Duration::from_millis(5),
+                Duration::from_secs(1000),
+            ));
+        let workers = tokio::spawn(run_workers(
+            queue.clone(),
+            WorkerConfig::default(),
+            worker_fn(reconciler, None),
+        ));
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(driver.calls("status"), 1);
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(driver.calls("status"), 4, "one refresh per 20 s, without any event");
+        assert_eq!(
+            driver.calls("status"),
+            4,
+            "one refresh per 20 s, without any event"
+        );
 
         // Deleted: finalized on the next pass, then never looked at again.
         api.delete(&key);
@@ -227,7 +290,11 @@ mod tests {
         assert!(api.object(&key).is_none());
         let calls = driver.calls("status") + driver.calls("delete");
         tokio::time::sleep(Duration::from_secs(120)).await;
-        assert_eq!(driver.calls("status") + driver.calls("delete"), calls, "no requeue of a deleted VM");
+        assert_eq!(
+            driver.calls("status") + driver.calls("delete"),
+            calls,
+            "no requeue of a deleted VM"
+        );
         assert_eq!(queue.len(), 0);
         queue.shutdown_with_drain().await;
         workers.await.unwrap();
@@ -240,15 +307,24 @@ mod tests {
         old.metadata.generation = Some(1);
         let mut status_only = old.clone();
         status_only.metadata.resource_version = Some("2".into());
-        status_only.status = Some(VirtualMachineStatus { phase: Phase::Active, ..Default::default() });
+        status_only.status = Some(VirtualMachineStatus {
+            phase: Phase::Active,
+            ..Default::default()
+        });
         assert!(!needs_reconcile(&old, &status_only));
-        assert!(needs_reconcile(&old, &old.clone()), "a resync (same resourceVersion) is delivered");
+        assert!(
+            needs_reconcile(&old, &old.clone()),
+            "a resync (same resourceVersion) is delivered"
+        );
 
         let mut spec = status_only.clone();
         spec.metadata.generation = Some(2);
         assert!(needs_reconcile(&old, &spec));
         let mut deleting = status_only.clone();
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
         assert!(needs_reconcile(&old, &deleting));
         let mut finalized = status_only;
         finalized.metadata.finalizers = Some(vec!["x".into()]);

@@ -42,13 +42,30 @@ mod tests {
 
     #[test]
     fn engine_and_apiserver_failures_are_retried_but_bad_keys_are_dropped() {
-        assert!(!ReconcileError::InvalidKey { key: "a/b/c".into() }.retry());
+        assert!(
+            !ReconcileError::InvalidKey {
+                key: "a/b/c".into()
+            }
+            .retry()
+        );
         let driver = ReconcileError::Driver {
             vm: "ns/vm".into(),
-            source: DriverError::Unreachable { engine: "docker engine at unix:///x".into(), message: "refused".into() },
+            source: DriverError::Unreachable {
+                engine: "docker engine at unix:///x".into(),
+                message: "refused".into(),
+            },
         };
         assert!(driver.retry());
-        assert_eq!(driver.to_string(), "VirtualMachine ns/vm: docker engine at unix:///x is unreachable: refused");
-        assert!(ReconcileError::from(ApiError::Conflict { vm: "ns/vm".into(), operation: "status update" }).retry());
+        assert_eq!(
+            driver.to_string(),
+            "VirtualMachine ns/vm: docker engine at unix:///x is unreachable: refused"
+        );
+        assert!(
+            ReconcileError::from(ApiError::Conflict {
+                vm: "ns/vm".into(),
+                operation: "status update"
+            })
+            .retry()
+        );
     }
 }

@@ -36,7 +36,11 @@ impl Inner {
     }
 
     /// The stored object for a write at `vm`'s resourceVersion, or the error the apiserver gives.
-    fn precondition(&mut self, vm: &VirtualMachine, operation: &'static str) -> Result<VirtualMachine, ApiError> {
+    fn precondition(
+        &mut self,
+        vm: &VirtualMachine,
+        operation: &'static str,
+    ) -> Result<VirtualMachine, ApiError> {
         let key = vm.key();
         let Some(mut stored) = self.objects.get(&key).cloned() else {
             return Err(ApiError::NotFound { vm: key, operation });
@@ -72,9 +76,18 @@ impl FakeApi {
     /// `kubectl delete`: sets deletionTimestamp if finalizers remain, else removes the object.
     pub fn delete(&self, key: &str) {
         let mut inner = self.inner.lock();
-        let Some(mut vm) = inner.objects.remove(key) else { return };
-        if vm.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()) {
-            vm.metadata.deletion_timestamp.get_or_insert(Time(k8s_openapi::jiff::Timestamp::now()));
+        let Some(mut vm) = inner.objects.remove(key) else {
+            return;
+        };
+        if vm
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty())
+        {
+            vm.metadata
+                .deletion_timestamp
+                .get_or_insert(Time(k8s_openapi::jiff::Timestamp::now()));
             inner.bump(&mut vm);
             inner.objects.insert(key.to_string(), vm);
         }
@@ -103,20 +116,39 @@ impl FakeApi {
 
 impl VmApi for FakeApi {
     fn cached(&self, namespace: &str, name: &str) -> Option<Arc<VirtualMachine>> {
-        self.inner.lock().objects.get(&format!("{namespace}/{name}")).cloned().map(Arc::new)
+        self.inner
+            .lock()
+            .objects
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+            .map(Arc::new)
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<VirtualMachine>, ApiError> {
-        Ok(self.inner.lock().objects.get(&format!("{namespace}/{name}")).cloned())
+        Ok(self
+            .inner
+            .lock()
+            .objects
+            .get(&format!("{namespace}/{name}"))
+            .cloned())
     }
 
-    async fn patch_finalizers(&self, vm: &VirtualMachine, finalizers: Vec<String>) -> Result<VirtualMachine, ApiError> {
+    async fn patch_finalizers(
+        &self,
+        vm: &VirtualMachine,
+        finalizers: Vec<String>,
+    ) -> Result<VirtualMachine, ApiError> {
         let mut inner = self.inner.lock();
         let mut stored = inner.precondition(vm, "finalizer patch")?;
         stored.metadata.finalizers = Some(finalizers);
         inner.bump(&mut stored);
         let key = stored.key();
-        let gone = stored.metadata.deletion_timestamp.is_some() && stored.metadata.finalizers.as_ref().is_some_and(|f| f.is_empty());
+        let gone = stored.metadata.deletion_timestamp.is_some()
+            && stored
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.is_empty());
         if gone {
             inner.objects.remove(&key);
         } else {
@@ -131,7 +163,11 @@ impl VmApi for FakeApi {
         stored.status = vm.status.clone();
         inner.bump(&mut stored);
         inner.status_writes += 1;
-        let entry = stored.status.as_ref().map(|s| (s.phase, s.reason.clone())).unwrap_or_default();
+        let entry = stored
+            .status
+            .as_ref()
+            .map(|s| (s.phase, s.reason.clone()))
+            .unwrap_or_default();
         inner.history.push(entry);
         inner.objects.insert(stored.key(), stored.clone());
         Ok(stored)

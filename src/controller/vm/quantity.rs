@@ -29,9 +29,16 @@ pub struct Resources {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum QuantityError {
     #[error("{value:?} is not a quantity: {problem}")]
-    Malformed { value: String, problem: &'static str },
+    Malformed {
+        value: String,
+        problem: &'static str,
+    },
     #[error("{value:?} has unknown suffix {suffix:?} (allowed: {allowed})")]
-    UnknownSuffix { value: String, suffix: String, allowed: &'static str },
+    UnknownSuffix {
+        value: String,
+        suffix: String,
+        allowed: &'static str,
+    },
     #[error("{value:?} must be greater than zero")]
     NotPositive { value: String },
     #[error("{value:?} is too large")]
@@ -55,10 +62,21 @@ const MEMORY_SUFFIXES: &str = "k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or none"
 /// The engine units of `vm.spec.resource`, or an error naming the VM and the field.
 pub fn resources_of(vm: &VirtualMachine) -> Result<Resources, SpecError> {
     let key = vm.key();
-    let resource = vm.spec.resource.as_ref().ok_or_else(|| SpecError::MissingResource { vm: key.clone() })?;
-    let cpu_millis = parse_cpu_millis(&resource.cpu.0).map_err(|source| SpecError::Cpu { vm: key.clone(), source })?;
-    let memory_bytes = parse_memory_bytes(&resource.memory.0).map_err(|source| SpecError::Memory { vm: key, source })?;
-    Ok(Resources { cpu_millis, memory_bytes })
+    let resource = vm
+        .spec
+        .resource
+        .as_ref()
+        .ok_or_else(|| SpecError::MissingResource { vm: key.clone() })?;
+    let cpu_millis = parse_cpu_millis(&resource.cpu.0).map_err(|source| SpecError::Cpu {
+        vm: key.clone(),
+        source,
+    })?;
+    let memory_bytes = parse_memory_bytes(&resource.memory.0)
+        .map_err(|source| SpecError::Memory { vm: key, source })?;
+    Ok(Resources {
+        cpu_millis,
+        memory_bytes,
+    })
 }
 
 /// CPU in millicores: `"2"` -> 2000, `"500m"` -> 500, `"0.25"` -> 250.
@@ -105,7 +123,10 @@ struct Decimal {
 }
 
 fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
-    let malformed = |problem| QuantityError::Malformed { value: value.to_string(), problem };
+    let malformed = |problem| QuantityError::Malformed {
+        value: value.to_string(),
+        problem,
+    };
     let trimmed = value.trim();
     if trimmed.is_empty() {
         return Err(malformed("it is empty"));
@@ -113,7 +134,9 @@ fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
     if trimmed.starts_with('-') {
         return Err(malformed("it must not be negative"));
     }
-    let end = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+    let end = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
     let (number, suffix) = trimmed.split_at(end);
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() && fraction.is_empty() {
@@ -127,28 +150,45 @@ fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
         digits = digits
             .checked_mul(10)
             .and_then(|d| d.checked_add(u128::from(c as u8 - b'0')))
-            .ok_or_else(|| QuantityError::TooLarge { value: value.to_string() })?;
+            .ok_or_else(|| QuantityError::TooLarge {
+                value: value.to_string(),
+            })?;
     }
-    let fraction_len = u32::try_from(fraction.len()).map_err(|_| malformed("it has too many digits"))?;
+    let fraction_len =
+        u32::try_from(fraction.len()).map_err(|_| malformed("it has too many digits"))?;
     if fraction_len > 30 {
         return Err(malformed("it has too many digits"));
     }
-    Ok((Decimal { digits, fraction_len }, suffix))
+    Ok((
+        Decimal {
+            digits,
+            fraction_len,
+        },
+        suffix,
+    ))
 }
 
 fn to_units(value: &str, number: Decimal, scale: u128) -> Result<u64, QuantityError> {
-    let too_large = || QuantityError::TooLarge { value: value.to_string() };
+    let too_large = || QuantityError::TooLarge {
+        value: value.to_string(),
+    };
     let scaled = number.digits.checked_mul(scale).ok_or_else(too_large)?;
     let divisor = 10u128.pow(number.fraction_len);
     let units = scaled.div_ceil(divisor);
     if units == 0 {
-        return Err(QuantityError::NotPositive { value: value.to_string() });
+        return Err(QuantityError::NotPositive {
+            value: value.to_string(),
+        });
     }
     u64::try_from(units).map_err(|_| too_large())
 }
 
 fn unknown_suffix(value: &str, suffix: &str, allowed: &'static str) -> QuantityError {
-    QuantityError::UnknownSuffix { value: value.to_string(), suffix: suffix.to_string(), allowed }
+    QuantityError::UnknownSuffix {
+        value: value.to_string(),
+        suffix: suffix.to_string(),
+        allowed,
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +197,15 @@ mod tests {
 
     #[test]
     fn cpu_quantities_become_millicores() {
-        for (input, millis) in [("2", 2000), ("500m", 500), ("0.5", 500), (".25", 250), ("1.5", 1500), ("0.0001", 1), ("1k", 1_000_000)] {
+        for (input, millis) in [
+            ("2", 2000),
+            ("500m", 500),
+            ("0.5", 500),
+            (".25", 250),
+            ("1.5", 1500),
+            ("0.0001", 1),
+            ("1k", 1_000_000),
+        ] {
             assert_eq!(parse_cpu_millis(input), Ok(millis), "{input}");
         }
     }
@@ -180,29 +228,78 @@ mod tests {
 
     #[test]
     fn invalid_quantities_are_refused_with_the_reason() {
-        assert!(matches!(parse_cpu_millis("abc"), Err(QuantityError::Malformed { .. })));
-        assert!(matches!(parse_cpu_millis("-1"), Err(QuantityError::Malformed { problem: "it must not be negative", .. })));
-        assert!(matches!(parse_cpu_millis("0"), Err(QuantityError::NotPositive { .. })));
-        assert!(matches!(parse_cpu_millis("0m"), Err(QuantityError::NotPositive { .. })));
-        assert!(matches!(parse_cpu_millis("2Gi"), Err(QuantityError::UnknownSuffix { .. })));
-        assert!(matches!(parse_memory_bytes("-4G"), Err(QuantityError::Malformed { .. })));
-        assert!(matches!(parse_memory_bytes("4X"), Err(QuantityError::UnknownSuffix { .. })));
-        assert!(matches!(parse_memory_bytes("1.2.3"), Err(QuantityError::Malformed { .. })));
-        assert!(matches!(parse_memory_bytes(""), Err(QuantityError::Malformed { .. })));
-        assert!(matches!(parse_memory_bytes("100000000000000E"), Err(QuantityError::TooLarge { .. })));
+        assert!(matches!(
+            parse_cpu_millis("abc"),
+            Err(QuantityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_cpu_millis("-1"),
+            Err(QuantityError::Malformed {
+                problem: "it must not be negative",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_cpu_millis("0"),
+            Err(QuantityError::NotPositive { .. })
+        ));
+        assert!(matches!(
+            parse_cpu_millis("0m"),
+            Err(QuantityError::NotPositive { .. })
+        ));
+        assert!(matches!(
+            parse_cpu_millis("2Gi"),
+            Err(QuantityError::UnknownSuffix { .. })
+        ));
+        assert!(matches!(
+            parse_memory_bytes("-4G"),
+            Err(QuantityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_memory_bytes("4X"),
+            Err(QuantityError::UnknownSuffix { .. })
+        ));
+        assert!(matches!(
+            parse_memory_bytes("1.2.3"),
+            Err(QuantityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_memory_bytes(""),
+            Err(QuantityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_memory_bytes("100000000000000E"),
+            Err(QuantityError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn spec_errors_name_the_vm_and_the_field() {
         let vm = VirtualMachine::new("ns", "web", "abc", "4G");
         let err = resources_of(&vm).unwrap_err().to_string();
-        assert!(err.contains("VirtualMachine ns/web") && err.contains("spec.resource.cpu") && err.contains("\"abc\""), "{err}");
+        assert!(
+            err.contains("VirtualMachine ns/web")
+                && err.contains("spec.resource.cpu")
+                && err.contains("\"abc\""),
+            "{err}"
+        );
 
         let mut vm = VirtualMachine::new("ns", "web", "2", "4G");
         vm.spec.resource = None;
-        assert_eq!(resources_of(&vm), Err(SpecError::MissingResource { vm: "ns/web".into() }));
+        assert_eq!(
+            resources_of(&vm),
+            Err(SpecError::MissingResource {
+                vm: "ns/web".into()
+            })
+        );
 
         let vm = VirtualMachine::new("ns", "web", "2", "4G");
-        assert_eq!(resources_of(&vm), Ok(Resources { cpu_millis: 2000, memory_bytes: 4_000_000_000 }));
+        assert_eq!(
+            resources_of(&vm),
+            Ok(Resources {
+                cpu_millis: 2000,
+                memory_bytes: 4_000_000_000
+            })
+        );
     }
 }

@@ -25,12 +25,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{debug, info, warn};
 
 use super::api::{VmApi, set_finalizer, write_status};
-use super::driver::{Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus, server_name};
+use super::driver::{
+    Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus, server_name,
+};
 use super::error_policy::ReconcileError;
 use super::quantity::resources_of;
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
-use crate::record::{EventRecorder, EventType};
 pub use crate::controller::worker::Action;
+use crate::record::{EventRecorder, EventType};
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
@@ -44,7 +46,9 @@ pub struct ReconcilerConfig {
 
 impl Default for ReconcilerConfig {
     fn default() -> Self {
-        Self { refresh_interval: DEFAULT_REFRESH_INTERVAL }
+        Self {
+            refresh_interval: DEFAULT_REFRESH_INTERVAL,
+        }
     }
 }
 
@@ -59,7 +63,12 @@ pub struct Reconciler<D, A> {
 
 impl<D: Driver, A: VmApi> Reconciler<D, A> {
     pub fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
-        Self { driver, api, config, recorder: None }
+        Self {
+            driver,
+            api,
+            config,
+            recorder: None,
+        }
     }
 
     /// Also records Kubernetes Events about the VMs.
@@ -81,8 +90,13 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
 
     /// One pass over the VM named by `key`.
     pub async fn reconcile(&self, key: &str) -> Result<Action, ReconcileError> {
-        let Some((namespace, name)) = key.split_once('/').filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/')) else {
-            return Err(ReconcileError::InvalidKey { key: key.to_string() });
+        let Some((namespace, name)) = key
+            .split_once('/')
+            .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+        else {
+            return Err(ReconcileError::InvalidKey {
+                key: key.to_string(),
+            });
         };
         let Some(cached) = self.api.cached(namespace, name) else {
             // Deleted (and, if it was ours, finalized): nothing to do, and nothing to requeue.
@@ -93,7 +107,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         if vm.is_deleting() {
             return self.finalize(vm).await;
         }
-        let Some(vm) = set_finalizer(&self.api, &vm, true).await? else { return Ok(Action::Done) };
+        let Some(vm) = set_finalizer(&self.api, &vm, true).await? else {
+            return Ok(Action::Done);
+        };
         self.ensure_server(vm).await
     }
 
@@ -105,7 +121,8 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 // The schema should have refused it; say so on the object and wait for an edit.
                 warn!(error = %invalid, "invalid VirtualMachine spec");
                 self.event(&vm, EventType::Warning, "InvalidSpec", &invalid.to_string());
-                self.set_status(&vm, failed(&vm, invalid.to_string())).await?;
+                self.set_status(&vm, failed(&vm, invalid.to_string()))
+                    .await?;
                 return Ok(Action::Done);
             }
         };
@@ -119,10 +136,15 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             Some(status) => format!("server {server} is {}; starting it", status.state),
             None => match vm.status.as_ref().and_then(|s| s.server.as_ref()) {
                 Some(previous) if vm.phase() != Phase::Creating => {
-                    let vanished = format!("server {server} (id {}) vanished; recreating it", previous.id);
+                    let vanished = format!(
+                        "server {server} (id {}) vanished; recreating it",
+                        previous.id
+                    );
                     warn!(vm = %vm.key(), "{vanished}");
                     self.event(&vm, EventType::Warning, "ServerVanished", &vanished);
-                    let Some(_) = self.set_status(&vm, failed(&vm, vanished.clone())).await? else { return Ok(Action::Done) };
+                    let Some(_) = self.set_status(&vm, failed(&vm, vanished.clone())).await? else {
+                        return Ok(Action::Done);
+                    };
                     vanished
                 }
                 _ => format!("creating server {server}"),
@@ -135,7 +157,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             last_update_time: Some(now()),
         };
         // Re-read through the helper so the write uses the latest resourceVersion.
-        let Some(vm) = self.set_status(&vm, creating).await? else { return Ok(Action::Done) };
+        let Some(vm) = self.set_status(&vm, creating).await? else {
+            return Ok(Action::Done);
+        };
         let spec = ServerSpec {
             name: server,
             vm_namespace: vm.namespace().to_string(),
@@ -147,7 +171,12 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         match self.driver.create_server(&spec).await {
             Ok(status) => {
                 info!(vm = %vm.key(), server = %spec.name, id = %status.id, "server running");
-                self.event(&vm, EventType::Normal, "ServerRunning", &format!("server {} (id {}) is running", spec.name, status.id));
+                self.event(
+                    &vm,
+                    EventType::Normal,
+                    "ServerRunning",
+                    &format!("server {} (id {}) is running", spec.name, status.id),
+                );
                 self.set_active(&vm, &status).await
             }
             Err(e) => self.fail(&vm, e).await,
@@ -168,7 +197,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 server: vm.status.as_ref().and_then(|s| s.server.clone()),
                 last_update_time: Some(now()),
             };
-            let Some(updated) = self.set_status(&vm, terminating).await? else { return Ok(Action::Done) };
+            let Some(updated) = self.set_status(&vm, terminating).await? else {
+                return Ok(Action::Done);
+            };
             vm = updated;
         }
         if let Err(e) = self.driver.delete_server(&server).await {
@@ -178,22 +209,37 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             if vm.status.as_ref().map(|s| &s.reason) != Some(&status.reason) {
                 self.set_status(&vm, status).await?;
             }
-            return Err(ReconcileError::Driver { vm: vm.key(), source: e });
+            return Err(ReconcileError::Driver {
+                vm: vm.key(),
+                source: e,
+            });
         }
         info!(vm = %vm.key(), server = %server, "server deleted; removing the finalizer");
-        self.event(&vm, EventType::Normal, "ServerDeleted", &format!("server {server} deleted"));
+        self.event(
+            &vm,
+            EventType::Normal,
+            "ServerDeleted",
+            &format!("server {server} deleted"),
+        );
         set_finalizer(&self.api, &vm, false).await?;
         Ok(Action::Done)
     }
 
-    async fn set_active(&self, vm: &VirtualMachine, server: &DriverServerStatus) -> Result<Action, ReconcileError> {
+    async fn set_active(
+        &self,
+        vm: &VirtualMachine,
+        server: &DriverServerStatus,
+    ) -> Result<Action, ReconcileError> {
         let active = VirtualMachineStatus {
             phase: Phase::Active,
             reason: String::new(),
             server: Some(ServerStatus {
                 id: server.id.clone(),
                 state: server.state.clone(),
-                usage: ServerUsage { cpu: round2(server.cpu_percent), memory: round2(server.memory_percent) },
+                usage: ServerUsage {
+                    cpu: round2(server.cpu_percent),
+                    memory: round2(server.memory_percent),
+                },
             }),
             last_update_time: Some(now()),
         };
@@ -205,18 +251,32 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
 
     /// Records `Failed` with the driver error as the reason (unless already recorded) and
     /// returns the error so the key is retried with backoff.
-    async fn fail(&self, vm: &VirtualMachine, error: DriverError) -> Result<Action, ReconcileError> {
+    async fn fail(
+        &self,
+        vm: &VirtualMachine,
+        error: DriverError,
+    ) -> Result<Action, ReconcileError> {
         warn!(vm = %vm.key(), %error, "driver call failed");
         let status = failed(vm, error.to_string());
-        let unchanged = vm.status.as_ref().is_some_and(|s| s.phase == Phase::Failed && s.reason == status.reason);
+        let unchanged = vm
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == Phase::Failed && s.reason == status.reason);
         if !unchanged {
             self.event(vm, EventType::Warning, "Failed", &status.reason);
             self.set_status(vm, status).await?;
         }
-        Err(ReconcileError::Driver { vm: vm.key(), source: error })
+        Err(ReconcileError::Driver {
+            vm: vm.key(),
+            source: error,
+        })
     }
 
-    async fn set_status(&self, vm: &VirtualMachine, status: VirtualMachineStatus) -> Result<Option<VirtualMachine>, ReconcileError> {
+    async fn set_status(
+        &self,
+        vm: &VirtualMachine,
+        status: VirtualMachineStatus,
+    ) -> Result<Option<VirtualMachine>, ReconcileError> {
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
         Ok(write_status(&self.api, vm, status).await?)
     }
@@ -238,7 +298,11 @@ fn now() -> Time {
 
 /// Two decimals are plenty for a percentage column.
 fn round2(x: f64) -> f64 {
-    if x.is_finite() { (x * 100.0).round() / 100.0 } else { 0.0 }
+    if x.is_finite() {
+        (x * 100.0).round() / 100.0
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]
@@ -253,7 +317,13 @@ mod tests {
     fn setup() -> (Reconciler<FakeDriver, FakeApi>, FakeDriver, FakeApi) {
         let driver = FakeDriver::new();
         let api = FakeApi::new();
-        let reconciler = Reconciler::new(driver.clone(), api.clone(), ReconcilerConfig { refresh_interval: REFRESH });
+        let reconciler = Reconciler::new(
+            driver.clone(),
+            api.clone(),
+            ReconcilerConfig {
+                refresh_interval: REFRESH,
+            },
+        );
         (reconciler, driver, api)
     }
 
@@ -262,7 +332,10 @@ mod tests {
     }
 
     fn reason(api: &FakeApi, key: &str) -> String {
-        api.object(key).and_then(|o| o.status).map(|s| s.reason).unwrap_or_default()
+        api.object(key)
+            .and_then(|o| o.status)
+            .map(|s| s.reason)
+            .unwrap_or_default()
     }
 
     const SERVER: &str = "kubeloop-vm_ns_vm";
@@ -282,7 +355,10 @@ mod tests {
         assert!(vm.has_finalizer());
         assert_eq!(vm.phase(), Phase::Active);
         let server = driver.server(SERVER).expect("server created");
-        assert_eq!((server.spec.cpu_millis, server.spec.memory_bytes), (2000, 4_000_000_000));
+        assert_eq!(
+            (server.spec.cpu_millis, server.spec.memory_bytes),
+            (2000, 4_000_000_000)
+        );
         assert_eq!(server.spec.vm_uid, "uid-vm");
         assert_eq!(vm.status.unwrap().server.unwrap().id, server.id);
         // Two status writes: Creating, then Active.
@@ -296,7 +372,14 @@ mod tests {
         r.reconcile(&key).await.unwrap();
         driver.set_usage(SERVER, 97.123, 12.5);
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
-        let usage = api.object(&key).unwrap().status.unwrap().server.unwrap().usage;
+        let usage = api
+            .object(&key)
+            .unwrap()
+            .status
+            .unwrap()
+            .server
+            .unwrap()
+            .usage;
         assert_eq!((usage.cpu, usage.memory), (97.12, 12.5));
         assert_eq!(driver.calls("create"), 1);
     }
@@ -333,10 +416,17 @@ mod tests {
             memory_bytes: 1 << 30,
         });
         api.delete(&key);
-        assert_eq!(phase(&api, &key), Phase::Creating, "the finalizer holds the object");
+        assert_eq!(
+            phase(&api, &key),
+            Phase::Creating,
+            "the finalizer holds the object"
+        );
         assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
         assert!(driver.server(SERVER).is_none(), "the server is deleted");
-        assert!(api.object(&key).is_none(), "the finalizer was removed and the object is gone");
+        assert!(
+            api.object(&key).is_none(),
+            "the finalizer was removed and the object is gone"
+        );
     }
 
     #[tokio::test]
@@ -349,7 +439,11 @@ mod tests {
         driver.set_unreachable(true);
         assert!(r.reconcile(&key).await.is_err());
         assert_eq!(phase(&api, &key), Phase::Terminating);
-        assert!(reason(&api, &key).contains("fake engine is unreachable"), "{}", reason(&api, &key));
+        assert!(
+            reason(&api, &key).contains("fake engine is unreachable"),
+            "{}",
+            reason(&api, &key)
+        );
         driver.set_unreachable(false);
         assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
         assert!(driver.server_names().is_empty());
@@ -364,7 +458,11 @@ mod tests {
         let first = r.reconcile(&key).await.unwrap_err();
         assert!(first.retry(), "driver errors go back to the rate limiter");
         assert_eq!(phase(&api, &key), Phase::Failed);
-        assert!(reason(&api, &key).contains("injected failure"), "{}", reason(&api, &key));
+        assert!(
+            reason(&api, &key).contains("injected failure"),
+            "{}",
+            reason(&api, &key)
+        );
         assert!(r.reconcile(&key).await.is_err());
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
         assert_eq!(phase(&api, &key), Phase::Active);
@@ -384,7 +482,10 @@ mod tests {
         let history = api.status_history()[before..].to_vec();
         let phases: Vec<Phase> = history.iter().map(|(p, _)| *p).collect();
         assert_eq!(phases, vec![Phase::Failed, Phase::Creating, Phase::Active]);
-        assert_eq!(history[0].1, format!("server {SERVER} (id {old_id}) vanished; recreating it"));
+        assert_eq!(
+            history[0].1,
+            format!("server {SERVER} (id {old_id}) vanished; recreating it")
+        );
         assert_ne!(driver.server(SERVER).unwrap().id, old_id, "a new server");
     }
 
@@ -397,7 +498,11 @@ mod tests {
         driver.fail_creates(1);
         assert!(r.reconcile(&key).await.unwrap_err().retry());
         assert_eq!(phase(&api, &key), Phase::Failed);
-        assert!(reason(&api, &key).contains("injected failure"), "{}", reason(&api, &key));
+        assert!(
+            reason(&api, &key).contains("injected failure"),
+            "{}",
+            reason(&api, &key)
+        );
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
         assert_eq!(phase(&api, &key), Phase::Active);
     }
@@ -415,7 +520,9 @@ mod tests {
             memory_bytes: 1 << 30,
         });
         // Left in Creating by an earlier controller that crashed after creating the server.
-        api.replace_status(&vm_with_phase(&api, &key, Phase::Creating)).await.unwrap();
+        api.replace_status(&vm_with_phase(&api, &key, Phase::Creating))
+            .await
+            .unwrap();
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
         let vm = api.object(&key).unwrap();
         assert_eq!(vm.phase(), Phase::Active);
@@ -433,7 +540,13 @@ mod tests {
         let before = api.status_history().len();
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
         let history = api.status_history()[before..].to_vec();
-        assert_eq!(history[0], (Phase::Creating, format!("server {SERVER} is exited; starting it")));
+        assert_eq!(
+            history[0],
+            (
+                Phase::Creating,
+                format!("server {SERVER} is exited; starting it")
+            )
+        );
         let server = driver.server(SERVER).unwrap();
         assert!(server.running);
         assert_eq!(server.id, id, "the same server, started");
@@ -444,7 +557,10 @@ mod tests {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         api.delete(&key);
-        assert!(api.object(&key).is_none(), "no finalizer yet, so it is gone at once");
+        assert!(
+            api.object(&key).is_none(),
+            "no finalizer yet, so it is gone at once"
+        );
         assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
         assert_eq!(driver.calls("status") + driver.calls("create"), 0);
     }
@@ -458,7 +574,10 @@ mod tests {
         api.delete(&key);
         assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
         assert_eq!(driver.calls("delete"), 0);
-        assert_eq!(api.object(&key).unwrap().metadata.finalizers, Some(vec!["someone.else/finalizer".to_string()]));
+        assert_eq!(
+            api.object(&key).unwrap().metadata.finalizers,
+            Some(vec!["someone.else/finalizer".to_string()])
+        );
     }
 
     #[tokio::test]
@@ -478,7 +597,11 @@ mod tests {
         driver.set_unreachable(false);
         assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
         assert_eq!(phase(&api, &key), Phase::Active);
-        assert_eq!(driver.calls("create"), 1, "the server survived the outage and is adopted, not recreated");
+        assert_eq!(
+            driver.calls("create"),
+            1,
+            "the server survived the outage and is adopted, not recreated"
+        );
     }
 
     #[tokio::test]
@@ -507,7 +630,11 @@ mod tests {
         let key = api.create(VirtualMachine::new("ns", "vm", "abc", "4G"));
         assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
         assert_eq!(phase(&api, &key), Phase::Failed);
-        assert!(reason(&api, &key).contains("VirtualMachine ns/vm: spec.resource.cpu \"abc\""), "{}", reason(&api, &key));
+        assert!(
+            reason(&api, &key).contains("VirtualMachine ns/vm: spec.resource.cpu \"abc\""),
+            "{}",
+            reason(&api, &key)
+        );
         assert_eq!(driver.calls("create"), 0);
     }
 

@@ -145,9 +145,16 @@ impl VirtualMachine {
         Self {
             api_version: api_version(),
             kind: kind(),
-            metadata: ObjectMeta { namespace: Some(namespace.to_string()), name: Some(name.to_string()), ..Default::default() },
+            metadata: ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
             spec: VirtualMachineSpec {
-                resource: Some(ResourceSpec { cpu: Quantity(cpu.to_string()), memory: Quantity(memory.to_string()) }),
+                resource: Some(ResourceSpec {
+                    cpu: Quantity(cpu.to_string()),
+                    memory: Quantity(memory.to_string()),
+                }),
             },
             status: None,
         }
@@ -185,7 +192,10 @@ impl VirtualMachine {
 
     /// True if our finalizer is present.
     pub fn has_finalizer(&self) -> bool {
-        self.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == FINALIZER))
+        self.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|x| x == FINALIZER))
     }
 }
 
@@ -236,16 +246,27 @@ mod tests {
 
     #[test]
     fn an_empty_or_unknown_phase_reads_as_not_yet_reconciled() {
-        let empty: VirtualMachineStatus = serde_json::from_value(serde_json::json!({"phase": ""})).unwrap();
+        let empty: VirtualMachineStatus =
+            serde_json::from_value(serde_json::json!({"phase": ""})).unwrap();
         assert_eq!(empty.phase, Phase::None);
-        let odd: VirtualMachineStatus = serde_json::from_value(serde_json::json!({"phase": "Sleeping"})).unwrap();
+        let odd: VirtualMachineStatus =
+            serde_json::from_value(serde_json::json!({"phase": "Sleeping"})).unwrap();
         assert_eq!(odd.phase, Phase::Unknown);
-        assert_eq!(serde_json::to_value(Phase::Creating).unwrap(), serde_json::json!("Creating"));
-        assert_eq!(serde_json::to_value(Phase::None).unwrap(), serde_json::json!(""));
+        assert_eq!(
+            serde_json::to_value(Phase::Creating).unwrap(),
+            serde_json::json!("Creating")
+        );
+        assert_eq!(
+            serde_json::to_value(Phase::None).unwrap(),
+            serde_json::json!("")
+        );
     }
 
     #[test]
     fn the_resource_url_is_the_crds_namespaced_path() {
-        assert_eq!(VirtualMachine::url_path(&(), Some("ns")), "/apis/cloudnative.tw/v1alpha1/namespaces/ns/virtualmachines");
+        assert_eq!(
+            VirtualMachine::url_path(&(), Some("ns")),
+            "/apis/cloudnative.tw/v1alpha1/namespaces/ns/virtualmachines"
+        );
     }
 }

@@ -25,9 +25,13 @@ use parking_lot::Mutex;
 
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
-use bollard::models::{ContainerCpuStats, ContainerCreateBody, ContainerInspectResponse, ContainerStatsResponse, HostConfig};
+use bollard::models::{
+    ContainerCpuStats, ContainerCreateBody, ContainerInspectResponse, ContainerStatsResponse,
+    HostConfig,
+};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder, StatsOptionsBuilder,
+    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
+    StatsOptionsBuilder,
 };
 use futures::StreamExt;
 
@@ -69,8 +73,14 @@ impl Default for DockerDriverConfig {
 impl DockerDriverConfig {
     /// `$DOCKER_HOST` if set, else [`DEFAULT_DOCKER_HOST`].
     pub fn from_env() -> Self {
-        let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
-        Self { host, ..Self::default() }
+        let host = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
+        Self {
+            host,
+            ..Self::default()
+        }
     }
 }
 
@@ -90,7 +100,11 @@ impl DockerDriver {
     /// A driver for `config.host` (not contacted until the first call).
     pub fn new(config: DockerDriverConfig) -> Self {
         let engine = format!("docker engine at {}", config.host);
-        Self { docker: Arc::default(), config, engine }
+        Self {
+            docker: Arc::default(),
+            config,
+            engine,
+        }
     }
 
     fn client(&self) -> Result<Docker, DriverError> {
@@ -99,7 +113,10 @@ impl DockerDriver {
             return Ok(docker.clone());
         }
         let docker = Docker::connect_with_host(&self.config.host)
-            .map_err(|e| DriverError::Unreachable { engine: self.engine.clone(), message: e.to_string() })?
+            .map_err(|e| DriverError::Unreachable {
+                engine: self.engine.clone(),
+                message: e.to_string(),
+            })?
             .with_timeout(self.config.timeout);
         *slot = Some(docker.clone());
         Ok(docker)
@@ -107,25 +124,37 @@ impl DockerDriver {
 
     fn error(&self, operation: &'static str, server: &str, error: BollardError) -> DriverError {
         match error {
-            BollardError::DockerResponseServerError { status_code, message } => DriverError::Engine {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } => DriverError::Engine {
                 engine: self.engine.clone(),
                 operation,
                 server: server.to_string(),
                 message: format!("{status_code}: {}", message.trim()),
             },
-            other => DriverError::Unreachable { engine: self.engine.clone(), message: with_sources(&other) },
+            other => DriverError::Unreachable {
+                engine: self.engine.clone(),
+                message: with_sources(&other),
+            },
         }
     }
 
     /// The container named exactly `name`, or `None`.
     async fn inspect(&self, name: &str) -> Result<Option<ContainerInspectResponse>, DriverError> {
-        match self.client()?.inspect_container(name, None::<InspectContainerOptions>).await {
+        match self
+            .client()?
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
             Ok(found) => {
                 // The engine also resolves ids and id prefixes; only an exact name counts.
                 let found_name = found.name.as_deref().unwrap_or("").trim_start_matches('/');
                 Ok((found_name == name).then_some(found))
             }
-            Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
             Err(e) => Err(self.error("inspect", name, e)),
         }
     }
@@ -133,7 +162,10 @@ impl DockerDriver {
     async fn start(&self, name: &str) -> Result<(), DriverError> {
         match self.client()?.start_container(name, None).await {
             // 304: already running.
-            Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
             Err(e) => Err(self.error("start", name, e)),
         }
     }
@@ -143,16 +175,25 @@ impl DockerDriver {
         match self.client()?.stats(name, Some(options)).next().await {
             None => Ok(None),
             Some(Ok(stats)) => Ok(Some(stats)),
-            Some(Err(BollardError::DockerResponseServerError { status_code: 404, .. })) => Ok(None),
+            Some(Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            })) => Ok(None),
             Some(Err(e)) => Err(self.error("read stats of", name, e)),
         }
     }
 
     /// (CPU%, Mem%) of a running container.
     async fn usage(&self, name: &str) -> Result<(f64, f64), DriverError> {
-        let Some(first) = self.one_sample(name).await? else { return Ok((0.0, 0.0)) };
+        let Some(first) = self.one_sample(name).await? else {
+            return Ok((0.0, 0.0));
+        };
         let memory = memory_percent(&first);
-        let precpu_filled = first.precpu_stats.as_ref().and_then(|p| p.system_cpu_usage).unwrap_or(0) > 0;
+        let precpu_filled = first
+            .precpu_stats
+            .as_ref()
+            .and_then(|p| p.system_cpu_usage)
+            .unwrap_or(0)
+            > 0;
         let cpu = if precpu_filled {
             cpu_percent(first.precpu_stats.as_ref(), first.cpu_stats.as_ref())
         } else {
@@ -184,15 +225,31 @@ fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// CPU% between two samples: cpu_delta / system_delta * online_cpus * 100.
 pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerCpuStats>) -> f64 {
-    let (Some(before), Some(after)) = (before, after) else { return 0.0 };
-    let total = |s: &ContainerCpuStats| s.cpu_usage.as_ref().and_then(|u| u.total_usage).unwrap_or(0);
+    let (Some(before), Some(after)) = (before, after) else {
+        return 0.0;
+    };
+    let total = |s: &ContainerCpuStats| {
+        s.cpu_usage
+            .as_ref()
+            .and_then(|u| u.total_usage)
+            .unwrap_or(0)
+    };
     let cpu_delta = total(after).saturating_sub(total(before)) as f64;
-    let system_delta = after.system_cpu_usage.unwrap_or(0).saturating_sub(before.system_cpu_usage.unwrap_or(0)) as f64;
+    let system_delta = after
+        .system_cpu_usage
+        .unwrap_or(0)
+        .saturating_sub(before.system_cpu_usage.unwrap_or(0)) as f64;
     let online = after
         .online_cpus
         .filter(|n| *n > 0)
         .map(f64::from)
-        .or_else(|| after.cpu_usage.as_ref().and_then(|u| u.percpu_usage.as_ref()).map(|p| p.len() as f64))
+        .or_else(|| {
+            after
+                .cpu_usage
+                .as_ref()
+                .and_then(|u| u.percpu_usage.as_ref())
+                .map(|p| p.len() as f64)
+        })
         .unwrap_or(1.0);
     if system_delta <= 0.0 || cpu_delta <= 0.0 {
         return 0.0;
@@ -202,7 +259,9 @@ pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerC
 
 /// Mem% = usage / limit * 100 (0 without a limit).
 pub fn memory_percent(stats: &ContainerStatsResponse) -> f64 {
-    let Some(memory) = stats.memory_stats.as_ref() else { return 0.0 };
+    let Some(memory) = stats.memory_stats.as_ref() else {
+        return 0.0;
+    };
     match (memory.usage, memory.limit) {
         (Some(usage), Some(limit)) if limit > 0 => usage as f64 / limit as f64 * 100.0,
         _ => 0.0,
@@ -219,9 +278,14 @@ impl Driver for DockerDriver {
             (LABEL_NAMESPACE.to_string(), spec.vm_namespace.clone()),
             (LABEL_NAME.to_string(), spec.vm_name.clone()),
             (LABEL_UID.to_string(), spec.vm_uid.clone()),
-            (LABEL_MANAGED_BY.to_string(), "kubeloop-vm-controller".to_string()),
+            (
+                LABEL_MANAGED_BY.to_string(),
+                "kubeloop-vm-controller".to_string(),
+            ),
         ]);
-        let nano_cpus = i64::try_from(spec.cpu_millis).ok().and_then(|m| m.checked_mul(1_000_000));
+        let nano_cpus = i64::try_from(spec.cpu_millis)
+            .ok()
+            .and_then(|m| m.checked_mul(1_000_000));
         let memory = i64::try_from(spec.memory_bytes).ok();
         let (Some(nano_cpus), Some(memory)) = (nano_cpus, memory) else {
             return Err(DriverError::Engine {
@@ -234,14 +298,22 @@ impl Driver for DockerDriver {
         let body = ContainerCreateBody {
             image: Some(self.config.image.clone()),
             labels: Some(labels),
-            host_config: Some(HostConfig { memory: Some(memory), nano_cpus: Some(nano_cpus), ..HostConfig::default() }),
+            host_config: Some(HostConfig {
+                memory: Some(memory),
+                nano_cpus: Some(nano_cpus),
+                ..HostConfig::default()
+            }),
             ..ContainerCreateBody::default()
         };
-        let options = CreateContainerOptionsBuilder::new().name(&spec.name).build();
+        let options = CreateContainerOptionsBuilder::new()
+            .name(&spec.name)
+            .build();
         match self.client()?.create_container(Some(options), body).await {
             Ok(_) => {}
             // The name is taken: a container from an earlier attempt or controller. Adopt it.
-            Err(BollardError::DockerResponseServerError { status_code: 409, .. }) => {
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {
                 tracing::info!(server = %spec.name, "server already exists; adopting it");
             }
             Err(e) => return Err(self.error("create", &spec.name, e)),
@@ -261,7 +333,10 @@ impl Driver for DockerDriver {
     async fn delete_server(&self, name: &str) -> Result<(), DriverError> {
         let options = RemoveContainerOptionsBuilder::new().force(true).build();
         match self.client()?.remove_container(name, Some(options)).await {
-            Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
             Err(e) => Err(self.error("delete", name, e)),
         }
     }
@@ -271,12 +346,27 @@ impl Driver for DockerDriver {
     }
 
     async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
-        let Some(found) = self.inspect(name).await? else { return Ok(None) };
+        let Some(found) = self.inspect(name).await? else {
+            return Ok(None);
+        };
         let state = found.state.as_ref();
         let running = state.and_then(|s| s.running).unwrap_or(false);
-        let state_name = state.and_then(|s| s.status).map(|s| s.to_string()).unwrap_or_default();
-        let (cpu_percent, memory_percent) = if running { self.usage(name).await? } else { (0.0, 0.0) };
-        Ok(Some(ServerStatus { id: found.id.unwrap_or_default(), state: state_name, running, cpu_percent, memory_percent }))
+        let state_name = state
+            .and_then(|s| s.status)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let (cpu_percent, memory_percent) = if running {
+            self.usage(name).await?
+        } else {
+            (0.0, 0.0)
+        };
+        Ok(Some(ServerStatus {
+            id: found.id.unwrap_or_default(),
+            state: state_name,
+            running,
+            cpu_percent,
+            memory_percent,
+        }))
     }
 }
 
@@ -288,7 +378,10 @@ mod tests {
 
     fn cpu(total: u64, system: u64, online: u32) -> ContainerCpuStats {
         ContainerCpuStats {
-            cpu_usage: Some(ContainerCpuUsage { total_usage: Some(total), ..Default::default() }),
+            cpu_usage: Some(ContainerCpuUsage {
+                total_usage: Some(total),
+                ..Default::default()
+            }),
             system_cpu_usage: Some(system),
             online_cpus: Some(online),
             ..Default::default()
@@ -298,9 +391,15 @@ mod tests {
     #[test]
     fn cpu_percent_is_the_share_of_system_time_times_online_cpus() {
         // One of two cores busy for the whole interval: 100%.
-        assert_eq!(cpu_percent(Some(&cpu(0, 0, 2)), Some(&cpu(1_000, 2_000, 2))), 100.0);
+        assert_eq!(
+            cpu_percent(Some(&cpu(0, 0, 2)), Some(&cpu(1_000, 2_000, 2))),
+            100.0
+        );
         // A quarter of one core on four cores: 25%.
-        assert_eq!(cpu_percent(Some(&cpu(100, 1_000, 4)), Some(&cpu(200, 2_600, 4))), 25.0);
+        assert_eq!(
+            cpu_percent(Some(&cpu(100, 1_000, 4)), Some(&cpu(200, 2_600, 4))),
+            25.0
+        );
         // No system time passed (an empty precpu): 0, not NaN.
         assert_eq!(cpu_percent(Some(&cpu(0, 5, 1)), Some(&cpu(10, 5, 1))), 0.0);
         assert_eq!(cpu_percent(None, Some(&cpu(10, 5, 1))), 0.0);
@@ -309,7 +408,11 @@ mod tests {
     #[test]
     fn memory_percent_is_usage_over_limit() {
         let stats = ContainerStatsResponse {
-            memory_stats: Some(ContainerMemoryStats { usage: Some(1_000_000), limit: Some(4_000_000), ..Default::default() }),
+            memory_stats: Some(ContainerMemoryStats {
+                usage: Some(1_000_000),
+                limit: Some(4_000_000),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         assert_eq!(memory_percent(&stats), 25.0);
@@ -318,9 +421,16 @@ mod tests {
 
     #[tokio::test]
     async fn an_engine_that_is_not_there_is_reported_as_unreachable_naming_its_address() {
-        let driver = DockerDriver::new(DockerDriverConfig { host: "unix:///nonexistent/kubeloop-test.sock".into(), ..Default::default() });
+        let driver = DockerDriver::new(DockerDriverConfig {
+            host: "unix:///nonexistent/kubeloop-test.sock".into(),
+            ..Default::default()
+        });
         let err = driver.server_exists("x").await.unwrap_err();
         assert!(matches!(err, DriverError::Unreachable { .. }), "{err:?}");
-        assert!(err.to_string().contains("docker engine at unix:///nonexistent/kubeloop-test.sock"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("docker engine at unix:///nonexistent/kubeloop-test.sock"),
+            "{err}"
+        );
     }
 }

@@ -78,7 +78,13 @@ impl FakeDriver {
         let id = inner.new_id();
         inner.servers.insert(
             spec.name.clone(),
-            FakeServer { id: id.clone(), spec, running: true, cpu_percent: 0.0, memory_percent: 0.0 },
+            FakeServer {
+                id: id.clone(),
+                spec,
+                running: true,
+                cpu_percent: 0.0,
+                memory_percent: 0.0,
+            },
         );
         id
     }
@@ -103,14 +109,26 @@ impl FakeDriver {
 
     /// How many calls of `kind` ("create", "delete", "exists", "status") were made.
     pub fn calls(&self, kind: &str) -> usize {
-        self.inner.lock().calls.iter().filter(|(k, _)| *k == kind).count()
+        self.inner
+            .lock()
+            .calls
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .count()
     }
 
-    fn begin(&self, kind: &'static str, name: &str) -> Result<parking_lot::MutexGuard<'_, Inner>, DriverError> {
+    fn begin(
+        &self,
+        kind: &'static str,
+        name: &str,
+    ) -> Result<parking_lot::MutexGuard<'_, Inner>, DriverError> {
         let mut inner = self.inner.lock();
         inner.calls.push((kind, name.to_string()));
         if inner.unreachable {
-            return Err(DriverError::Unreachable { engine: ENGINE.into(), message: "injected outage".into() });
+            return Err(DriverError::Unreachable {
+                engine: ENGINE.into(),
+                message: "injected outage".into(),
+            });
         }
         Ok(inner)
     }
@@ -156,7 +174,13 @@ impl Driver for FakeDriver {
             return Ok(existing.status());
         }
         let id = inner.new_id();
-        let server = FakeServer { id, spec: spec.clone(), running: true, cpu_percent: 0.0, memory_percent: 0.0 };
+        let server = FakeServer {
+            id,
+            spec: spec.clone(),
+            running: true,
+            cpu_percent: 0.0,
+            memory_percent: 0.0,
+        };
         let status = server.status();
         inner.servers.insert(spec.name.clone(), server);
         Ok(status)
@@ -211,11 +235,17 @@ mod tests {
     async fn injected_failures_and_outages_surface_as_errors() {
         let driver = FakeDriver::new();
         driver.fail_creates(1);
-        assert!(matches!(driver.create_server(&spec("a")).await, Err(DriverError::Engine { .. })));
+        assert!(matches!(
+            driver.create_server(&spec("a")).await,
+            Err(DriverError::Engine { .. })
+        ));
         assert!(driver.create_server(&spec("a")).await.is_ok());
         driver.set_unreachable(true);
         let err = driver.server_exists("a").await.unwrap_err();
-        assert!(err.to_string().contains("fake engine is unreachable"), "{err}");
+        assert!(
+            err.to_string().contains("fake engine is unreachable"),
+            "{err}"
+        );
         driver.set_unreachable(false);
         assert!(driver.vanish("a"));
         assert!(!driver.server_exists("a").await.unwrap());

@@ -55,7 +55,12 @@ pub enum DriverError {
     Unreachable { engine: String, message: String },
     /// The engine answered with an error.
     #[error("{engine} refused to {operation} server {server}: {message}")]
-    Engine { engine: String, operation: &'static str, server: String, message: String },
+    Engine {
+        engine: String,
+        operation: &'static str,
+        server: String,
+        message: String,
+    },
 }
 
 /// controller101's driver interface. Implementations are cheap to share (`&self` methods).
@@ -64,7 +69,10 @@ pub trait Driver: Send + Sync + 'static {
     fn engine(&self) -> &str;
 
     /// Creates and starts the server, or adopts (and starts) an existing one of that name.
-    fn create_server(&self, spec: &ServerSpec) -> impl Future<Output = Result<ServerStatus, DriverError>> + Send;
+    fn create_server(
+        &self,
+        spec: &ServerSpec,
+    ) -> impl Future<Output = Result<ServerStatus, DriverError>> + Send;
 
     /// Deletes the server; a server that does not exist is not an error.
     fn delete_server(&self, name: &str) -> impl Future<Output = Result<(), DriverError>> + Send;
@@ -73,7 +81,10 @@ pub trait Driver: Send + Sync + 'static {
     fn server_exists(&self, name: &str) -> impl Future<Output = Result<bool, DriverError>> + Send;
 
     /// The server's state and usage; `None` if it does not exist.
-    fn server_status(&self, name: &str) -> impl Future<Output = Result<Option<ServerStatus>, DriverError>> + Send;
+    fn server_status(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ServerStatus>, DriverError>> + Send;
 }
 
 /// The server (container) name of VM `namespace/name`: `kubeloop-vm_<namespace>_<name>`.
@@ -94,6 +105,9 @@ mod tests {
     fn server_names_of_different_vms_never_collide() {
         assert_ne!(server_name("a-b", "c"), server_name("a", "b-c"));
         assert_ne!(server_name("a", "b.c"), server_name("a.b", "c"));
-        assert_eq!(server_name("default", "test-vm"), "kubeloop-vm_default_test-vm");
+        assert_eq!(
+            server_name("default", "test-vm"),
+            "kubeloop-vm_default_test-vm"
+        );
     }
 }
