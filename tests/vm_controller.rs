@@ -23,6 +23,10 @@ use kubeloop::testenv::{self, Cluster};
 
 const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
 const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
+const RBAC: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/vm-controller-rbac.yaml"
+);
 
 fn docker_host() -> String {
     std::env::var("DOCKER_HOST")
@@ -111,6 +115,24 @@ impl Controller {
         identity: &str,
         extra: &[&str],
     ) -> Self {
+        Self::spawn_as(
+            cluster,
+            cluster.kubeconfig_path(),
+            ns,
+            docker_host,
+            identity,
+            extra,
+        )
+    }
+
+    fn spawn_as(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        ns: &str,
+        docker_host: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
         let log = cluster.dir().join(format!(
             "vm-controller-{ns}-{identity}-{}.log",
             std::process::id()
@@ -123,7 +145,7 @@ impl Controller {
         let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
             .arg("vm-controller")
             .arg("--kubeconfig")
-            .arg(cluster.kubeconfig_path())
+            .arg(kubeconfig)
             .args([
                 "--namespace",
                 ns,
@@ -921,4 +943,113 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
         .unwrap();
     assert_eq!(inspected.id.as_deref(), Some(new_id.as_str()));
     assert_eq!(inspected.host_config.unwrap().nano_cpus, Some(500_000_000));
+}
+
+/// A kubeconfig for a user that has only what RBAC grants it: the admin kubeconfig with the
+/// user's client certificate instead of the admin's.
+fn restricted_kubeconfig(cluster: &Cluster, user: &str) -> PathBuf {
+    let config = cluster.user_config(user, &[]).unwrap();
+    let admin = std::fs::read_to_string(cluster.kubeconfig_path()).unwrap();
+    let cert = config.auth_info.client_certificate.clone().unwrap();
+    let key = config.auth_info.client_key.clone().unwrap();
+    let text: Vec<String> = admin
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("client-certificate:") {
+                format!("    client-certificate: {cert}")
+            } else if line.trim_start().starts_with("client-key:") {
+                format!("    client-key: {key}")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    let path = cluster.dir().join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, text.join("\n")).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-rbac").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let user = format!("vm-controller-{ns}");
+    let kubeconfig = restricted_kubeconfig(cluster, &user);
+
+    // Without a binding the user can do nothing (the control for this test).
+    let restricted = |args: &[&str]| {
+        let out = Command::new(cluster.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = restricted(&["get", "vms", "-n", &ns]);
+    assert!(!ok && err.contains("forbidden"), "{err}");
+
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", RBAC]);
+    assert!(ok, "{out}{err}");
+    let binding = format!("vm-controller-test-{ns}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "create",
+            "clusterrolebinding",
+            &binding,
+            "--clusterrole=kubeloop-vm-controller",
+            &format!("--user={user}"),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    eventually(
+        "the binding to take effect",
+        Duration::from_secs(30),
+        || async { restricted(&["get", "vms", "-n", &ns]).0.then_some(()) },
+    )
+    .await;
+
+    let controller = Controller::spawn_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
+    apply_vm(cluster, &ns, "rbac", "1", "64Mi").await;
+    wait_phase(
+        &api,
+        "rbac",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    assert_eq!(
+        lease_holder(cluster, &ns).await.as_deref(),
+        Some("restricted")
+    );
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "rbac", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    eventually(
+        "the VM to be cleaned up",
+        Duration::from_secs(60),
+        || async { vm(&api, "rbac").await.is_none().then_some(()) },
+    )
+    .await;
+    let log = controller.log_text();
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "no permission errors:\n{}",
+        tail(&log, 30)
+    );
+    kubectl(cluster, &["delete", "clusterrolebinding", &binding]);
 }
