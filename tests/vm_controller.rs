@@ -153,9 +153,13 @@ impl Controller {
                 ns,
                 "--holder-identity",
                 identity,
-                "--vm-driver",
-                "docker",
             ])
+            // The docker driver unless the test picks one.
+            .args(if extra.contains(&"--vm-driver") {
+                &[][..]
+            } else {
+                &["--vm-driver", "docker"][..]
+            })
             .args(extra)
             .env("DOCKER_HOST", docker_host)
             .env("RUST_LOG", "info,kubeloop=debug")
@@ -419,6 +423,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
 
     let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
+    let applied_at = Instant::now();
     let active = wait_phase(
         &api,
         "test-vm",
@@ -427,6 +432,10 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
         &controller,
     )
     .await;
+    println!(
+        "test-vm Active {:?} after kubectl apply",
+        applied_at.elapsed()
+    );
     assert!(active.has_finalizer());
     let server = active.status.as_ref().unwrap().server.clone().unwrap();
     assert_eq!(server.state, "running");
@@ -1052,4 +1061,39 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
         tail(&log, 30)
     );
     kubectl(cluster, &["delete", "clusterrolebinding", &binding]);
+}
+
+#[tokio::test]
+async fn the_fake_driver_runs_vms_without_any_engine() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-fake").await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    // An engine address where nothing listens: the fake driver must not need it.
+    let mut controller = Controller::spawn(
+        cluster,
+        &ns,
+        "unix:///nonexistent/kubeloop.sock",
+        "fake",
+        &["--vm-driver", "fake", "--leader-elect=false"],
+    );
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    assert!(ok, "{out}{err}");
+    let active = wait_phase(
+        &api,
+        "test-vm",
+        Phase::Active,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
+    let server = active.status.unwrap().server.unwrap();
+    assert!(server.id.starts_with("fake-"), "{server:?}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--timeout=60s"],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(vm(&api, "test-vm").await.is_none());
+    assert_eq!(controller.terminate(), Some(0));
 }

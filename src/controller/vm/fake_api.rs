@@ -25,6 +25,8 @@ struct Inner {
     /// The next this-many writes fail with 409 after a concurrent writer bumped the object.
     conflicts: u32,
     status_writes: usize,
+    /// Informer copies that lag behind `objects` (see [`FakeApi::freeze_cache`]).
+    frozen_cache: BTreeMap<String, VirtualMachine>,
     /// (phase, reason) of every successful status write, in order.
     history: Vec<(Phase, String)>,
 }
@@ -98,6 +100,12 @@ impl FakeApi {
         self.inner.lock().objects.get(key).cloned()
     }
 
+    /// Makes `cached` return `vm` for `key` from now on, whatever is stored: an informer
+    /// that has not seen the latest writes.
+    pub fn freeze_cache(&self, key: &str, vm: VirtualMachine) {
+        self.inner.lock().frozen_cache.insert(key.to_string(), vm);
+    }
+
     /// The next `n` writes fail with 409 (someone else wrote the object in between).
     pub fn inject_conflicts(&self, n: u32) {
         self.inner.lock().conflicts = n;
@@ -116,10 +124,12 @@ impl FakeApi {
 
 impl VmApi for FakeApi {
     fn cached(&self, namespace: &str, name: &str) -> Option<Arc<VirtualMachine>> {
-        self.inner
-            .lock()
-            .objects
-            .get(&format!("{namespace}/{name}"))
+        let key = format!("{namespace}/{name}");
+        let inner = self.inner.lock();
+        inner
+            .frozen_cache
+            .get(&key)
+            .or_else(|| inner.objects.get(&key))
             .cloned()
             .map(Arc::new)
     }

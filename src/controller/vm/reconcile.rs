@@ -156,10 +156,14 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             server: None,
             last_update_time: Some(now()),
         };
-        // Re-read through the helper so the write uses the latest resourceVersion.
+        // The write may have re-read the object after a conflict: if that fresh copy is being
+        // deleted, creating a server now would only leak it; finalize instead.
         let Some(vm) = self.set_status(&vm, creating).await? else {
             return Ok(Action::Done);
         };
+        if vm.is_deleting() {
+            return self.finalize(vm).await;
+        }
         let spec = ServerSpec {
             name: server,
             vm_namespace: vm.namespace().to_string(),
@@ -550,6 +554,24 @@ mod tests {
         let server = driver.server(SERVER).unwrap();
         assert!(server.running);
         assert_eq!(server.id, id, "the same server, started");
+    }
+
+    #[tokio::test]
+    async fn a_vm_found_deleting_on_a_conflict_retry_is_finalized_instead_of_created() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        // Give it our finalizer, then let the informer's copy lag behind a deletion.
+        let vm = api.object(&key).unwrap();
+        let vm = set_finalizer(&api, &vm, true).await.unwrap().unwrap();
+        api.freeze_cache(&key, vm);
+        api.delete(&key);
+        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(
+            driver.calls("create"),
+            0,
+            "no server for a VM being deleted"
+        );
+        assert!(api.object(&key).is_none(), "finalized");
     }
 
     #[tokio::test]
