@@ -310,27 +310,27 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         (
             "cpu-abc",
             "resource: {cpu: abc, memory: 4G}",
-            "spec.resource.cpu",
+            "spec.resource.cpu: Invalid value: \"abc\": cpu must be a quantity greater than zero",
         ),
         (
             "cpu-zero",
             "resource: {cpu: \"0\", memory: 4G}",
-            "cpu must be greater than zero",
+            "cpu must be a quantity greater than zero",
         ),
         (
             "cpu-zero-int",
             "resource: {cpu: 0, memory: 4G}",
-            "spec.resource.cpu",
+            "spec.resource.cpu: Invalid value: 0: spec.resource.cpu in body should be greater than or equal to 1",
         ),
         (
             "memory-negative",
             "resource: {cpu: 2, memory: \"-4G\"}",
-            "spec.resource.memory",
+            "spec.resource.memory: Invalid value: \"-4G\": memory must be a quantity greater than zero",
         ),
         (
             "memory-negative-int",
             "resource: {cpu: 2, memory: -4}",
-            "spec.resource.memory",
+            "spec.resource.memory: Invalid value: -4: spec.resource.memory in body should be greater than or equal to 1",
         ),
         ("no-resource", "", "spec.resource: Required value"),
         (
@@ -347,6 +347,7 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         std::fs::write(&path, manifest).unwrap();
         let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", path.to_str().unwrap()]);
         assert!(!ok, "{name} must be refused, kubectl said: {out}");
+        println!("{name}: {}", err.trim().replace('\n', " | "));
         assert!(
             err.contains("is invalid") && err.contains(expected),
             "{name}: the message should name the problem ({expected}): {err}"
