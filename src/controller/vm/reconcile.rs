@@ -112,6 +112,10 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         let Some(vm) = set_finalizer(&self.api, &vm, true).await? else {
             return Ok(Action::Done);
         };
+        // After a conflict the patch re-read the object, which may be deleting by now.
+        if vm.is_deleting() {
+            return self.finalize(vm).await;
+        }
         self.ensure_server(vm).await
     }
 
