@@ -21,7 +21,8 @@ use parking_lot::Mutex;
 async fn forbidden_list_backs_off_up_to_the_cap() {
     let cluster = testenv::shared().await;
     let ns = cluster.new_namespace("cache-forbidden").await.unwrap();
-    let alice = Client::try_from(cluster.user_config("alice", &["kubeloop:nobody"]).unwrap()).unwrap();
+    let alice =
+        Client::try_from(cluster.user_config("alice", &["kubeloop:nobody"]).unwrap()).unwrap();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let metrics = CacheMetrics::new();
     let backoff = BackoffConfig {
@@ -47,18 +48,27 @@ async fn forbidden_list_backs_off_up_to_the_cap() {
     );
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let e = errors.clone();
-    informer.set_watch_error_handler(move |err| e.lock().push(err.to_string())).unwrap();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
+        .unwrap();
     informer.start();
     tokio::time::sleep(Duration::from_secs(9)).await;
     informer.shutdown().await;
     assert!(!informer.has_synced());
 
     let reqs = requests.lock().clone();
-    assert!(reqs.iter().all(|r| r.verb == "LIST" && r.code == 403), "{reqs:?}");
+    assert!(
+        reqs.iter().all(|r| r.verb == "LIST" && r.code == 403),
+        "{reqs:?}"
+    );
     let gaps: Vec<Duration> = reqs.windows(2).map(|w| w[1].at - w[0].at).collect();
     // 100, 200, 400, 800, 1600 ms, then the cap: 1600 ms.
     let expected_ms = [100u64, 200, 400, 800, 1600, 1600];
-    assert!(gaps.len() >= expected_ms.len(), "only {} attempts: {gaps:?}", reqs.len());
+    assert!(
+        gaps.len() >= expected_ms.len(),
+        "only {} attempts: {gaps:?}",
+        reqs.len()
+    );
     for (gap, want) in gaps.iter().zip(expected_ms) {
         assert!(
             *gap >= Duration::from_millis(want),
@@ -69,7 +79,10 @@ async fn forbidden_list_backs_off_up_to_the_cap() {
     for gap in &gaps[4..] {
         assert!(*gap >= Duration::from_millis(1600), "{gaps:?}");
     }
-    assert_eq!(metrics.reflector("v1/configmaps").list_errors() as usize, reqs.len());
+    assert_eq!(
+        metrics.reflector("v1/configmaps").list_errors() as usize,
+        reqs.len()
+    );
     assert!(errors.lock()[0].contains("403"), "{:?}", errors.lock());
     println!(
         "RESULT forbidden list: {} attempts in 9 s, gaps {:?}",

@@ -38,9 +38,12 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), &other_ns);
     for i in 0..20 {
-        api.create(&PostParams::default(), &configmap(&format!("pre-{i}"), &[], "x"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("pre-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
     }
 
     let proxy = FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
@@ -73,7 +76,10 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     // Phase 1: writes the informer does not watch move etcd on; compact; cut.
     for i in 0..30 {
         other
-            .create(&PostParams::default(), &configmap(&format!("o-{i}"), &[], "x"))
+            .create(
+                &PostParams::default(),
+                &configmap(&format!("o-{i}"), &[], "x"),
+            )
             .await
             .unwrap();
     }
@@ -82,34 +88,64 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     // (client-go's short-watch rule); wait past it so the cut leads to a re-watch.
     tokio::time::sleep(Duration::from_secs(2)).await;
     proxy.cut_all();
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(60)).await;
-    cache_common::eventually("a watch 410 and a relist", Duration::from_secs(60), || async {
-        let reqs = requests.lock().clone();
-        let gone = reqs.iter().position(|r| r.verb == "WATCH-ERROR" && r.code == 410);
-        match gone {
-            Some(at) if reqs[at..].iter().any(|r| r.verb == "LIST" && r.code == 200) => Ok(()),
-            _ => Err(format!("{reqs:?}")),
-        }
-    })
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(60),
+    )
+    .await;
+    cache_common::eventually(
+        "a watch 410 and a relist",
+        Duration::from_secs(60),
+        || async {
+            let reqs = requests.lock().clone();
+            let gone = reqs
+                .iter()
+                .position(|r| r.verb == "WATCH-ERROR" && r.code == 410);
+            match gone {
+                Some(at) if reqs[at..].iter().any(|r| r.verb == "LIST" && r.code == 200) => Ok(()),
+                _ => Err(format!("{reqs:?}")),
+            }
+        },
+    )
     .await;
 
     // Phase 2: outage with changes, compaction, recovery.
     let victims: Vec<String> = (0..8).map(|i| format!("pre-{i}")).collect();
     proxy.set_blocked(true);
     proxy.cut_all();
-    let deleted = churn(api.clone(), "compact", Duration::from_secs(3), victims.clone()).await;
+    // Let the proxy close the open watch before anything changes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = churn(
+        api.clone(),
+        "compact",
+        Duration::from_secs(3),
+        victims.clone(),
+    )
+    .await;
     cluster.compact_etcd().await.unwrap();
     let before_recovery = requests.lock().len();
     proxy.set_blocked(false);
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(90)).await;
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(90),
+    )
+    .await;
 
-    let seen = checker.seen.lock();
+    let seen = checker.snapshot();
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
     for name in victims.iter().filter(|v| deleted.contains(*v)) {
         let key = format!("{ns}/{name}");
-        assert!(seen.tombstones.contains(&key), "{key} deleted during the outage, no tombstone");
+        assert!(
+            seen.tombstones.contains(&key),
+            "{key} deleted during the outage, no tombstone"
+        );
     }
-    drop(seen);
     // The relist at the compacted version got 410 and was retried at once with "".
     let reqs = requests.lock().clone();
     let recovery = &reqs[before_recovery..];
@@ -118,14 +154,20 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
         .position(|r| r.verb == "LIST" && r.code == 410 && !r.resource_version.is_empty())
         .unwrap_or_else(|| panic!("no 410 on a LIST at a version: {recovery:?}"));
     let next = &recovery[gone_list + 1];
-    assert_eq!((next.verb, next.resource_version.as_str(), next.code), ("LIST", "", 200), "{recovery:?}");
+    assert_eq!(
+        (next.verb, next.resource_version.as_str(), next.code),
+        ("LIST", "", 200),
+        "{recovery:?}"
+    );
     let m = metrics.reflector("v1/configmaps");
     println!(
         "RESULT compaction: lists {} relists {} watches {} requests {:?}",
         m.lists(),
         m.relists(),
         m.watches(),
-        reqs.iter().map(|r| format!("{} rv={} {}", r.verb, r.resource_version, r.code)).collect::<Vec<_>>()
+        reqs.iter()
+            .map(|r| format!("{} rv={} {}", r.verb, r.resource_version, r.code))
+            .collect::<Vec<_>>()
     );
     informer.shutdown().await;
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use cache_common::{Checker, Recording, assert_converges, churn, configmap};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{Api, PostParams};
 use kube_client::Client;
+use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
 use kubeloop::testenv::{self, FaultProxy};
 use parking_lot::Mutex;
@@ -24,9 +24,12 @@ async fn cut_mid_watch_and_outage_converge_with_tombstones() {
     let ns = cluster.new_namespace("cache-cut").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     for i in 0..30 {
-        api.create(&PostParams::default(), &configmap(&format!("pre-{i}"), &[], "x"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("pre-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
     }
 
     let proxy = FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
@@ -55,20 +58,50 @@ async fn cut_mid_watch_and_outage_converge_with_tombstones() {
         proxy.cut_all();
     }
     churner.await.unwrap();
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(60)).await;
-    assert!(checker.violations().is_empty(), "{:?}", checker.violations());
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        checker.violations().is_empty(),
+        "{:?}",
+        checker.violations()
+    );
     let watches_after_cuts = requests.lock().iter().filter(|r| r.verb == "WATCH").count();
-    assert!(watches_after_cuts >= 2, "the watch was re-opened after the cuts: {:?}", requests.lock());
+    assert!(
+        watches_after_cuts >= 2,
+        "the watch was re-opened after the cuts: {:?}",
+        requests.lock()
+    );
 
     // Phase 2: an outage (connections cut, new ones refused) while objects are created,
     // changed and deleted, including objects the handler already knows.
     let known_before: Vec<String> = (0..10).map(|i| format!("pre-{i}")).collect();
     proxy.set_blocked(true);
     proxy.cut_all();
-    let deleted = churn(api.clone(), "outage", Duration::from_secs(3), known_before.clone()).await;
+    // Let the proxy close the open watch before anything changes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = churn(
+        api.clone(),
+        "outage",
+        Duration::from_secs(3),
+        known_before.clone(),
+    )
+    .await;
     proxy.set_blocked(false);
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(90)).await;
-    let seen = checker.seen.lock();
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(90),
+    )
+    .await;
+    let seen = checker.snapshot();
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
     for name in &known_before {
         if deleted.contains(name) {
@@ -81,7 +114,6 @@ async fn cut_mid_watch_and_outage_converge_with_tombstones() {
         }
     }
     assert!(deleted.iter().filter(|d| d.starts_with("pre-")).count() >= 5);
-    drop(seen);
     let m = metrics.reflector("v1/configmaps");
     assert!(m.relists() >= 1, "the outage forced a relist");
     println!(

@@ -22,9 +22,12 @@ async fn apiserver_restart_converges() {
     let ns = cluster.new_namespace("cache-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     for i in 0..30 {
-        api.create(&PostParams::default(), &configmap(&format!("pre-{i}"), &[], "x"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("pre-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
     }
     let requests = Arc::new(Mutex::new(Vec::new()));
     let metrics = CacheMetrics::new();
@@ -42,21 +45,35 @@ async fn apiserver_restart_converges() {
     informer.add_event_handler(checker.clone()).unwrap();
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let e = errors.clone();
-    informer.set_watch_error_handler(move |err| e.lock().push(err.to_string())).unwrap();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
+        .unwrap();
     informer.start();
     assert!(informer.wait_for_cache_sync().await);
 
     let victims: Vec<String> = (0..12).map(|i| format!("pre-{i}")).collect();
     // Changes before the stop, failing while the apiserver is down, and after it is back.
-    let churner = tokio::spawn(churn(api.clone(), "restart", Duration::from_secs(25), victims.clone()));
+    let churner = tokio::spawn(churn(
+        api.clone(),
+        "restart",
+        Duration::from_secs(25),
+        victims.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.stop_apiserver().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     cluster.start_apiserver().await.unwrap();
     let deleted = churner.await.unwrap();
 
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(120)).await;
-    let seen = checker.seen.lock();
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(120),
+    )
+    .await;
+    let seen = checker.snapshot();
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
     for name in victims.iter().filter(|v| deleted.contains(*v)) {
         let key = format!("{ns}/{name}");
@@ -66,10 +83,27 @@ async fn apiserver_restart_converges() {
         );
     }
     let tombstones = seen.tombstones.len();
-    drop(seen);
     // The restart was noticed: the watch was re-opened.
     let reqs = requests.lock().clone();
-    assert!(reqs.iter().filter(|r| r.verb == "WATCH").count() >= 2, "{reqs:?}");
+    assert!(
+        reqs.iter().filter(|r| r.verb == "WATCH").count() >= 2,
+        "{reqs:?}"
+    );
+    // A watch that could not connect (apiserver down: connection refused) is retried as a
+    // watch after backoff, not turned into a relist.
+    for pair in reqs.windows(2) {
+        if pair[0].verb == "WATCH" && pair[0].code == 0 {
+            assert_eq!(
+                pair[1].verb, "WATCH",
+                "refused watch followed by {:?}: {reqs:?}",
+                pair[1]
+            );
+        }
+    }
+    assert!(
+        reqs.iter().any(|r| r.verb == "WATCH" && r.code == 0),
+        "the restart refused a watch: {reqs:?}"
+    );
     let m = metrics.reflector("v1/configmaps");
     println!(
         "RESULT restart: lists {} relists {} watches {} tombstones {tombstones} deleted {} errors {:?}",

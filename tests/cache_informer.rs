@@ -62,7 +62,9 @@ impl Resource for Widget {
 }
 
 fn names<K: Resource>(objs: &[std::sync::Arc<K>]) -> BTreeSet<String> {
-    objs.iter().map(|o| o.meta().name.clone().unwrap()).collect()
+    objs.iter()
+        .map(|o| o.meta().name.clone().unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -72,8 +74,12 @@ async fn configmap_handlers_see_the_right_sequence_and_listers_match_the_server(
     let ns = cluster.new_namespace("cache-cm").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let pp = PostParams::default();
-    api.create(&pp, &configmap("a", &[("app", "web")], "1")).await.unwrap();
-    api.create(&pp, &configmap("b", &[("app", "db")], "1")).await.unwrap();
+    api.create(&pp, &configmap("a", &[("app", "web")], "1"))
+        .await
+        .unwrap();
+    api.create(&pp, &configmap("b", &[("app", "db")], "1"))
+        .await
+        .unwrap();
 
     let factory = SharedInformerFactory::new(
         client.clone(),
@@ -88,14 +94,22 @@ async fn configmap_handlers_see_the_right_sequence_and_listers_match_the_server(
     factory.start();
     factory.start(); // idempotent
     let synced = factory.wait_for_cache_sync().await;
-    assert_eq!(synced.into_iter().collect::<Vec<_>>(), [("v1/configmaps".to_string(), true)]);
+    assert_eq!(
+        synced.into_iter().collect::<Vec<_>>(),
+        [("v1/configmaps".to_string(), true)]
+    );
     assert!(registration.wait_for_sync().await);
 
     let mut initial = checker.seen.lock().log.clone();
     initial.sort();
-    assert_eq!(initial, [format!("add {ns}/a initial"), format!("add {ns}/b initial")]);
+    assert_eq!(
+        initial,
+        [format!("add {ns}/a initial"), format!("add {ns}/b initial")]
+    );
 
-    api.create(&pp, &configmap("c", &[("app", "web")], "1")).await.unwrap();
+    api.create(&pp, &configmap("c", &[("app", "web")], "1"))
+        .await
+        .unwrap();
     api.patch(
         "a",
         &PatchParams::default(),
@@ -121,8 +135,19 @@ async fn configmap_handlers_see_the_right_sequence_and_listers_match_the_server(
         }
     })
     .await;
-    assert!(checker.violations().is_empty(), "{:?}", checker.violations());
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(30)).await;
+    assert!(
+        checker.violations().is_empty(),
+        "{:?}",
+        checker.violations()
+    );
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(30),
+    )
+    .await;
 
     // Listers against the server's own label-selector LISTs.
     let lister = informer.lister();
@@ -136,16 +161,28 @@ async fn configmap_handlers_see_the_right_sequence_and_listers_match_the_server(
             .map(|o| o.name_any())
             .collect();
         let parsed = LabelSelector::parse(selector).unwrap();
-        assert_eq!(names(&lister.namespaced(&ns).list(&parsed)), server, "selector {selector:?}");
+        assert_eq!(
+            names(&lister.namespaced(&ns).list(&parsed)),
+            server,
+            "selector {selector:?}"
+        );
         let all_namespaces: BTreeSet<String> = names(&lister.list(&parsed));
-        assert_eq!(all_namespaces, server, "selector {selector:?} (all namespaces)");
+        assert_eq!(
+            all_namespaces, server,
+            "selector {selector:?} (all namespaces)"
+        );
     }
     assert_eq!(
         lister.get(&ns, "a").unwrap().data.as_ref().unwrap()["value"],
         "2"
     );
     assert!(lister.get(&ns, "b").is_none());
-    assert!(lister.namespaced("elsewhere").list(&LabelSelector::everything()).is_empty());
+    assert!(
+        lister
+            .namespaced("elsewhere")
+            .list(&LabelSelector::everything())
+            .is_empty()
+    );
 
     factory.shutdown().await;
     assert!(informer.is_stopped());
@@ -205,7 +242,10 @@ async fn crd_objects_flow_through_dynamic_and_typed_informers() {
         )
         .await
         .unwrap();
-    widgets.delete("w2", &DeleteParams::default()).await.unwrap();
+    widgets
+        .delete("w2", &DeleteParams::default())
+        .await
+        .unwrap();
     widgets.create(&pp, &widget("w3", 3, "red")).await.unwrap();
 
     let want = vec![
@@ -218,7 +258,11 @@ async fn crd_objects_flow_through_dynamic_and_typed_informers() {
     for (which, checker) in [("dynamic", &dyn_checker), ("typed", &typed_checker)] {
         eventually(which, Duration::from_secs(30), || async {
             let log = checker.seen.lock().log.clone();
-            if log == want { Ok(()) } else { Err(format!("{log:?}")) }
+            if log == want {
+                Ok(())
+            } else {
+                Err(format!("{log:?}"))
+            }
         })
         .await;
         assert!(checker.violations().is_empty());
@@ -252,9 +296,12 @@ async fn streaming_list_mode_syncs_from_send_initial_events() {
     let ns = cluster.new_namespace("cache-watchlist").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     for i in 0..20 {
-        api.create(&PostParams::default(), &configmap(&format!("cm-{i}"), &[], "x"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("cm-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
     }
     let informer = SharedIndexInformer::new(
         ListWatch::<ConfigMap>::namespaced(client.clone(), &ns),
@@ -276,9 +323,78 @@ async fn streaming_list_mode_syncs_from_send_initial_events() {
     informer.start();
     assert!(informer.wait_for_cache_sync().await);
     assert_eq!(informer.indexer().len(), 20);
-    api.create(&PostParams::default(), &configmap("late", &[], "x")).await.unwrap();
-    assert_converges(&client, &ns, &informer.indexer(), &checker, Duration::from_secs(30)).await;
+    api.create(&PostParams::default(), &configmap("late", &[], "x"))
+        .await
+        .unwrap();
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(30),
+    )
+    .await;
     // No fallback to a paged LIST happened: the stream delivered the initial state.
     assert!(errors.lock().is_empty(), "{:?}", errors.lock());
+    informer.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() {
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster
+        .new_namespace("cache-watchlist-fallback")
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for i in 0..5 {
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("cm-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
+    }
+    let metrics = kubeloop::cache::CacheMetrics::new();
+    let informer = SharedIndexInformer::new(
+        ListWatch::<ConfigMap>::namespaced(client.clone(), &ns),
+        InformerConfig {
+            reflector: ReflectorConfig {
+                use_watch_list: true,
+                // Too short for any stream to deliver its initial events.
+                watch_list_timeout: Duration::from_micros(1),
+                ..Default::default()
+            },
+            metrics: metrics.clone(),
+            ..Default::default()
+        },
+    );
+    let checker = Checker::default();
+    informer.add_event_handler(checker.clone()).unwrap();
+    let errors = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let e = errors.clone();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
+        .unwrap();
+    informer.start();
+    assert!(informer.wait_for_cache_sync().await);
+    assert_converges(
+        &client,
+        &ns,
+        &informer.indexer(),
+        &checker,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        errors
+            .lock()
+            .iter()
+            .any(|e| e.contains("falling back to a paged LIST")),
+        "{:?}",
+        errors.lock()
+    );
+    assert_eq!(metrics.reflector("v1/configmaps").lists(), 1);
     informer.shutdown().await;
 }

@@ -27,7 +27,11 @@ async fn initial_sync_of_ten_thousand_configmaps_matches_the_server() {
         .map(|i| {
             let api = api.clone();
             async move {
-                let cm = configmap(&format!("cm-{i:05}"), &[("shard", &(i % 10).to_string())], "x");
+                let cm = configmap(
+                    &format!("cm-{i:05}"),
+                    &[("shard", &(i % 10).to_string())],
+                    "x",
+                );
                 // Retry a throttled or failed create a few times so setup is not flaky.
                 for attempt in 0..5 {
                     match api.create(&PostParams::default(), &cm).await {
@@ -44,7 +48,10 @@ async fn initial_sync_of_ten_thousand_configmaps_matches_the_server() {
         .count()
         .await;
     assert_eq!(created, OBJECTS);
-    println!("setup: created {OBJECTS} ConfigMaps in {:?}", setup.elapsed());
+    println!(
+        "setup: created {OBJECTS} ConfigMaps in {:?}",
+        setup.elapsed()
+    );
 
     let rss_before = peak_rss_kib();
     let metrics = CacheMetrics::new();

@@ -9,7 +9,15 @@
 //! Bounds asserted on measured times are protocol bounds, each far from what a broken mechanism
 //! would give (e.g. a graceful hand-over must take about one retry period, not a lease duration),
 //! with a stated allowance for process scheduling on a loaded machine. The measured numbers are
-//! printed (`cargo test -- --nocapture`).
+//! printed (`cargo test --test leaderelection_processes -- --nocapture`, lines `MEASURED`).
+//!
+//! Measured on the 2-core development machine (2026-11-22, lease 4 s, renew 3 s, retry 0.5 s,
+//! seven runs): failover after SIGKILL of the leader 3.62-4.34 s (the bound is one lease
+//! measured from the follower's *observation* of the last renewal, which lags the renewal by
+//! up to one jittered retry, while the kill comes up to one retry period after the renewal);
+//! failover after SIGTERM (release on cancel) 0.06-0.56 s; work cancelled 2.5-3.0 s after the
+//! apiserver became unreachable; takeover of a dead holder's lease with a skewed renewTime
+//! 4.02-4.03 s after the candidate started, whether renewTime was in 2000 or 2100.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -276,10 +284,10 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     let kill_failover = Duration::from_nanos(took_over - killed_at);
     assert_ne!(second, first);
     println!("MEASURED failover after SIGKILL of {first}: {kill_failover:?} ({second} took over)");
-    // Worst case: the follower saw the last renewal up to one jittered retry late and polls
-    // up to one more jittered retry after expiry.
+    // Worst case: a follower saw the last renewal up to one jittered retry after it was made
+    // (it polls), and wakes exactly when that observation expires.
     assert!(
-        kill_failover <= LEASE + 2 * MAX_JITTERED_RETRY + SCHEDULING,
+        kill_failover <= LEASE + MAX_JITTERED_RETRY + SCHEDULING,
         "failover after SIGKILL took {kill_failover:?}\n{}",
         election.dump()
     );
@@ -323,6 +331,20 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     assert_eq!(election.working(), vec![third.clone()]);
     assert_eq!(holder(&election.lease_object(cluster).await), third);
     election.assert_no_overlap();
+
+    // Each new leader got a larger fencing token (the Lease's leaseTransitions).
+    let mut starts: Vec<Event> = election
+        .candidates
+        .iter()
+        .flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start"))
+        .collect();
+    starts.sort_by_key(|e| e.at);
+    let tokens: Vec<i32> = starts
+        .iter()
+        .map(|e| e.detail.split("fencing=").nth(1).and_then(|t| t.parse().ok()).expect("fencing token logged"))
+        .collect();
+    assert_eq!(tokens.len(), 3, "{}", election.dump());
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens {tokens:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,7 +495,9 @@ async fn skewed_renew_times_neither_cause_an_early_takeover_nor_an_endless_wait(
         println!("MEASURED takeover of a lease with renewTime in the {label}: {took:?}");
         // The candidate saw the record no earlier than `started`; it must wait a full lease.
         assert!(took >= LEASE, "took over after {took:?} with renewTime in the {label}");
-        assert!(took <= LEASE + 2 * MAX_JITTERED_RETRY + SCHEDULING + Duration::from_secs(2), "{took:?}");
+        // Not forever: it first saw the record right after starting and wakes when that expires
+        // (allowance: process start-up and scheduling).
+        assert!(took <= LEASE + 2 * SCHEDULING, "took over after {took:?} with renewTime in the {label}");
         let lease = election.lease_object(cluster).await;
         assert_eq!(holder(&lease), "a");
         assert_eq!(lease.spec.and_then(|s| s.lease_transitions), Some(1));

@@ -116,7 +116,7 @@ async fn leader_work(ctx: LeaderContext, log: EventLog, term: u64, tick: Duratio
         }
     }
     let mut guard = AbortGuard(Some((log.clone(), term)));
-    log.now("work-start", &term.to_string());
+    log.now("work-start", &format!("{term} fencing={}", ctx.fencing_token()));
     loop {
         let at = monotonic_ns();
         if !ctx.still_leading() {

@@ -71,7 +71,9 @@ impl Backoff {
         }
         self.last = Some(now);
         let base = self.next.min(self.config.max);
-        self.next = base.mul_f64(self.config.factor.max(1.0)).min(self.config.max);
+        self.next = base
+            .mul_f64(self.config.factor.max(1.0))
+            .min(self.config.max);
         let extra = if self.config.jitter > 0.0 {
             base.mul_f64(self.config.jitter * rand::random::<f64>())
         } else {
@@ -116,7 +118,11 @@ mod tests {
             .collect();
         assert_eq!(ms, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
         tokio::time::advance(Duration::from_secs(119)).await;
-        assert_eq!(b.next_delay(), Duration::from_secs(30), "not quiet long enough");
+        assert_eq!(
+            b.next_delay(),
+            Duration::from_secs(30),
+            "not quiet long enough"
+        );
         tokio::time::advance(Duration::from_secs(120)).await;
         assert_eq!(b.next_delay(), Duration::from_millis(800));
     }

@@ -436,7 +436,10 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
 }
 
 fn tombstone<K>(key: String, obj: Arc<K>) -> Delta<K> {
-    Delta::Deleted(DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj }))
+    Delta::Deleted(DeletedObject::Unknown(DeletedFinalStateUnknown {
+        key,
+        obj,
+    }))
 }
 
 impl<K> Inner<K> {
@@ -568,7 +571,10 @@ mod tests {
             let name = format!("a{i}");
             assert_eq!(
                 pop_flat(&q).await,
-                vec![f(DeltaType::Added, &name, i), f(DeltaType::Updated, &name, i + 10)]
+                vec![
+                    f(DeltaType::Added, &name, i),
+                    f(DeltaType::Updated, &name, i + 10)
+                ]
             );
         }
         assert!(q.is_empty());
@@ -582,7 +588,10 @@ mod tests {
         q.replace(vec![obj("foo", 6)], "0").unwrap();
         assert_eq!(
             pop_flat(&q).await,
-            vec![f(DeltaType::Deleted, "foo", 10), f(DeltaType::Replaced, "foo", 6)]
+            vec![
+                f(DeltaType::Deleted, "foo", 10),
+                f(DeltaType::Replaced, "foo", 6)
+            ]
         );
     }
 
@@ -629,7 +638,10 @@ mod tests {
         q.delete(obj("foo", 2)).unwrap();
         assert_eq!(
             pop_flat(&q).await,
-            vec![f(DeltaType::Added, "foo", 1), f(DeltaType::Deleted, "foo", 2)]
+            vec![
+                f(DeltaType::Added, "foo", 1),
+                f(DeltaType::Deleted, "foo", 2)
+            ]
         );
     }
 
@@ -655,7 +667,10 @@ mod tests {
         };
         assert_eq!(
             popper.await.unwrap(),
-            vec![f(DeltaType::Added, "foo", 10), f(DeltaType::Replaced, "foo", 15)]
+            vec![
+                f(DeltaType::Added, "foo", 10),
+                f(DeltaType::Replaced, "foo", 15)
+            ]
         );
         q.close();
         assert_eq!(q.pop(|_, _| ()).await, Err(FifoClosed));
@@ -667,7 +682,10 @@ mod tests {
         let (q, _) = fifo_with_known(&[obj("foo", 5)]);
         q.delete(obj("foo", 10)).unwrap();
         q.resync().unwrap();
-        assert_eq!(flat(&q.get_by_key("foo").unwrap()), vec![f(DeltaType::Deleted, "foo", 10)]);
+        assert_eq!(
+            flat(&q.get_by_key("foo").unwrap()),
+            vec![f(DeltaType::Deleted, "foo", 10)]
+        );
     }
 
     // client-go: TestDeltaFIFO_Resync
@@ -696,7 +714,10 @@ mod tests {
         q.delete(obj("foo", 6)).unwrap();
         assert_eq!(
             pop_flat(&q).await,
-            vec![f(DeltaType::Added, "foo", 5), f(DeltaType::Deleted, "foo", 6)]
+            vec![
+                f(DeltaType::Added, "foo", 5),
+                f(DeltaType::Deleted, "foo", 6)
+            ]
         );
     }
 
@@ -743,7 +764,12 @@ mod tests {
         let cases: Vec<(&str, Vec<Action>, usize, bool)> = vec![
             ("nothing", vec![], 0, false),
             ("add", vec![|q| q.add(obj("a", 1)).unwrap()], 0, true),
-            ("empty replace", vec![|q| q.replace(vec![], "0").unwrap()], 0, true),
+            (
+                "empty replace",
+                vec![|q| q.replace(vec![], "0").unwrap()],
+                0,
+                true,
+            ),
             (
                 "replace of two, nothing popped",
                 vec![|q| q.replace(vec![obj("a", 1), obj("b", 2)], "0").unwrap()],
@@ -764,10 +790,9 @@ mod tests {
             ),
             (
                 "add before replace",
-                vec![
-                    |q| q.add(obj("a", 1)).unwrap(),
-                    |q| q.replace(vec![obj("a", 1), obj("b", 2)], "0").unwrap(),
-                ],
+                vec![|q| q.add(obj("a", 1)).unwrap(), |q| {
+                    q.replace(vec![obj("a", 1), obj("b", 2)], "0").unwrap()
+                }],
                 0,
                 true,
             ),
@@ -872,11 +897,19 @@ mod tests {
 
         let mut d = vec![tombstone_of(1), del(2)];
         dedup_deltas(&mut d);
-        assert_eq!(flat(&d), vec![f(DeltaType::Deleted, "a", 2)], "older tombstone dropped");
+        assert_eq!(
+            flat(&d),
+            vec![f(DeltaType::Deleted, "a", 2)],
+            "older tombstone dropped"
+        );
 
         let mut d = vec![del(1), tombstone_of(2)];
         dedup_deltas(&mut d);
-        assert_eq!(flat(&d), vec![f(DeltaType::Deleted, "a", 1)], "real deletion kept");
+        assert_eq!(
+            flat(&d),
+            vec![f(DeltaType::Deleted, "a", 1)],
+            "real deletion kept"
+        );
 
         let mut d = vec![Delta::Updated(a()), del(2)];
         dedup_deltas(&mut d);
@@ -897,6 +930,26 @@ mod tests {
         // The Sync delta carries the cached (already transformed) object untouched.
         assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Sync, "known", 1)]);
         assert_eq!(store.len(), 1);
+    }
+
+    // client-go: TestDeltaFIFO_KeyOf (a tombstone is keyed by its own key)
+    #[tokio::test(start_paused = true)]
+    async fn tombstones_are_keyed_by_their_stored_key() {
+        let store = ThreadSafeStore::new(Default::default());
+        // Known under a key that the object itself would not produce.
+        store.add("legacy/key".to_string(), Arc::new(obj("foo", 1)));
+        let known: Arc<dyn KnownObjects<ConfigMap>> = Arc::new(store);
+        let q = DeltaFIFO::new(default_key_func(), Some(known));
+        q.replace(vec![], "5").unwrap();
+        assert_eq!(q.list_keys(), vec!["legacy/key"]);
+        let popped = q
+            .pop(|d, _| match &d[0] {
+                Delta::Deleted(DeletedObject::Unknown(t)) => t.key.clone(),
+                other => panic!("expected a tombstone, got {other:?}"),
+            })
+            .await
+            .unwrap();
+        assert_eq!(popped, "legacy/key");
     }
 
     #[test]

@@ -131,7 +131,11 @@ impl SharedInformerFactory {
         {
             return inf.clone();
         }
-        let mut lw = ListWatch::<K>::new(self.client.clone(), dyntype, self.options.namespace.as_deref());
+        let mut lw = ListWatch::<K>::new(
+            self.client.clone(),
+            dyntype,
+            self.options.namespace.as_deref(),
+        );
         if let Some(l) = &self.options.label_selector {
             lw = lw.labels(l);
         }

@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
-use super::list_watch::{ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream};
+use super::list_watch::{
+    ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
+};
 use super::store::meta_namespace_key;
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -31,8 +33,8 @@ struct Inner {
     /// (rv, event) for every change.
     history: Vec<(u64, WatchEvent<ConfigMap>)>,
     watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent<ConfigMap>, ListWatchError>>>,
-    /// The next watch answers with a 410 ERROR event.
-    next_watch_gone: bool,
+    /// Watches from before this version answer with a 410 ERROR event.
+    compacted_rv: u64,
     pub lists: usize,
 }
 
@@ -97,22 +99,46 @@ impl FakeControllerSource {
     pub(crate) fn break_watches(&self) {
         self.inner.lock().watchers.clear();
     }
-    /// Ends every open watch with 410 Gone and forgets the history (a compaction).
+    /// Ends every open watch with 410 Gone and forgets the history (a compaction): a watch
+    /// from an older version gets 410 from now on.
     pub(crate) fn compact(&self) {
         let mut inner = self.inner.lock();
         inner.history.clear();
-        // With no watch open, the next one to come is told instead.
-        inner.next_watch_gone = inner.watchers.is_empty();
+        inner.compacted_rv = inner.rv;
         for w in inner.watchers.drain(..) {
-            let _ = w.send(Err(ListWatchError::Api {
-                verb: "WATCH",
-                url: "/fake".into(),
-                code: 410,
-                reason: "Expired".into(),
-                message: "compacted".into(),
-                causes: vec![],
-            }));
+            let _ = w.send(Err(gone()));
         }
+    }
+    /// A change no watch will ever report (lost while disconnected).
+    pub(crate) fn add_silently(&self, obj: ConfigMap) {
+        self.change(obj, "add", true)
+    }
+    /// A change no watch will ever report.
+    pub(crate) fn modify_silently(&self, obj: ConfigMap) {
+        self.change(obj, "modify", true)
+    }
+    /// key -> resourceVersion of every object.
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, String> {
+        self.inner
+            .lock()
+            .items
+            .iter()
+            .map(|(k, o)| {
+                (
+                    k.clone(),
+                    o.metadata.resource_version.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+    /// Names of the objects held.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .items
+            .values()
+            .map(|o| o.metadata.name.clone().unwrap_or_default())
+            .collect()
     }
     pub(crate) fn list_count(&self) -> usize {
         self.inner.lock().lists
@@ -123,8 +149,7 @@ impl ListerWatcher<ConfigMap> for FakeControllerSource {
     fn list(
         &self,
         _options: &ListOptions,
-    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send
-    {
+    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send {
         let mut inner = self.inner.lock();
         inner.lists += 1;
         let page = ListPage {
@@ -143,15 +168,8 @@ impl ListerWatcher<ConfigMap> for FakeControllerSource {
         let from: u64 = options.resource_version.parse().unwrap_or(0);
         let mut inner = self.inner.lock();
         let (tx, rx) = mpsc::unbounded_channel();
-        if std::mem::take(&mut inner.next_watch_gone) {
-            let _ = tx.send(Err(ListWatchError::Api {
-                verb: "WATCH",
-                url: "/fake".into(),
-                code: 410,
-                reason: "Expired".into(),
-                message: "too old resource version".into(),
-                causes: vec![],
-            }));
+        if from < inner.compacted_rv {
+            let _ = tx.send(Err(gone()));
         } else {
             for (rv, e) in &inner.history {
                 if *rv > from {
@@ -173,4 +191,15 @@ fn tokio_stream_from(
     mut rx: mpsc::UnboundedReceiver<Result<WatchEvent<ConfigMap>, ListWatchError>>,
 ) -> WatchStream<ConfigMap> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+fn gone() -> ListWatchError {
+    ListWatchError::Api {
+        verb: "WATCH",
+        url: "/fake".into(),
+        code: 410,
+        reason: "Expired".into(),
+        message: "too old resource version".into(),
+        causes: vec![],
+    }
 }

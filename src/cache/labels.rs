@@ -230,7 +230,10 @@ fn check_key(key: &str) -> Result<(), String> {
         None => (None, key),
     };
     if let Some(p) = prefix
-        && (p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        && (p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
     {
         return Err(format!("label key {key:?} has an invalid prefix"));
     }

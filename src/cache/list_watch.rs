@@ -12,8 +12,8 @@
 use std::fmt::Write as _;
 use std::future::Future;
 
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube_client::core::WatchEvent;
 use kube_client::{Client, Resource};

@@ -74,8 +74,7 @@ impl<K: Resource> NamespaceLister<K> {
 
     /// The object `name` in this namespace.
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
-        self.indexer
-            .get_by_key(&object_key(&self.namespace, name))
+        self.indexer.get_by_key(&object_key(&self.namespace, name))
     }
 }
 
@@ -142,11 +141,21 @@ mod tests {
         for indexed in [true, false] {
             let l = fixture(indexed);
             let web = LabelSelector::parse("app=web").unwrap();
-            assert_eq!(names(l.list(&LabelSelector::everything())), ["one", "three", "two"]);
+            assert_eq!(
+                names(l.list(&LabelSelector::everything())),
+                ["one", "three", "two"]
+            );
             assert_eq!(names(l.list(&web)), ["one", "three"]);
-            assert_eq!(names(l.namespaced("a").list(&LabelSelector::everything())), ["one", "two"]);
+            assert_eq!(
+                names(l.namespaced("a").list(&LabelSelector::everything())),
+                ["one", "two"]
+            );
             assert_eq!(names(l.namespaced("a").list(&web)), ["one"]);
-            assert!(l.namespaced("c").list(&LabelSelector::everything()).is_empty());
+            assert!(
+                l.namespaced("c")
+                    .list(&LabelSelector::everything())
+                    .is_empty()
+            );
         }
     }
 
@@ -154,9 +163,20 @@ mod tests {
     #[test]
     fn get_by_namespace_and_name() {
         let l = fixture(true);
-        assert_eq!(l.get("a", "two").unwrap().metadata.name.as_deref(), Some("two"));
+        assert_eq!(
+            l.get("a", "two").unwrap().metadata.name.as_deref(),
+            Some("two")
+        );
         assert!(l.get("b", "two").is_none());
-        assert_eq!(l.namespaced("b").get("three").unwrap().metadata.name.as_deref(), Some("three"));
+        assert_eq!(
+            l.namespaced("b")
+                .get("three")
+                .unwrap()
+                .metadata
+                .name
+                .as_deref(),
+            Some("three")
+        );
         assert!(l.namespaced("b").get("one").is_none());
     }
 }

@@ -182,9 +182,14 @@ mod tests {
         m.handler_backlog("v1/configmaps", "h1").set(7);
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();
-        assert!(out.contains("kubeloop_reflector_lists_total{type=\"v1/configmaps\"} 1"), "{out}");
+        assert!(
+            out.contains("kubeloop_reflector_lists_total{type=\"v1/configmaps\"} 1"),
+            "{out}"
+        );
         assert!(out.contains("kubeloop_reflector_watch_events_total{type=\"v1/configmaps\"} 3"));
-        assert!(out.contains("kubeloop_reflector_last_resource_version{type=\"v1/configmaps\"} 1234"));
+        assert!(
+            out.contains("kubeloop_reflector_last_resource_version{type=\"v1/configmaps\"} 1234")
+        );
         assert!(out.contains(
             "kubeloop_informer_handler_backlog{type=\"v1/configmaps\",handler=\"h1\"} 7"
         ));

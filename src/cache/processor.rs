@@ -2,7 +2,7 @@
 //! `tools/cache/shared_informer.go`) and the handler interface (`controller.go`'s
 //! `ResourceEventHandler`).
 //!
-//! Every handler gets its own unbounded [`ListenerBuffer`] and its own task, so a slow handler
+//! Every handler gets its own unbounded `ListenerBuffer` and its own task, so a slow handler
 //! delays only itself. client-go uses a ring buffer grown from 1024 plus two goroutines per
 //! listener; here a `VecDeque` under the buffer's lock and a `Notify` do the same job.
 //! The backlog (queued plus in flight) is a gauge, which client-go lacks (client-go#1326).
@@ -349,13 +349,14 @@ mod tests {
         assert_eq!(buf.initial_pending(), 2);
         let seen = Arc::new(Mutex::new(vec![]));
         let s = seen.clone();
-        let handler: Arc<dyn ResourceEventHandler<u32>> =
-            Arc::new(ResourceEventHandlerFuncs::new().on_add(move |o: &Arc<u32>, initial| {
+        let handler: Arc<dyn ResourceEventHandler<u32>> = Arc::new(
+            ResourceEventHandlerFuncs::new().on_add(move |o: &Arc<u32>, initial| {
                 if **o == 1 {
                     panic!("handler bug");
                 }
                 s.lock().push((**o, initial));
-            }));
+            }),
+        );
         let task = tokio::spawn(run_listener("t".into(), handler, buf.clone()));
         tokio::time::sleep(Duration::from_millis(10)).await;
         // The panic on 1 was contained; 2 was still delivered.

@@ -1,7 +1,7 @@
 //! List-then-watch into a store: client-go `tools/cache/reflector.go` (`ListAndWatch`).
 //!
-//! The reflector is an explicit state machine ([`State`]): each variant says what the next
-//! [`step`](Core::step) does, and `step` returns the state after it. The rules are
+//! The reflector is an explicit state machine (`State`): each variant says what the next
+//! `step` does, and `step` returns the state after it. The rules are
 //! client-go's (see the crate's SPEC section 1):
 //! - LIST in pages of 500; resourceVersion "0" first, the last synced one on relists, ""
 //!   after a LIST answered 410 / "too large resource version" (retried at once). A 410 on a
@@ -210,6 +210,8 @@ struct Core<K, L> {
     backoff: Backoff,
     /// The version the store is known to be in sync with ("" before the first list).
     last_sync_rv: String,
+    /// A copy of `last_sync_rv` readers can see (client-go `LastSyncResourceVersion`).
+    published_rv: Arc<parking_lot::RwLock<String>>,
     /// A LIST at `last_sync_rv` answered 410: the next list asks "" (quorum read).
     rv_unavailable: bool,
     /// The server paginated a LIST at "0", so relists at a version stay paginated.
@@ -235,6 +237,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
                 type_name,
                 on_error: Arc::new(default_watch_error_handler),
                 last_sync_rv: String::new(),
+                published_rv: Default::default(),
                 rv_unavailable: false,
                 paginated_result: false,
                 listed_once: false,
@@ -257,6 +260,21 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
     /// Consulted before each periodic resync.
     pub fn with_should_resync(mut self, should: ShouldResync) -> Self {
         self.should_resync = Some(should);
+        self
+    }
+
+    /// A handle on the last synced resourceVersion, readable while the reflector runs
+    /// (client-go `LastSyncResourceVersion`); "" before the first list.
+    pub fn last_sync_resource_version(&self) -> Arc<parking_lot::RwLock<String>> {
+        self.core.published_rv.clone()
+    }
+
+    /// Publishes the last synced resourceVersion into `handle` instead of a private one.
+    pub fn publish_last_sync_resource_version(
+        mut self,
+        handle: Arc<parking_lot::RwLock<String>>,
+    ) -> Self {
+        self.core.published_rv = handle;
         self
     }
 
@@ -325,7 +343,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 started,
                 events,
                 idle_deadline,
-            } => self.next_event(stream, started, events, idle_deadline).await,
+            } => {
+                self.next_event(stream, started, events, idle_deadline)
+                    .await
+            }
             State::Backoff { until, then } => {
                 tokio::time::sleep_until(until).await;
                 match then {
@@ -365,6 +386,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             return;
         }
         self.last_sync_rv = rv.to_string();
+        *self.published_rv.write() = self.last_sync_rv.clone();
         self.metrics.set_resource_version(rv);
     }
 
@@ -378,6 +400,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 
     async fn list(&mut self) -> State<K> {
         self.count_list();
+        self.list_and_replace().await
+    }
+
+    /// The paged LIST round, without counting it (a streaming-list fallback was counted).
+    async fn list_and_replace(&mut self) -> State<K> {
         let rv = self.relist_resource_version();
         let mut result = self.list_pages(&rv).await;
         if let Err(e) = &result
@@ -550,7 +577,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
             WatchEvent::Bookmark(b) => (b.metadata.resource_version, Ok(())),
             WatchEvent::Error(status) => {
-                return self.watch_failed(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status));
+                return self.watch_failed(ListWatchError::from_status(
+                    "WATCH",
+                    &format!("({} watch stream)", self.type_name),
+                    &status,
+                ));
             }
         };
         if let Err(e) = result {
@@ -590,7 +621,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         };
         self.metrics.watches.inc();
         let deadline = Instant::now() + self.config.watch_list_timeout;
-        let collected = tokio::time::timeout_at(deadline, self.collect_initial_events(&options)).await;
+        let collected =
+            tokio::time::timeout_at(deadline, self.collect_initial_events(&options)).await;
         let failure = match collected {
             Ok(Ok((items, rv, stream))) => {
                 let items: Vec<K> = items.into_values().collect();
@@ -624,7 +656,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         });
         self.metrics.list_errors.inc();
         // Making progress with a paged LIST beats waiting for the stream again.
-        self.list().await
+        self.list_and_replace().await
     }
 
     /// Reads a streaming list up to its end bookmark.
@@ -664,7 +696,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     }
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
-                    return Err(ListWatchError::from_status("WATCH", &format!("({} watch stream)", self.type_name), &status).to_string());
+                    return Err(ListWatchError::from_status(
+                        "WATCH",
+                        &format!("({} watch stream)", self.type_name),
+                        &status,
+                    )
+                    .to_string());
                 }
                 Some(Err(ListWatchError::Decode { source, .. })) => {
                     tracing::warn!(type_name = %self.type_name, "skipping an undecodable event: {source}");
@@ -712,7 +749,10 @@ mod tests {
     fn bookmark(rv: &str, end: bool) -> WatchEvent<ConfigMap> {
         let mut annotations = std::collections::BTreeMap::new();
         if end {
-            annotations.insert(INITIAL_EVENTS_END_ANNOTATION.to_string(), "true".to_string());
+            annotations.insert(
+                INITIAL_EVENTS_END_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
         }
         WatchEvent::Bookmark(Bookmark {
             types: TypeMeta {
@@ -806,7 +846,10 @@ mod tests {
             );
             s.calls.push((self.start.elapsed(), desc));
             // An exhausted script fails, which the reflector retries after backoff.
-            let r = s.lists.pop_front().unwrap_or_else(|| Err(api_err(500, "Script")));
+            let r = s
+                .lists
+                .pop_front()
+                .unwrap_or_else(|| Err(api_err(500, "Script")));
             async move { r }
         }
 
@@ -858,21 +901,30 @@ mod tests {
 
     impl ReflectorStore<ConfigMap> for RecStore {
         fn add(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("add {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("add {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn update(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("update {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("update {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn delete(&self, o: ConfigMap) -> Result<(), StoreError> {
-            self.ops.lock().push(format!("delete {}", o.metadata.name.unwrap()));
+            self.ops
+                .lock()
+                .push(format!("delete {}", o.metadata.name.unwrap()));
             Ok(())
         }
         fn replace(&self, list: Vec<ConfigMap>, rv: &str) -> Result<(), StoreError> {
-            let mut names: Vec<String> = list.into_iter().map(|o| o.metadata.name.unwrap()).collect();
+            let mut names: Vec<String> =
+                list.into_iter().map(|o| o.metadata.name.unwrap()).collect();
             names.sort();
-            self.ops.lock().push(format!("replace [{}] @{rv}", names.join(",")));
+            self.ops
+                .lock()
+                .push(format!("replace [{}] @{rv}", names.join(",")));
             Ok(())
         }
         fn resync(&self) -> Result<(), StoreError> {
@@ -936,11 +988,23 @@ mod tests {
             ["replace [a,b,c] @10", "add d", "update a", "delete b"]
         );
         let calls = lw.call_names();
-        assert_eq!(calls[0], r#"list rv=Some("0") limit=Some(500) continue=None"#);
-        assert_eq!(calls[1], r#"list rv=None limit=Some(500) continue=Some("tok1")"#);
-        assert_eq!(calls[2], r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            calls[0],
+            r#"list rv=Some("0") limit=Some(500) continue=None"#
+        );
+        assert_eq!(
+            calls[1],
+            r#"list rv=None limit=Some(500) continue=Some("tok1")"#
+        );
+        assert_eq!(
+            calls[2],
+            r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#
+        );
         // The clean close re-watches from the bookmark's version, without a relist.
-        assert_eq!(calls[3], r#"watch rv="20" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            calls[3],
+            r#"watch rv="20" bookmarks=true initial=false timeout_ok=true"#
+        );
         assert_eq!(m.lists(), 1);
         assert_eq!(m.relists(), 0);
         assert_eq!(m.watch_events(), 4);
@@ -962,13 +1026,19 @@ mod tests {
         assert_eq!(ops, ["replace [a] @10", "replace [b] @30"]);
         let calls = lw.calls();
         let names: Vec<&str> = calls.iter().map(|c| c.1.as_str()).collect();
-        assert_eq!(names[1], r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            names[1],
+            r#"watch rv="10" bookmarks=true initial=false timeout_ok=true"#
+        );
         // Relist after the watch's 410 is at the last seen version, not "" ...
         assert_eq!(names[2], r#"list rv=Some("10") limit=None continue=None"#);
         // ... and its 410 is retried at once as a quorum read.
         assert_eq!(names[3], r#"list rv=None limit=Some(500) continue=None"#);
         assert_eq!(calls[3].0, calls[2].0, "retried without waiting");
-        assert_eq!(names[4], r#"watch rv="30" bookmarks=true initial=false timeout_ok=true"#);
+        assert_eq!(
+            names[4],
+            r#"watch rv="30" bookmarks=true initial=false timeout_ok=true"#
+        );
         // The relist after a watch failure waited for the backoff.
         assert!(calls[2].0 - calls[1].0 >= Duration::from_millis(800));
         assert_eq!(m.relists(), 1);
@@ -985,7 +1055,10 @@ mod tests {
         }
         let (_, m) = run_for(&lw, no_jitter(), 200, None).await;
         let times: Vec<Duration> = lw.calls().iter().map(|c| c.0).collect();
-        let gaps: Vec<u128> = times.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        let gaps: Vec<u128> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
         assert_eq!(
             &gaps[..8],
             [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
@@ -1040,6 +1113,55 @@ mod tests {
         assert_eq!(m.watches(), 3);
     }
 
+    // client-go: TestReflectorListExtract's paginatedResult rule ("relists at a version are
+    // paginated only if the server paginated the list at \"0\"")
+    #[tokio::test(start_paused = true)]
+    async fn relists_stay_paginated_when_the_server_paginated_the_first_list() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![cm("a", "1")], "10", Some("tok"))
+            .list_ok(vec![cm("b", "2")], "10", None)
+            .watch(vec![status_event(410, "Expired")], true)
+            .list_ok(vec![cm("a", "1")], "11", None)
+            .watch(vec![], true);
+        let store = Arc::new(RecStore::default());
+        let r = Reflector::new(lw.clone(), store.clone(), no_jitter());
+        let rv = r.last_sync_resource_version();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(r.run(cancel.clone()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(*rv.read(), "11");
+        cancel.cancel();
+        task.await.unwrap();
+        assert_eq!(
+            lw.call_names()[3],
+            r#"list rv=Some("10") limit=Some(500) continue=None"#
+        );
+    }
+
+    // client-go: TestReflectorFullListIfTooLarge
+    #[tokio::test(start_paused = true)]
+    async fn too_large_resource_version_on_list_retries_with_empty_version() {
+        let lw = FakeLw::new();
+        lw.list_err(ListWatchError::Api {
+            verb: "LIST",
+            url: "/fake".into(),
+            code: 504,
+            reason: "Timeout".into(),
+            message: "Too large resource version: 20, current: 10".into(),
+            causes: vec!["ResourceVersionTooLarge".into()],
+        })
+        .list_ok(vec![cm("a", "1")], "10", None)
+        .watch(vec![], true);
+        let (ops, _) = run_for(&lw, no_jitter(), 2, None).await;
+        assert_eq!(ops, ["replace [a] @10"]);
+        let names = lw.call_names();
+        assert_eq!(
+            names[0],
+            r#"list rv=Some("0") limit=Some(500) continue=None"#
+        );
+        assert_eq!(names[1], r#"list rv=None limit=Some(500) continue=None"#);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn continue_token_expired_restarts_as_one_full_list() {
         let lw = FakeLw::new();
@@ -1049,7 +1171,10 @@ mod tests {
             .watch(vec![], true);
         let (ops, _) = run_for(&lw, no_jitter(), 3, None).await;
         assert_eq!(ops, ["replace [a,b] @15"]);
-        assert_eq!(lw.call_names()[2], r#"list rv=Some("0") limit=None continue=None"#);
+        assert_eq!(
+            lw.call_names()[2],
+            r#"list rv=Some("0") limit=None continue=None"#
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1088,7 +1213,9 @@ mod tests {
                 ..no_jitter()
             },
         )
-        .with_should_resync(Arc::new(move || a.load(std::sync::atomic::Ordering::SeqCst)));
+        .with_should_resync(Arc::new(move || {
+            a.load(std::sync::atomic::Ordering::SeqCst)
+        }));
         let cancel = CancellationToken::new();
         let task = tokio::spawn(r.run(cancel.clone()));
         tokio::time::sleep(Duration::from_secs(25)).await;
@@ -1140,10 +1267,15 @@ mod tests {
             ..no_jitter()
         };
         let errs = Arc::new(Mutex::new(vec![]));
-        let (ops, _) = run_for(&lw, config, 10, Some(errs.clone())).await;
+        let (ops, m) = run_for(&lw, config, 10, Some(errs.clone())).await;
         assert_eq!(ops, ["replace [a] @7"]);
+        assert_eq!(m.lists(), 1, "the fallback is part of the same list round");
         let calls = lw.calls();
-        assert!(calls[1].1.starts_with(r#"list rv=Some("0") limit=Some(500)"#));
+        assert!(
+            calls[1]
+                .1
+                .starts_with(r#"list rv=Some("0") limit=Some(500)"#)
+        );
         assert_eq!(calls[1].0, Duration::from_secs(3));
         assert!(errs.lock()[0].contains("falling back"), "{:?}", errs.lock());
     }

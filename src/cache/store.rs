@@ -37,9 +37,7 @@ pub fn meta_namespace_key<K: Resource>(obj: &K) -> Result<String, KeyError> {
     let name = match meta.name.as_deref() {
         Some(n) if !n.is_empty() => n,
         _ => {
-            return Err(KeyError::MissingName {
-                kind: kind_of(obj),
-            });
+            return Err(KeyError::MissingName { kind: kind_of(obj) });
         }
     };
     Ok(match meta.namespace.as_deref() {

@@ -190,7 +190,11 @@ impl<K> Indexer<K> {
         inner.indexer(index_name)?;
         Ok(inner.indices[index_name]
             .get(value)
-            .map(|s| s.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+            .map(|s| {
+                s.iter()
+                    .filter_map(|k| inner.items.get(k).cloned())
+                    .collect()
+            })
             .unwrap_or_default())
     }
 
@@ -216,9 +220,11 @@ impl<K> Indexer<K> {
 
 impl<K> Inner<K> {
     fn indexer(&self, name: &str) -> Result<&super::index::IndexFunc<K>, IndexError> {
-        self.indexers.get(name).ok_or_else(|| IndexError::UnknownIndex {
-            name: name.to_string(),
-        })
+        self.indexers
+            .get(name)
+            .ok_or_else(|| IndexError::UnknownIndex {
+                name: name.to_string(),
+            })
     }
 
     fn put(&mut self, key: String, obj: Arc<K>) {
@@ -348,7 +354,11 @@ mod tests {
         s.delete("ns/a");
         let r = s.reader();
         assert!(r.list_index_func_values("byUser").unwrap().is_empty());
-        assert!(r.list_index_func_values(NAMESPACE_INDEX).unwrap().is_empty());
+        assert!(
+            r.list_index_func_values(NAMESPACE_INDEX)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     // client-go: TestThreadSafeStoreAddKeepsNonEmptySetPostDeleteFromIndex
@@ -369,7 +379,10 @@ mod tests {
         let r = s.reader();
         s.add("ns/a".into(), pod("ns", "a", &["ernie", "bert"]));
         s.add("ns/b".into(), pod("ns", "b", &["ernie"]));
-        assert_eq!(sorted(r.index_keys("byUser", "ernie").unwrap()), vec!["ns/a", "ns/b"]);
+        assert_eq!(
+            sorted(r.index_keys("byUser", "ernie").unwrap()),
+            vec!["ns/a", "ns/b"]
+        );
         assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["ns/a"]);
         // The update moves a out of "bert" only.
         s.update("ns/a".into(), pod("ns", "a", &["ernie", "elmo"]));
@@ -392,10 +405,18 @@ mod tests {
         s.add("one/a".into(), pod("one", "a", &[]));
         s.add("one/b".into(), pod("one", "b", &[]));
         s.add("two/c".into(), pod("two", "c", &[]));
-        assert_eq!(names(r.by_index(NAMESPACE_INDEX, "one").unwrap()), vec!["a", "b"]);
+        assert_eq!(
+            names(r.by_index(NAMESPACE_INDEX, "one").unwrap()),
+            vec!["a", "b"]
+        );
         assert!(r.by_index(NAMESPACE_INDEX, "three").unwrap().is_empty());
         let err = r.by_index("nope", "one").unwrap_err();
-        assert_eq!(err, IndexError::UnknownIndex { name: "nope".into() });
+        assert_eq!(
+            err,
+            IndexError::UnknownIndex {
+                name: "nope".into()
+            }
+        );
         assert!(err.to_string().contains("nope"));
     }
 
@@ -438,7 +459,51 @@ mod tests {
         assert_eq!(r.list_keys(), vec!["other/b"]);
         assert!(r.index_keys("byUser", "ernie").unwrap().is_empty());
         assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["other/b"]);
-        assert_eq!(r.list_index_func_values(NAMESPACE_INDEX).unwrap(), vec!["other"]);
+        assert_eq!(
+            r.list_index_func_values(NAMESPACE_INDEX).unwrap(),
+            vec!["other"]
+        );
+    }
+
+    // client-go: TestThreadSafeStoreIndexingConcurrency (writers and index readers at once)
+    #[test]
+    fn concurrent_writers_keep_indices_consistent() {
+        let s = store_with_users();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let r = s.reader();
+                    for i in 0..500 {
+                        let key = format!("ns{t}/p{}", i % 50);
+                        let user = if i % 2 == 0 { "even" } else { "odd" };
+                        s.update(
+                            key.clone(),
+                            pod(&format!("ns{t}"), &format!("p{}", i % 50), &[user]),
+                        );
+                        if i % 7 == 0 {
+                            s.delete(&key);
+                        }
+                        let _ = r.by_index("byUser", "even").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Every index entry points at a stored object whose function gives that value, and
+        // every stored object is indexed.
+        let r = s.reader();
+        let mut indexed = 0;
+        for value in r.list_index_func_values("byUser").unwrap() {
+            for key in r.index_keys("byUser", &value).unwrap() {
+                let obj = r.get_by_key(&key).expect("indexed key is stored");
+                assert!(users_index()(&obj).contains(&value));
+                indexed += 1;
+            }
+        }
+        assert_eq!(indexed, r.len());
     }
 
     // client-go: TestCache / testStoreKeyFunc basics (store_test.go)

@@ -17,6 +17,8 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Handlers first: a SIGTERM that arrives right after READY must stop us cleanly, not kill us.
+    let stop = stop_signal()?;
     let options = if args.full { ClusterOptions::full() } else { ClusterOptions::apiserver_only() };
     let cluster = Cluster::start(options).await.context("starting the local control plane")?;
     let kubeconfig = match &args.kubeconfig_out {
@@ -39,7 +41,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cluster.bin_dir().display(),
         kubeconfig.display()
     );
-    wait_for_signal().await?;
+    stop.await?;
     eprintln!("stopping the local control plane");
     drop(cluster);
     if let Some(out) = &args.kubeconfig_out {
@@ -48,12 +50,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Registers SIGINT and SIGTERM handlers now; the returned future resolves on either.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        Ok(())
+    })
 }

@@ -2,7 +2,10 @@
 //!
 //! One candidate's life is an explicit loop over two phases:
 //! - **acquire**: `try_acquire_or_renew` now, then every `retry_period * (1 + rand * 1.2)`
-//!   (client-go `wait.JitterUntil`, sliding), until it holds the lease or is shut down;
+//!   (client-go `wait.JitterUntil`, sliding), until it holds the lease or is shut down. Unlike
+//!   client-go, a follower also wakes at the instant the lease it observed expires, so a dead
+//!   holder is replaced `lease_duration` after the follower last saw its record change rather
+//!   than up to 2.2 retry periods later;
 //! - **lead**: the leader's work is spawned with a [`LeaderContext`]; every `retry_period` the
 //!   lease is renewed. When `renew_deadline` has passed since the *send time* of the last
 //!   successful write, or the record shows another holder, or the caller shuts down, the
@@ -28,19 +31,20 @@
 //! neither cancels the work nor releases the lease; cancel the `shutdown` token and await `run`
 //! for an orderly stop.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{debug, error, info, warn};
 
 use super::clock::{Clock, SystemClock};
 use super::config::{ConfigError, JITTER_FACTOR, LeaderElectionConfig, validate_identity};
+use super::metrics::{ElectionMetrics, LeaderMetricsProvider};
 use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock};
 
 /// Contends for one lock. Cheap to clone: clones share the same state, so one clone can run
@@ -69,6 +73,8 @@ pub struct LeaderContext {
     state: Arc<Mutex<Inner>>,
     term: u64,
     renew_deadline: Duration,
+    /// `leaseTransitions` of the record this term was acquired with.
+    fencing_token: i32,
 }
 
 /// Why a leadership term (or [`LeaderElector::run`]) ended.
@@ -97,6 +103,8 @@ struct Shared<L> {
     lock: L,
     clock: Arc<dyn Clock>,
     state: Arc<Mutex<Inner>>,
+    /// Set once by `report_metrics_to`.
+    metrics: OnceLock<ElectionMetrics>,
 }
 
 struct Inner {
@@ -157,11 +165,12 @@ impl<L: ResourceLock> LeaderElector<L> {
             phase: Phase::Following,
             term: 0,
         }));
-        Ok(Self { shared: Arc::new(Shared { config, lock, clock, state }) })
+        Ok(Self { shared: Arc::new(Shared { config, lock, clock, state, metrics: OnceLock::new() }) })
     }
 
     /// Contends until `shutdown` is cancelled, or, without `recontend`, until the first
-    /// leadership term ends. Returns why it stopped.
+    /// leadership term ends. Returns why it stopped. Call it once at a time per elector (clones
+    /// share one state; two concurrent runs would contend as one identity and confuse it).
     pub async fn run(&self, mut callbacks: LeaderCallbacks, shutdown: CancellationToken) -> StopReason {
         loop {
             let Some(renewed_at) = self.acquire(&mut callbacks, &shutdown).await else {
@@ -173,6 +182,18 @@ impl<L: ResourceLock> LeaderElector<L> {
             }
             info!(lock = %self.shared.lock.describe(), ?reason, "lost the lease; contending again");
         }
+    }
+
+    /// Reports `leader_election_master_status` and `leader_election_slowpath_total` for this
+    /// election (label `name` = the config's name) into `provider`; only the first call counts.
+    pub fn report_metrics_to(&self, provider: &LeaderMetricsProvider) {
+        let metrics = provider.for_election(&self.shared.config.name);
+        if self.is_leader() {
+            metrics.leader_on();
+        } else {
+            metrics.leader_off();
+        }
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// True while this process leads (client-go `IsLeader`, but false as soon as the elector
@@ -236,10 +257,19 @@ impl<L: ResourceLock> LeaderElector<L> {
                 Ok(Attempt::Failed(e)) => debug!(error = %e, "failed to acquire the lease"),
                 Err(_) => warn!(lock = %self.shared.lock.describe(), "acquire attempt timed out"),
             }
+            // client-go waits a jittered retry period. We also wake when the lease we saw
+            // expires (by our own observation), so a dead holder is replaced within
+            // lease_duration of our last observation of it, not up to 2.2 retry periods later.
+            // Only a future expiry counts: a failing lock must never turn this into a hot loop.
+            let now = Instant::now();
+            let mut wake = now + jittered(config.retry_period, JITTER_FACTOR);
+            if let Some(expiry) = self.shared.state.lock().expiry().filter(|e| *e > now) {
+                wake = wake.min(expiry);
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return None,
-                _ = sleep(jittered(config.retry_period, JITTER_FACTOR)) => {}
+                _ = sleep_until(wake) => {}
             }
         }
     }
@@ -247,11 +277,11 @@ impl<L: ResourceLock> LeaderElector<L> {
     /// The lead phase: start the work, renew, step down. See the module docs for the order.
     async fn lead(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken, renewed_at: Instant) -> StopReason {
         let config = &self.shared.config;
-        let term = {
+        let (term, fencing_token) = {
             let mut inner = self.shared.state.lock();
             inner.phase = Phase::Leading { renewed_at };
             inner.term += 1;
-            inner.term
+            (inner.term, inner.observed_record.leader_transitions)
         };
         let work_token = shutdown.child_token();
         let ctx = LeaderContext {
@@ -259,13 +289,20 @@ impl<L: ResourceLock> LeaderElector<L> {
             state: self.shared.state.clone(),
             term,
             renew_deadline: config.renew_deadline,
+            fencing_token,
         };
+        if let Some(m) = self.shared.metrics.get() {
+            m.leader_on();
+        }
         let mut work: JoinHandle<()> = tokio::spawn((callbacks.on_started_leading)(ctx));
 
         let (reason, last_renewed) = self.renew(callbacks, shutdown, renewed_at).await;
 
         // Step down: from here on the work must wind down.
         self.shared.state.lock().phase = Phase::SteppingDown;
+        if let Some(m) = self.shared.metrics.get() {
+            m.leader_off();
+        }
         work_token.cancel();
         let stop_by = last_renewed + config.lease_duration;
         match timeout_at(stop_by, &mut work).await {
@@ -402,6 +439,11 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
 
         // 4. Take or keep it, against the version just read.
+        if old.holder_identity == me
+            && let Some(m) = self.shared.metrics.get()
+        {
+            m.slowpath_exercised();
+        }
         carry_over(&mut record, &old, old.holder_identity == me);
         match lock.update(&record).await {
             Ok(()) => {
@@ -489,9 +531,14 @@ impl<L: ResourceLock> LeaderElector<L> {
 impl Inner {
     /// client-go `isLeaseValid`: observed locally less than `leaseDurationSeconds` ago.
     fn lease_valid(&self, now: Instant) -> bool {
-        let Some(observed) = self.observed_time else { return false };
+        self.expiry().is_some_and(|expiry| expiry > now)
+    }
+
+    /// When the observed lease expires by local observation; `None` if never observed.
+    fn expiry(&self) -> Option<Instant> {
+        let observed = self.observed_time?;
         let secs = u64::try_from(self.observed_record.lease_duration_seconds).unwrap_or(0);
-        observed + Duration::from_secs(secs) > now
+        Some(observed + Duration::from_secs(secs))
     }
 }
 
@@ -545,6 +592,14 @@ impl LeaderContext {
     /// Resolves when the work must stop.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.token.cancelled()
+    }
+
+    /// The Lease's `leaseTransitions` when this term began. Every change of holder increases
+    /// it, so a downstream system that remembers the highest token it has seen can refuse writes
+    /// from a deposed leader (client-go offers no fencing at all). Only as strong as every
+    /// candidate following this protocol.
+    pub fn fencing_token(&self) -> i32 {
+        self.fencing_token
     }
 
     /// True if this term is still on and its last successful renewal is less than
@@ -1048,8 +1103,8 @@ mod tests {
             });
             tokio::time::sleep(LEASE + 3 * RETRY).await;
             let took = journal.first("a", "work-start").expect("never took over") - start;
-            assert!(took >= LEASE, "took over after {took:?} with renewTime {renew}");
-            assert!(took <= LEASE + RETRY.mul_f64(1.0 + JITTER_FACTOR), "took over after {took:?}");
+            // First observation at 0 s; the follower wakes exactly when that lease expires.
+            assert_eq!(took, LEASE, "took over after {took:?} with renewTime {renew}");
             shutdown.cancel();
         }
     }
@@ -1114,6 +1169,72 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn fencing_tokens_grow_with_every_change_of_holder() {
+        let store = FakeLockStore::new();
+        let tokens = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
+        let shutdown = CancellationToken::new();
+        for id in ["a", "b"] {
+            let t = tokens.clone();
+            let who = id.to_string();
+            let cb = LeaderCallbacks::new(
+                move |ctx: LeaderContext| {
+                    t.lock().push((who.clone(), ctx.fencing_token()));
+                    async move { ctx.cancelled().await }
+                },
+                || {},
+            );
+            let le = elector(&store, id, config(true, true));
+            let s = shutdown.clone();
+            tokio::spawn(async move { le.run(cb, s).await });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for _ in 0..3 {
+            let holder = store.holder();
+            store.set_reach(&holder, Reach::Refuse);
+            tokio::time::sleep(LEASE + 3 * RETRY).await;
+            store.set_reach(&holder, Reach::Up);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        shutdown.cancel();
+        let tokens = tokens.lock().clone();
+        assert_eq!(tokens.len(), 4, "{tokens:?}");
+        assert!(tokens.windows(2).all(|w| w[0].1 < w[1].1 && w[0].0 != w[1].0), "{tokens:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_follow_leadership_and_count_slow_path_renewals() {
+        let provider = LeaderMetricsProvider::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        provider.register(&mut registry);
+        let scrape = |registry: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        let store = FakeLockStore::new();
+        let a = elector(&store, "a", config(false, false));
+        a.report_metrics_to(&provider);
+        assert!(scrape(&registry).contains(r#"leader_election_master_status{name="unit"} 0"#));
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn({
+            let (a, s) = (a.clone(), shutdown.clone());
+            async move { a.run(LeaderCallbacks::new(|_| async {}, || {}), s).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let text = scrape(&registry);
+        assert!(text.contains(r#"leader_election_master_status{name="unit"} 1"#), "{text}");
+        assert!(text.contains(r#"leader_election_slowpath_total{name="unit"} 0"#), "{text}");
+        let mut touched = store.record().unwrap();
+        touched.renew_time = None;
+        store.put(touched); // the next fast-path renewal conflicts and falls back to the slow path
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(scrape(&registry).contains(r#"leader_election_slowpath_total{name="unit"} 1"#));
+        shutdown.cancel();
+        run.await.unwrap();
+        assert!(scrape(&registry).contains(r#"leader_election_master_status{name="unit"} 0"#));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn health_check_fails_only_when_leading_with_an_overdue_renewal() {
         let store = FakeLockStore::new();
         let a = elector(&store, "a", config(false, false));
@@ -1130,6 +1251,9 @@ mod tests {
         let err = healthz.check().unwrap_err();
         assert!(matches!(err, HealthError::RenewalOverdue { .. }));
         assert!(err.to_string().contains("\"unit\""), "{err}");
+        let as_ops: &dyn crate::ops::Check = &healthz;
+        assert_eq!(as_ops.name(), "leaderElection");
+        assert!(as_ops.check().unwrap_err().contains("believes it leads"));
         a.shared.state.lock().phase = Phase::SteppingDown;
         assert_eq!(healthz.check(), Ok(()));
     }

@@ -46,3 +46,14 @@ impl HealthzAdaptor {
         }
     }
 }
+
+/// Plugs straight into the ops server: `healthz: vec![Arc::new(adaptor.clone())]`.
+impl crate::ops::Check for HealthzAdaptor {
+    fn name(&self) -> &str {
+        HealthzAdaptor::name(self)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        HealthzAdaptor::check(self).map_err(|e| e.to_string())
+    }
+}

@@ -7,13 +7,16 @@
 //! | [`LeaseLock`]             | `resourcelock/leaselock.go`                           |
 //! | [`ResourceLock`]          | `resourcelock/interface.go` `Interface`               |
 //! | [`HealthzAdaptor`]        | `healthzadaptor.go`                                   |
+//! | [`LeaderMetricsProvider`] | `metrics.go` (+ component-base's metric names)        |
 //! | [`Clock`]                 | `k8s.io/utils/clock` (wall clock for the record only) |
 //!
 //! Better than client-go on purpose: the elector can contend again after losing
 //! ([`LeaderElectionConfig::recontend`]); `on_stopped_leading` only runs after leading; the
 //! leader's work gets a [`LeaderContext`] and is awaited (bounded) before `on_stopped_leading`
 //! and before the lease is released, so it stops before the lease can pass to another holder
-//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]).
+//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]);
+//! [`LeaderContext::still_leading`] lets work check its entitlement before each step and
+//! [`LeaderContext::fencing_token`] hands it the Lease's transition count as a fencing token.
 //!
 //! ```no_run
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -44,6 +47,7 @@ mod elector;
 mod fake_lock;
 mod healthz;
 mod lease_lock;
+mod metrics;
 mod resource_lock;
 
 pub use clock::{Clock, SkewedClock, SystemClock};
@@ -51,4 +55,5 @@ pub use config::{ConfigError, LeaderElectionConfig};
 pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, StopReason};
 pub use healthz::HealthzAdaptor;
 pub use lease_lock::LeaseLock;
+pub use metrics::LeaderMetricsProvider;
 pub use resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};

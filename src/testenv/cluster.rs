@@ -457,19 +457,31 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Dependants first, etcd last; each is SIGKILLed (nothing in a test cluster needs a
-        // graceful stop, and etcd runs with --unsafe-no-fsync on a directory about to go).
+impl Cluster {
+    /// Kills every component (dependants first, etcd last) and removes the working directory
+    /// unless it is kept. SIGKILL is enough: nothing in a test cluster needs a graceful stop,
+    /// and etcd runs with --unsafe-no-fsync on a directory about to go. Idempotent.
+    fn teardown(&self) {
         let mut processes = self.processes.lock();
         processes.kwok.take();
         processes.scheduler.take();
         processes.controller_manager.take();
         processes.apiserver.take();
         processes.etcd.take();
-        if let Dir::Kept(path) = &self.dir {
-            eprintln!("testenv: kept {} (KUBELOOP_KEEP_TESTENV)", path.display());
+        match &self.dir {
+            Dir::Kept(path) => eprintln!("testenv: kept {} (KUBELOOP_KEEP_TESTENV)", path.display()),
+            // TempDir removes it on drop too; removing here serves the shared clusters, which
+            // live in statics and are never dropped.
+            Dir::Temp(temp) => {
+                let _ = std::fs::remove_dir_all(temp.path());
+            }
         }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.teardown();
     }
 }
 
@@ -563,18 +575,33 @@ async fn etcd_post(base: &str, path: &str, body: &str) -> Result<serde_json::Val
     serde_json::from_str(&text).map_err(|e| TestEnvError::Etcd(format!("{path}: {e}: {text}")))
 }
 
+static SHARED: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::const_new();
+static SHARED_FULL: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::const_new();
+
 /// One etcd + kube-apiserver shared by every test in this test binary, started on first use.
+/// Statics are never dropped, so an exit hook tears it down (and removes its files) when the
+/// test binary exits normally; the parent-death signal covers every other way out.
 pub async fn shared() -> &'static Cluster {
-    static SHARED: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::const_new();
-    SHARED
-        .get_or_init(|| async { Cluster::start(ClusterOptions::apiserver_only()).await.unwrap_or_else(|e| panic!("testenv: {e}")) })
-        .await
+    SHARED.get_or_init(|| start_shared(ClusterOptions::apiserver_only())).await
 }
 
 /// Like [`shared`], with controller-manager, scheduler and a kwok node.
 pub async fn shared_full() -> &'static Cluster {
-    static SHARED: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::const_new();
-    SHARED
-        .get_or_init(|| async { Cluster::start(ClusterOptions::full()).await.unwrap_or_else(|e| panic!("testenv: {e}")) })
-        .await
+    SHARED_FULL.get_or_init(|| start_shared(ClusterOptions::full())).await
+}
+
+async fn start_shared(options: ClusterOptions) -> Cluster {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        extern "C" fn teardown_shared() {
+            for cluster in [SHARED.get(), SHARED_FULL.get()].into_iter().flatten() {
+                cluster.teardown();
+            }
+        }
+        // SAFETY: registering a plain extern "C" fn; it runs at exit(3), after libtest is done.
+        unsafe {
+            libc::atexit(teardown_shared);
+        }
+    });
+    Cluster::start(options).await.unwrap_or_else(|e| panic!("testenv: {e}"))
 }

@@ -33,7 +33,7 @@ where
 
 /// What a handler saw, checked as it arrives: no add of a key already present, no update
 /// or delete of a key not present.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Seen {
     /// key -> resourceVersion as the handler knows it.
     pub present: BTreeMap<String, String>,
@@ -64,9 +64,13 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for Checker {
     fn on_add(&self, obj: &Arc<K>, initial: bool) {
         let (key, rv) = key_rv(&**obj);
         let mut s = self.seen.lock();
-        s.log.push(format!("add {key}{}", if initial { " initial" } else { "" }));
+        s.log.push(format!(
+            "add {key}{}",
+            if initial { " initial" } else { "" }
+        ));
         if s.present.insert(key.clone(), rv).is_some() {
-            s.violations.push(format!("{key} added twice without a delete between"));
+            s.violations
+                .push(format!("{key} added twice without a delete between"));
         }
     }
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
@@ -75,7 +79,8 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for Checker {
         let mut s = self.seen.lock();
         s.log.push(format!("update {key}"));
         if old_key != key {
-            s.violations.push(format!("update with old {old_key} and new {key}"));
+            s.violations
+                .push(format!("update with old {old_key} and new {key}"));
         }
         if s.present.insert(key.clone(), rv).is_none() {
             s.violations.push(format!("{key} updated but never added"));
@@ -103,6 +108,10 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for Checker {
 }
 
 impl Checker {
+    /// A copy of everything seen so far.
+    pub fn snapshot(&self) -> Seen {
+        self.seen.lock().clone()
+    }
     pub fn violations(&self) -> Vec<String> {
         self.seen.lock().violations.clone()
     }
@@ -117,9 +126,15 @@ pub fn cache_state<K: Resource>(indexer: &Indexer<K>) -> BTreeMap<String, String
 }
 
 /// key -> resourceVersion of every ConfigMap in `ns`, as the server lists them now.
-pub async fn server_configmaps(client: &Client, ns: &str) -> Result<BTreeMap<String, String>, String> {
+pub async fn server_configmaps(
+    client: &Client,
+    ns: &str,
+) -> Result<BTreeMap<String, String>, String> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let list = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(list.items.iter().map(key_rv).collect())
 }
 
@@ -203,16 +218,27 @@ pub async fn ensure_widget_crd(client: &Client) {
         Err(kube_client::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating the Widget CRD: {e}"),
     }
-    eventually("the Widget CRD to be Established", Duration::from_secs(60), || async {
-        let crd = crds.get("widgets.test.kubeloop.dev").await.map_err(|e| e.to_string())?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established { Ok(()) } else { Err("not established".into()) }
-    })
+    eventually(
+        "the Widget CRD to be Established",
+        Duration::from_secs(60),
+        || async {
+            let crd = crds
+                .get("widgets.test.kubeloop.dev")
+                .await
+                .map_err(|e| e.to_string())?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err("not established".into())
+            }
+        },
+    )
     .await;
 }
 
@@ -360,7 +386,10 @@ pub async fn churn(
     while tokio::time::Instant::now() < deadline {
         let name = format!("{prefix}-{i}");
         if api
-            .create(&PostParams::default(), &configmap(&name, &[("churn", prefix)], "0"))
+            .create(
+                &PostParams::default(),
+                &configmap(&name, &[("churn", prefix)], "0"),
+            )
             .await
             .is_ok()
         {
@@ -379,7 +408,11 @@ pub async fn churn(
         }
         if i % 3 == 0 {
             let target = victims.pop().or_else(|| {
-                if live.len() > 2 { Some(live.remove(0)) } else { None }
+                if live.len() > 2 {
+                    Some(live.remove(0))
+                } else {
+                    None
+                }
             });
             if let Some(target) = target
                 && api.delete(&target, &DeleteParams::default()).await.is_ok()
