@@ -4,7 +4,10 @@
 //! sample-controller drops without retry (bad key, Foo gone, empty deploymentName) are not
 //! errors at all.
 
-use super::sync::message_resource_exists;
+/// The message of the `ErrResourceExists` event. sample-controller: `MessageResourceExists`.
+pub fn message_resource_exists(name: &str) -> String {
+    format!("Resource \"{name}\" already exists and is not managed by Foo")
+}
 
 /// Why one sync of a Foo failed; the key is retried with backoff.
 #[derive(Debug, thiserror::Error)]

@@ -28,7 +28,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 
 use super::api::SyncClient;
 use super::deployment::{is_controlled_by, new_deployment};
-use super::error::SyncError;
+use super::error::{SyncError, message_resource_exists};
 use super::types::{Foo, FooStatus};
 use crate::cache::split_meta_namespace_key;
 use crate::controller::worker::Action;
@@ -44,11 +44,6 @@ pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
 pub const MESSAGE_RESOURCE_SYNCED: &str = "Foo synced successfully";
 /// How many times a status write is tried when it keeps hitting conflicts.
 pub const STATUS_ATTEMPTS: u32 = 5;
-
-/// The message of the `ErrResourceExists` event. sample-controller: `MessageResourceExists`.
-pub fn message_resource_exists(name: &str) -> String {
-    format!("Resource \"{name}\" already exists and is not managed by Foo")
-}
 
 /// Brings the Deployment and status of the Foo at `key` in line with its spec.
 /// sample-controller: `syncHandler`.
