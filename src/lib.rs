@@ -7,6 +7,7 @@
 //! | [`cache`]             | `k8s.io/client-go/tools/cache`                   |
 //! | [`workqueue`]         | `k8s.io/client-go/util/workqueue`                |
 //! | [`leaderelection`]    | `k8s.io/client-go/tools/leaderelection`          |
+//! | [`record`]            | `k8s.io/client-go/tools/record`                  |
 //! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
 //! | [`ops`]               | component-base metrics registry, apiserver healthz |
 //! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
@@ -18,6 +19,7 @@ pub mod cache;
 pub mod controller;
 pub mod leaderelection;
 pub mod ops;
+pub mod record;
 #[cfg(feature = "testenv")]
 pub mod testenv;
 pub mod workqueue;

@@ -23,6 +23,9 @@ enum Command {
     /// scheduler and a kwok node) until Ctrl-C; built by hack/build-control-plane.
     #[cfg(feature = "testenv")]
     Cluster(cmd::cluster::Args),
+    /// Run the sample controller: each Foo (samplecontroller.k8s.io/v1alpha1) gets a
+    /// Deployment of nginx Pods, its replicas kept in line and reported in the Foo's status.
+    SampleController(cmd::sample_controller::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             #[cfg(feature = "testenv")]
             Command::Cluster(args) => cmd::cluster::run(args).await,
+            Command::SampleController(args) => cmd::sample_controller::run(args).await,
         }
     })
 }

@@ -1,0 +1,132 @@
+//! The few calls a Foo sync makes, behind a trait so the sync can be tested with an in-memory
+//! fake (sample-controller's tests use client-go's fake clientsets for the same reason).
+//!
+//! Reads come from the informers' listers (shared, possibly stale); writes go to the
+//! apiserver. [`KubeSyncClient`] is the real implementation.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube_client::api::PostParams;
+use kube_client::{Api, Client};
+
+use super::types::Foo;
+use crate::cache::Lister;
+use crate::record::{EventRecorder, EventType};
+
+/// What `sync_handler` needs from the cluster.
+pub trait SyncClient: Send + Sync + 'static {
+    /// The Foo from the informer cache.
+    fn foo(&self, namespace: &str, name: &str) -> Option<Arc<Foo>>;
+    /// The Deployment from the informer cache.
+    fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>>;
+    /// Creates a Deployment (in its metadata's namespace).
+    fn create_deployment(
+        &self,
+        deployment: &Deployment,
+    ) -> impl Future<Output = Result<Deployment, kube_client::Error>> + Send;
+    /// Replaces a Deployment; its resourceVersion makes this fail with 409 on a conflict.
+    fn update_deployment(
+        &self,
+        deployment: &Deployment,
+    ) -> impl Future<Output = Result<Deployment, kube_client::Error>> + Send;
+    /// Writes `foo.status` through the status subresource; 409 on a resourceVersion conflict.
+    fn update_foo_status(
+        &self,
+        foo: &Foo,
+    ) -> impl Future<Output = Result<Foo, kube_client::Error>> + Send;
+    /// Reads the Foo from the apiserver (not the cache), to retry after a conflict.
+    fn get_foo(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Foo>, kube_client::Error>> + Send;
+    /// Records an event about the Foo; never blocks.
+    fn record_event(&self, foo: &Foo, event_type: EventType, reason: &str, message: &str);
+}
+
+/// The real [`SyncClient`]: listers for reads, the apiserver for writes, an [`EventRecorder`].
+#[derive(Clone)]
+pub struct KubeSyncClient {
+    client: Client,
+    foos: Lister<Foo>,
+    deployments: Lister<Deployment>,
+    recorder: EventRecorder,
+}
+
+impl KubeSyncClient {
+    /// Wires the pieces together.
+    pub fn new(
+        client: Client,
+        foos: Lister<Foo>,
+        deployments: Lister<Deployment>,
+        recorder: EventRecorder,
+    ) -> Self {
+        KubeSyncClient {
+            client,
+            foos,
+            deployments,
+            recorder,
+        }
+    }
+
+    fn deployments_in(&self, deployment: &Deployment) -> Api<Deployment> {
+        Api::namespaced(
+            self.client.clone(),
+            deployment
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or("default"),
+        )
+    }
+}
+
+impl SyncClient for KubeSyncClient {
+    fn foo(&self, namespace: &str, name: &str) -> Option<Arc<Foo>> {
+        self.foos.get(namespace, name)
+    }
+
+    fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.deployments.get(namespace, name)
+    }
+
+    async fn create_deployment(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Deployment, kube_client::Error> {
+        self.deployments_in(deployment)
+            .create(&PostParams::default(), deployment)
+            .await
+    }
+
+    async fn update_deployment(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Deployment, kube_client::Error> {
+        let name = deployment.metadata.name.as_deref().unwrap_or("");
+        self.deployments_in(deployment)
+            .replace(name, &PostParams::default(), deployment)
+            .await
+    }
+
+    async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
+        let api: Api<Foo> = Api::namespaced(self.client.clone(), foo.namespace());
+        api.replace_status(foo.name(), &PostParams::default(), foo)
+            .await
+    }
+
+    async fn get_foo(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Foo>, kube_client::Error> {
+        let api: Api<Foo> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await
+    }
+
+    fn record_event(&self, foo: &Foo, event_type: EventType, reason: &str, message: &str) {
+        self.recorder.event(foo, event_type, reason, message);
+    }
+}

@@ -1,0 +1,127 @@
+//! Where events are written: client-go `tools/record`'s `EventSink` interface and the
+//! `EventSinkImpl` over `CoreV1().Events(ns)`.
+//!
+//! [`KubeEventSink`] creates core/v1 Events and patches a repeat's `count`, `lastTimestamp`
+//! and `message` with a JSON merge patch (client-go sends a strategic merge patch of the same
+//! three fields; for these scalar fields the two are the same).
+
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::Event;
+use kube_client::api::{Patch, PatchParams, PostParams};
+use kube_client::{Api, Client};
+
+/// Why an Event could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The Event to patch no longer exists (expired after the apiserver's event TTL, or
+    /// deleted); the writer creates it afresh.
+    #[error("event {namespace}/{name} to patch no longer exists")]
+    NotFound {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        name: String,
+    },
+    /// The apiserver refused the write (invalid, forbidden, namespace terminating...). Not
+    /// retried, as client-go does not retry `StatusError`s.
+    #[error("apiserver refused event {namespace}/{name}: {source}")]
+    Rejected {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        name: String,
+        /// The apiserver's answer.
+        #[source]
+        source: kube_client::Error,
+    },
+    /// The request did not get an answer (connection refused, timeout): worth retrying.
+    #[error("writing event {namespace}/{name} failed: {source}")]
+    Transport {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        name: String,
+        /// The client error.
+        #[source]
+        source: kube_client::Error,
+    },
+}
+
+impl RecordError {
+    /// Whether trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, RecordError::Transport { .. })
+    }
+
+    fn from_kube(event: &Event, source: kube_client::Error) -> Self {
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let name = event.metadata.name.clone().unwrap_or_default();
+        match &source {
+            kube_client::Error::Api(status) if status.code == 404 => {
+                RecordError::NotFound { namespace, name }
+            }
+            kube_client::Error::Api(_) => RecordError::Rejected {
+                namespace,
+                name,
+                source,
+            },
+            _ => RecordError::Transport {
+                namespace,
+                name,
+                source,
+            },
+        }
+    }
+}
+
+/// Writes Events. Implemented by [`KubeEventSink`]; tests use an in-memory sink.
+pub trait EventSink: Send + Sync + 'static {
+    /// Creates `event`, returning what the apiserver stored.
+    fn create(&self, event: &Event) -> impl Future<Output = Result<Event, RecordError>> + Send;
+    /// Patches the Event named in `event.metadata` with `event`'s count, lastTimestamp and
+    /// message.
+    fn patch(&self, event: &Event) -> impl Future<Output = Result<Event, RecordError>> + Send;
+}
+
+/// An [`EventSink`] writing core/v1 Events through the apiserver.
+#[derive(Clone)]
+pub struct KubeEventSink {
+    client: Client,
+}
+
+impl KubeEventSink {
+    /// A sink over `client`.
+    pub fn new(client: Client) -> Self {
+        KubeEventSink { client }
+    }
+
+    fn api(&self, event: &Event) -> Api<Event> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+impl EventSink for KubeEventSink {
+    async fn create(&self, event: &Event) -> Result<Event, RecordError> {
+        let mut fresh = event.clone();
+        fresh.metadata.resource_version = None;
+        self.api(event)
+            .create(&PostParams::default(), &fresh)
+            .await
+            .map_err(|e| RecordError::from_kube(event, e))
+    }
+
+    async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({
+            "count": event.count,
+            "lastTimestamp": event.last_timestamp,
+            "message": event.message,
+        });
+        self.api(event)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| RecordError::from_kube(event, e))
+    }
+}

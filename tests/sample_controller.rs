@@ -1,0 +1,870 @@
+//! The sample controller against the real local control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, a kwok node): Deployments really become available,
+//! the garbage collector really deletes, the apiserver really validates the CRD's schema.
+//!
+//! Each test runs its own controller in-process (`run` with a cancellation token), watching
+//! only the test's namespace, so tests sharing the cluster do not see each other's Foos. The
+//! last test runs the real `kubeloop sample-controller` binary.
+
+// `foo` is the resource under test, not a placeholder name.
+#![allow(clippy::disallowed_names)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_client::Client;
+use kube_client::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube_client::core::GroupVersionKind;
+use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
+use kubeloop::testenv;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const CRD_YAML: &str = include_str!("../crds/foo.yaml");
+const EXAMPLE_FOO_YAML: &str = include_str!("../examples/example-foo.yaml");
+const WAIT: Duration = Duration::from_secs(120);
+
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Applies crds/foo.yaml (once per cluster; concurrent tests race harmlessly) and waits until
+/// it is Established.
+async fn ensure_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube_client::Error::Api(status)) if status.is_already_exists() => {}
+        Err(e) => panic!("creating the Foo CRD: {e}"),
+    }
+    eventually(
+        "the Foo CRD to be Established",
+        Duration::from_secs(30),
+        || {
+            let crds = crds.clone();
+            async move {
+                let crd = crds.get("foos.samplecontroller.k8s.io").await.unwrap();
+                crd.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }
+        },
+    )
+    .await;
+}
+
+/// A controller running in this process.
+struct Running {
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), ControllerError>>,
+}
+
+fn start_controller(client: &Client, namespace: &str) -> Running {
+    let shutdown = CancellationToken::new();
+    let config = ControllerConfig {
+        namespace: Some(namespace.to_string()),
+        ..Default::default()
+    };
+    let task = tokio::spawn(run(client.clone(), config, shutdown.clone()));
+    Running { shutdown, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("controller stops within 30 s");
+        result
+            .expect("controller task did not panic")
+            .expect("controller ran without error");
+    }
+}
+
+struct Apis {
+    foos: Api<Foo>,
+    deployments: Api<Deployment>,
+    pods: Api<Pod>,
+    events: Api<Event>,
+}
+
+async fn setup(prefix: &str) -> (Client, String, Apis) {
+    let cluster = testenv::shared_full().await;
+    let client = cluster.client().await.unwrap();
+    ensure_crd(&client).await;
+    let ns = cluster.new_namespace(prefix).await.unwrap();
+    let apis = Apis {
+        foos: Api::namespaced(client.clone(), &ns),
+        deployments: Api::namespaced(client.clone(), &ns),
+        pods: Api::namespaced(client.clone(), &ns),
+        events: Api::namespaced(client.clone(), &ns),
+    };
+    (client, ns, apis)
+}
+
+/// A plain HTTP/1.1 GET; returns the whole response (status line, headers, body).
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+/// Runs the cluster's kubectl with the admin kubeconfig; returns stdout, panics on failure.
+async fn kubectl(args: &[&str]) -> String {
+    let cluster = testenv::shared_full().await;
+    let out = tokio::process::Command::new(cluster.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
+    let mut foo = Foo::new(
+        "",
+        name,
+        FooSpec {
+            deployment_name: deployment.to_string(),
+            replicas: Some(replicas),
+        },
+    );
+    foo.metadata.namespace = None;
+    foo
+}
+
+async fn set_replicas(foos: &Api<Foo>, name: &str, replicas: i32) {
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits until the Deployment has `replicas` available and the Foo reports the same.
+async fn wait_available(apis: &Apis, foo: &str, deployment: &str, replicas: i32) {
+    eventually(
+        &format!("deployment {deployment} with {replicas} available replicas"),
+        WAIT,
+        || async {
+            let Some(d) = apis.deployments.get_opt(deployment).await.unwrap() else {
+                return false;
+            };
+            d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas)
+                && d.status.as_ref().and_then(|s| s.available_replicas) == Some(replicas)
+        },
+    )
+    .await;
+    eventually(
+        &format!("foo {foo} status.availableReplicas {replicas}"),
+        WAIT,
+        || async {
+            let f = apis.foos.get(foo).await.unwrap();
+            f.status.map(|s| s.available_replicas) == Some(replicas)
+        },
+    )
+    .await;
+}
+
+async fn events_about(apis: &Apis, name: &str, reason: &str) -> Vec<Event> {
+    let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    apis.events
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales_it() {
+    let (client, ns, apis) = setup("sample-example").await;
+    let controller = start_controller(&client, &ns);
+
+    let example: Foo =
+        serde_saphyr::from_str(EXAMPLE_FOO_YAML).expect("examples/example-foo.yaml parses");
+    let started = std::time::Instant::now();
+    apis.foos
+        .create(&PostParams::default(), &example)
+        .await
+        .unwrap();
+    wait_available(&apis, "example-foo", "example-foo", 1).await;
+    println!(
+        "measured: example Foo created -> Deployment 1/1 available and Foo status 1 in {:?}",
+        started.elapsed()
+    );
+
+    let created = apis.foos.get("example-foo").await.unwrap();
+    let d = apis.deployments.get("example-foo").await.unwrap();
+    let owner = d
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.first())
+        .expect("an ownerReference");
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Foo", "example-foo")
+    );
+    assert_eq!(Some(owner.uid.as_str()), created.metadata.uid.as_deref());
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let labels = d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert_eq!(labels.get("app").map(String::as_str), Some("nginx"));
+    assert_eq!(
+        labels.get("controller").map(String::as_str),
+        Some("example-foo")
+    );
+    let container = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(container.image.as_deref(), Some("nginx:latest"));
+
+    eventually("a Normal Synced event on the Foo", WAIT, || async {
+        events_about(&apis, "example-foo", "Synced")
+            .await
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Normal")
+                    && e.message.as_deref() == Some("Foo synced successfully")
+                    && e.source.as_ref().and_then(|s| s.component.as_deref())
+                        == Some("sample-controller")
+                    && e.involved_object.kind.as_deref() == Some("Foo")
+            })
+    })
+    .await;
+
+    let started = std::time::Instant::now();
+    set_replicas(&apis.foos, "example-foo", 3).await;
+    wait_available(&apis, "example-foo", "example-foo", 3).await;
+    println!(
+        "measured: Foo scaled 1 -> 3 -> Deployment 3/3 available and Foo status 3 in {:?}",
+        started.elapsed()
+    );
+    let pods = apis
+        .pods
+        .list(&ListParams::default().labels("app=nginx,controller=example-foo"))
+        .await
+        .unwrap();
+    assert_eq!(pods.items.len(), 3);
+
+    // Someone scales the Deployment by hand: the controller puts the Foo's replicas back.
+    let patch = serde_json::json!({"spec": {"replicas": 5}});
+    apis.deployments
+        .patch(
+            "example-foo",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the hand-scaled Deployment back at 3 replicas",
+        WAIT,
+        || async {
+            let d = apis.deployments.get("example-foo").await.unwrap();
+            d.spec.and_then(|s| s.replicas) == Some(3)
+        },
+    )
+    .await;
+    wait_available(&apis, "example-foo", "example-foo", 3).await;
+    // The two extra Pods the hand-scaling started are scaled away again.
+    eventually("3 Pods left", WAIT, || async {
+        let pods = apis
+            .pods
+            .list(&ListParams::default().labels("app=nginx,controller=example-foo"))
+            .await
+            .unwrap();
+        pods.items.len() == 3
+    })
+    .await;
+
+    // Repeated syncs of the same Foo are one Event with a count, not one Event each.
+    let synced = events_about(&apis, "example-foo", "Synced").await;
+    assert_eq!(synced.len(), 1, "one aggregated Synced event: {synced:#?}");
+    assert!(
+        synced[0].count.unwrap_or(0) >= 2,
+        "several syncs counted: {:?}",
+        synced[0].count
+    );
+
+    // `kubectl get foos` shows the CRD's printer columns.
+    let table = kubectl(&["-n", &ns, "get", "foos"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(
+        &row[..4],
+        ["example-foo", "example-foo", "3", "3"],
+        "{table}"
+    );
+
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_untouched() {
+    let (client, ns, apis) = setup("sample-taken").await;
+    let theirs: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "taken", "labels": {"owner": "someone-else"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "theirs"}},
+            "template": {"metadata": {"labels": {"app": "theirs"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        }
+    }))
+    .unwrap();
+    let theirs = apis
+        .deployments
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let controller = start_controller(&client, &ns);
+    apis.foos
+        .create(&PostParams::default(), &foo("squatter", "taken", 1))
+        .await
+        .unwrap();
+
+    let message = "Resource \"taken\" already exists and is not managed by Foo";
+    eventually(
+        "an ErrResourceExists Warning counted at least twice",
+        WAIT,
+        || async {
+            let warnings = events_about(&apis, "squatter", "ErrResourceExists").await;
+            warnings.len() == 1
+                && warnings[0].type_.as_deref() == Some("Warning")
+                && warnings[0].message.as_deref() == Some(message)
+                && warnings[0].count.unwrap_or(0) >= 2
+        },
+    )
+    .await;
+
+    let after = apis.deployments.get("taken").await.unwrap();
+    assert_eq!(
+        after.metadata.generation, theirs.metadata.generation,
+        "spec never written"
+    );
+    assert_eq!(after.spec.as_ref().unwrap().replicas, Some(2));
+    assert!(after.metadata.owner_references.is_none());
+    assert_eq!(after.metadata.labels, theirs.metadata.labels);
+    let status = apis.foos.get("squatter").await.unwrap().status;
+    assert!(
+        status.is_none(),
+        "no status written for a Foo whose Deployment is not ours: {status:?}"
+    );
+    assert!(events_about(&apis, "squatter", "Synced").await.is_empty());
+
+    // What a user sees.
+    let described = kubectl(&["-n", &ns, "describe", "foo", "squatter"]).await;
+    assert!(
+        described.lines().any(|l| l.contains("Warning")
+            && l.contains("ErrResourceExists")
+            && l.contains(message)),
+        "kubectl describe shows the warning:\n{described}"
+    );
+
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_the_foo_garbage_collects_its_deployment_and_pods() {
+    let (client, ns, apis) = setup("sample-gc").await;
+    let controller = start_controller(&client, &ns);
+    apis.foos
+        .create(&PostParams::default(), &foo("doomed", "doomed-web", 2))
+        .await
+        .unwrap();
+    wait_available(&apis, "doomed", "doomed-web", 2).await;
+    let selector = ListParams::default().labels("controller=doomed");
+    assert_eq!(apis.pods.list(&selector).await.unwrap().items.len(), 2);
+
+    apis.foos
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Deployment and its Pods to be garbage-collected",
+        WAIT,
+        || async {
+            apis.deployments
+                .get_opt("doomed-web")
+                .await
+                .unwrap()
+                .is_none()
+                && apis.pods.list(&selector).await.unwrap().items.is_empty()
+        },
+    )
+    .await;
+
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_controller_restarted_mid_way_converges_on_what_changed_while_it_was_down() {
+    let (client, ns, apis) = setup("sample-restart").await;
+    let first = start_controller(&client, &ns);
+    apis.foos
+        .create(&PostParams::default(), &foo("steady", "steady-web", 1))
+        .await
+        .unwrap();
+    wait_available(&apis, "steady", "steady-web", 1).await;
+    first.stop().await;
+
+    // While no controller runs: scale one Foo, add another, and delete the first one's
+    // Deployment out from under it.
+    set_replicas(&apis.foos, "steady", 2).await;
+    apis.foos
+        .create(
+            &PostParams::default(),
+            &foo("latecomer", "latecomer-web", 1),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let d = apis.deployments.get("steady-web").await.unwrap();
+    assert_eq!(
+        d.spec.unwrap().replicas,
+        Some(1),
+        "nothing scales it while the controller is down"
+    );
+    assert!(
+        apis.deployments
+            .get_opt("latecomer-web")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let second = start_controller(&client, &ns);
+    wait_available(&apis, "steady", "steady-web", 2).await;
+    wait_available(&apis, "latecomer", "latecomer-web", 1).await;
+
+    // A Deployment deleted behind the controller's back is recreated.
+    apis.deployments
+        .delete("latecomer-web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("latecomer-web recreated", WAIT, || async {
+        match apis.deployments.get_opt("latecomer-web").await.unwrap() {
+            Some(d) => d.metadata.deletion_timestamp.is_none(),
+            None => false,
+        }
+    })
+    .await;
+    wait_available(&apis, "latecomer", "latecomer-web", 1).await;
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_foos_are_refused_by_the_apiserver_with_the_crd_validation_message() {
+    let (client, ns, _apis) = setup("sample-invalid").await;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo"),
+        "foos",
+    );
+    let foos: Api<DynamicObject> = Api::namespaced_with(client, &ns, &resource);
+    let cases = [
+        (
+            "zero",
+            serde_json::json!({"deploymentName": "web", "replicas": 0}),
+            "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1",
+        ),
+        (
+            "eleven",
+            serde_json::json!({"deploymentName": "web", "replicas": 11}),
+            "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10",
+        ),
+        (
+            "nameless",
+            serde_json::json!({"replicas": 1}),
+            "spec.deploymentName: Required value",
+        ),
+        (
+            "badname",
+            serde_json::json!({"deploymentName": "Not_A_Name", "replicas": 1}),
+            "spec.deploymentName in body should match",
+        ),
+    ];
+    for (name, spec, want) in cases {
+        let mut obj = DynamicObject::new(name, &resource);
+        obj.data = serde_json::json!({"spec": spec});
+        let err = foos
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{name} must be refused"));
+        let kube_client::Error::Api(status) = err else {
+            panic!("{name}: want an API error, got {err}")
+        };
+        assert_eq!(status.code, 422, "{name}: {status:?}");
+        assert!(
+            status.message.contains(want),
+            "{name}: message {:?} lacks {want:?}",
+            status.message
+        );
+    }
+    let mut ok = DynamicObject::new("fine", &resource);
+    ok.data = serde_json::json!({"spec": {"deploymentName": "web", "replicas": 10}});
+    foos.create(&PostParams::default(), &ok)
+        .await
+        .expect("replicas 10 is valid");
+}
+
+#[tokio::test]
+async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
+    let (_client, ns, apis) = setup("sample-binary").await;
+    let cluster = testenv::shared_full().await;
+    let log_path = cluster.dir().join(format!("{ns}-controller.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let ops_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().to_string()
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+        .args([
+            "sample-controller",
+            "--kubeconfig",
+            cluster.kubeconfig_path().to_str().unwrap(),
+            "--namespace",
+            &ns,
+            "--workers",
+            "3",
+            "--resync",
+            "10s",
+            "--metrics-bind-address",
+            &ops_addr,
+            "--health-probe-bind-address",
+            &ops_addr,
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    apis.foos
+        .create(&PostParams::default(), &foo("bin-foo", "bin-web", 1))
+        .await
+        .unwrap();
+    wait_available(&apis, "bin-foo", "bin-web", 1).await;
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+
+    // Its probes and metrics: ready, and the workqueue has seen the Foo.
+    let readyz = http_get(&ops_addr, "/readyz").await;
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
+    let metrics = http_get(&ops_addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let adds = metrics
+        .lines()
+        .find(|l| l.starts_with("workqueue_adds_total{name=\"Foos\"}"))
+        .unwrap_or_else(|| panic!("no Foos adds series in:\n{metrics}"));
+    let adds: f64 = adds.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(adds >= 1.0, "{adds}");
+    assert!(metrics.contains("kubeloop_reflector_lists"), "{metrics}");
+
+    let pid = child.id().expect("pid") as libc::pid_t;
+    // SAFETY: sending a signal to the child we spawned and still own.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits within 30 s of SIGTERM")
+        .unwrap();
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        status.success(),
+        "clean exit after SIGTERM, got {status}; log:\n{logs}"
+    );
+    assert!(logs.contains("shutting down"), "log:\n{logs}");
+    assert!(logs.contains("shut down"), "log:\n{logs}");
+}
+
+#[tokio::test]
+async fn the_rbac_example_grants_everything_the_controller_needs() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    use kube_client::core::ObjectMeta;
+
+    let (admin, ns, apis) = setup("sample-rbac").await;
+    let cluster = testenv::shared_full().await;
+    let rbac_yaml = include_str!("../examples/sample-controller-rbac.yaml");
+    let role_doc = rbac_yaml
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: ClusterRole\n"))
+        .expect("a ClusterRole in the RBAC example");
+    let role: ClusterRole = serde_saphyr::from_str(role_doc).expect("the ClusterRole parses");
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    match roles.create(&PostParams::default(), &role).await {
+        Ok(_) => {}
+        Err(kube_client::Error::Api(s)) if s.is_already_exists() => {}
+        Err(e) => panic!("creating the ClusterRole: {e}"),
+    }
+    // Bind it to a plain user (the manifest binds the ServiceAccount a Pod would use).
+    let user = format!("{ns}-controller");
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(user.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: role.metadata.name.clone().unwrap(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            namespace: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let restricted = Client::try_from(cluster.user_config(&user, &[]).unwrap()).unwrap();
+    // The role is no wider than it says: deleting Foos is refused.
+    let denied = Api::<Foo>::namespaced(restricted.clone(), "kube-system")
+        .delete("anything", &DeleteParams::default())
+        .await
+        .expect_err("the role grants no deletes");
+    assert!(
+        matches!(&denied, kube_client::Error::Api(s) if s.is_forbidden()),
+        "{denied}"
+    );
+
+    let controller = start_controller(&restricted, &ns);
+    apis.foos
+        .create(&PostParams::default(), &foo("limited", "limited-web", 2))
+        .await
+        .unwrap();
+    wait_available(&apis, "limited", "limited-web", 2).await;
+    set_replicas(&apis.foos, "limited", 1).await;
+    wait_available(&apis, "limited", "limited-web", 1).await;
+    eventually(
+        "a Synced event written as the restricted user",
+        WAIT,
+        || async {
+            events_about(&apis, "limited", "Synced")
+                .await
+                .iter()
+                .any(|e| e.count.unwrap_or(0) >= 2)
+        },
+    )
+    .await;
+    controller.stop().await;
+}
+
+/// Delegates to the real client, counting status writes.
+struct CountingClient {
+    inner: kubeloop::controller::sample::KubeSyncClient,
+    status_writes: std::sync::atomic::AtomicUsize,
+}
+
+impl kubeloop::controller::sample::SyncClient for CountingClient {
+    fn foo(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Foo>> {
+        self.inner.foo(namespace, name)
+    }
+    fn deployment(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Deployment>> {
+        self.inner.deployment(namespace, name)
+    }
+    async fn create_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        self.inner.create_deployment(d).await
+    }
+    async fn update_deployment(&self, d: &Deployment) -> Result<Deployment, kube_client::Error> {
+        self.inner.update_deployment(d).await
+    }
+    async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
+        self.status_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.update_foo_status(foo).await
+    }
+    async fn get_foo(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Foo>, kube_client::Error> {
+        self.inner.get_foo(namespace, name).await
+    }
+    fn record_event(
+        &self,
+        foo: &Foo,
+        event_type: kubeloop::record::EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.inner.record_event(foo, event_type, reason, message)
+    }
+}
+
+#[tokio::test]
+async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried() {
+    use kubeloop::cache::{Lister, ThreadSafeStore};
+    use kubeloop::controller::sample::deployment::new_deployment;
+    use kubeloop::controller::sample::sync::sync_handler;
+    use kubeloop::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
+
+    let (client, ns, apis) = setup("sample-conflict").await;
+    let created = apis
+        .foos
+        .create(&PostParams::default(), &foo("stale", "stale-web", 1))
+        .await
+        .unwrap();
+    let deployment = apis
+        .deployments
+        .create(&PostParams::default(), &new_deployment(&created))
+        .await
+        .unwrap();
+    // Someone changes the Foo after our "cache" copied it: the cached resourceVersion is old.
+    let patch = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    let newer = apis
+        .foos
+        .patch("stale", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_ne!(
+        newer.metadata.resource_version,
+        created.metadata.resource_version
+    );
+
+    let foos = ThreadSafeStore::new(Default::default());
+    foos.add(format!("{ns}/stale"), std::sync::Arc::new(created.clone()));
+    let deployments = ThreadSafeStore::new(Default::default());
+    deployments.add(format!("{ns}/stale-web"), std::sync::Arc::new(deployment));
+    let broadcaster = EventBroadcaster::start(
+        KubeEventSink::new(client.clone()),
+        BroadcasterConfig::default(),
+    );
+    let recorder = broadcaster.new_recorder(EventSource {
+        component: "conflict-test".into(),
+        host: None,
+    });
+    let sync_client = CountingClient {
+        inner: kubeloop::controller::sample::KubeSyncClient::new(
+            client.clone(),
+            Lister::new(foos.reader()),
+            Lister::new(deployments.reader()),
+            recorder,
+        ),
+        status_writes: Default::default(),
+    };
+
+    sync_handler(&sync_client, &format!("{ns}/stale"))
+        .await
+        .expect("the conflict is retried, not returned");
+    assert_eq!(
+        sync_client
+            .status_writes
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one write refused with 409, one on the fresh read"
+    );
+    let stored = apis.foos.get("stale").await.unwrap();
+    assert_eq!(stored.status.map(|s| s.available_replicas), Some(0));
+    assert_eq!(
+        stored
+            .metadata
+            .labels
+            .unwrap()
+            .get("touched")
+            .map(String::as_str),
+        Some("yes"),
+        "the other writer's change survives"
+    );
+    broadcaster.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_error() {
+    // The apiserver-only cluster of this test binary never gets the Foo CRD.
+    let cluster = testenv::shared().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+        .args([
+            "sample-controller",
+            "--kubeconfig",
+            cluster.kubeconfig_path().to_str().unwrap(),
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "keeps waiting for the CRD"
+    );
+    let pid = child.id().expect("pid") as libc::pid_t;
+    // SAFETY: signalling the child this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the Foo CRD (foos.samplecontroller.k8s.io) is not installed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "stopped before the caches synced: [\"samplecontroller.k8s.io/v1alpha1/foos\"] not synced"
+        ),
+        "only the Foo informer is named: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}
