@@ -26,6 +26,9 @@ enum Command {
     /// Run the sample controller: each Foo (samplecontroller.k8s.io/v1alpha1) gets a
     /// Deployment of nginx Pods, its replicas kept in line and reported in the Foo's status.
     SampleController(cmd::sample_controller::Args),
+    /// Run the VirtualMachine controller (controller101): VMs as containers through the Docker
+    /// API, with finalizers and leader election.
+    VmController(cmd::vm_controller::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             #[cfg(feature = "testenv")]
             Command::Cluster(args) => cmd::cluster::run(args).await,
             Command::SampleController(args) => cmd::sample_controller::run(args).await,
+            Command::VmController(args) => cmd::vm_controller::run(args).await,
         }
     })
 }

@@ -3,6 +3,7 @@
 #[cfg(feature = "testenv")]
 pub mod cluster;
 pub mod sample_controller;
+pub mod vm_controller;
 
 /// Logs to stderr; `RUST_LOG` wins over `-v`.
 pub fn init_logging(verbose: u8) {

@@ -5,6 +5,8 @@
 //! |---------------------|---------------------------------------------------------------|
 //! | [`worker`]          | sample-controller's `runWorker` / `processNextWorkItem`       |
 //! | [`sample`]          | kubernetes/sample-controller (Foo -> Deployment)              |
+//! | [`vm`]              | controller101's VirtualMachine controller                   |
 
 pub mod sample;
 pub mod worker;
+pub mod vm;

@@ -1,0 +1,436 @@
+//! The Docker-API driver (controller101's `pkg/driver/docker.go`), through bollard, against
+//! Docker or podman's Docker-compatible service (hack/setup-podman).
+//!
+//! Differences from controller101 on purpose:
+//! - `NanoCpus = millicores * 1e6` (= cores * 1e9); controller101 passed the core count, so one
+//!   core became one nanoCPU. `Memory` is the byte count of the quantity.
+//! - Lookups are by exact name: `inspect` of the name, and the answer's name must be that name
+//!   (controller101 listed containers with a `name` filter, which matches substrings, so VM
+//!   `web` found `web2`'s container).
+//! - Deleting a missing container (404) succeeds; creating a container whose name is taken
+//!   adopts it (and starts it if it is not running).
+//! - Errors are typed: a transport failure is [`DriverError::Unreachable`] naming the engine's
+//!   address, so the VM's reason says which engine is down.
+//!
+//! Usage comes from one stats sample: CPU% = (cpu - precpu) / (system - presystem) *
+//! online_cpus * 100; Mem% = usage / limit * 100. When the engine leaves `precpu_stats` empty
+//! a second sample is taken [`DockerDriverConfig::second_sample_after`] later and the two are
+//! compared.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::models::{
+    ContainerCpuStats, ContainerCreateBody, ContainerInspectResponse, ContainerStatsResponse,
+    HostConfig,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
+    StatsOptionsBuilder,
+};
+use futures::StreamExt;
+
+use super::{Driver, DriverError, ServerSpec, ServerStatus};
+
+/// Socket hack/setup-podman serves the Docker API on.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///run/kubeloop/podman.sock";
+/// The image hack/setup-podman builds (busybox-static running `httpd`).
+pub const DEFAULT_IMAGE: &str = "localhost/kubeloop/vm-busybox:latest";
+/// Labels put on every container, so they can be traced back to their VM.
+pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
+pub const LABEL_NAME: &str = "kubeloop.dev/vm-name";
+pub const LABEL_UID: &str = "kubeloop.dev/vm-uid";
+pub const LABEL_MANAGED_BY: &str = "kubeloop.dev/managed-by";
+
+/// How to reach the engine and what to run.
+#[derive(Clone, Debug)]
+pub struct DockerDriverConfig {
+    /// `unix:///path`, `tcp://host:port`, ... (bollard's `connect_with_host`).
+    pub host: String,
+    pub image: String,
+    /// Per-request timeout; a hung engine must not hold a worker forever.
+    pub timeout: Duration,
+    /// Gap between two stats samples when the engine does not fill `precpu_stats`.
+    pub second_sample_after: Duration,
+}
+
+impl Default for DockerDriverConfig {
+    fn default() -> Self {
+        Self {
+            host: DEFAULT_DOCKER_HOST.to_string(),
+            image: DEFAULT_IMAGE.to_string(),
+            timeout: Duration::from_secs(30),
+            second_sample_after: Duration::from_millis(500),
+        }
+    }
+}
+
+impl DockerDriverConfig {
+    /// `$DOCKER_HOST` if set, else [`DEFAULT_DOCKER_HOST`].
+    pub fn from_env() -> Self {
+        let host = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
+        Self {
+            host,
+            ..Self::default()
+        }
+    }
+}
+
+/// The driver. Connecting is lazy: an engine that is down (even one whose socket file does not
+/// exist yet, which bollard refuses at connect time) fails the calls, not the constructor, so
+/// the controller starts and reports the outage on the VMs.
+#[derive(Clone)]
+pub struct DockerDriver {
+    /// The client once connected; bollard opens a new connection per request on unix sockets,
+    /// so a client stays valid across engine restarts.
+    docker: Arc<Mutex<Option<Docker>>>,
+    config: DockerDriverConfig,
+    engine: String,
+}
+
+impl DockerDriver {
+    /// A driver for `config.host` (not contacted until the first call).
+    pub fn new(config: DockerDriverConfig) -> Self {
+        let engine = format!("docker engine at {}", config.host);
+        Self {
+            docker: Arc::default(),
+            config,
+            engine,
+        }
+    }
+
+    fn client(&self) -> Result<Docker, DriverError> {
+        let mut slot = self.docker.lock();
+        if let Some(docker) = slot.as_ref() {
+            return Ok(docker.clone());
+        }
+        let docker = Docker::connect_with_host(&self.config.host)
+            .map_err(|e| DriverError::Unreachable {
+                engine: self.engine.clone(),
+                message: e.to_string(),
+            })?
+            .with_timeout(self.config.timeout);
+        *slot = Some(docker.clone());
+        Ok(docker)
+    }
+
+    fn error(&self, operation: &'static str, server: &str, error: BollardError) -> DriverError {
+        match error {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } => DriverError::Engine {
+                engine: self.engine.clone(),
+                operation,
+                server: server.to_string(),
+                message: format!("{status_code}: {}", message.trim()),
+            },
+            other => DriverError::Unreachable {
+                engine: self.engine.clone(),
+                message: with_sources(&other),
+            },
+        }
+    }
+
+    /// The container named exactly `name`, or `None`.
+    async fn inspect(&self, name: &str) -> Result<Option<ContainerInspectResponse>, DriverError> {
+        match self
+            .client()?
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(found) => {
+                // The engine also resolves ids and id prefixes; only an exact name counts.
+                let found_name = found.name.as_deref().unwrap_or("").trim_start_matches('/');
+                Ok((found_name == name).then_some(found))
+            }
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.error("inspect", name, e)),
+        }
+    }
+
+    async fn start(&self, name: &str) -> Result<(), DriverError> {
+        match self.client()?.start_container(name, None).await {
+            // 304: already running.
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(e) => Err(self.error("start", name, e)),
+        }
+    }
+
+    async fn one_sample(&self, name: &str) -> Result<Option<ContainerStatsResponse>, DriverError> {
+        let options = StatsOptionsBuilder::new().stream(false).build();
+        match self.client()?.stats(name, Some(options)).next().await {
+            None => Ok(None),
+            Some(Ok(stats)) => Ok(Some(stats)),
+            Some(Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            })) => Ok(None),
+            Some(Err(e)) => Err(self.error("read stats of", name, e)),
+        }
+    }
+
+    /// (CPU%, Mem%) of a running container.
+    async fn usage(&self, name: &str) -> Result<(f64, f64), DriverError> {
+        let Some(first) = self.one_sample(name).await? else {
+            return Ok((0.0, 0.0));
+        };
+        let memory = memory_percent(&first);
+        let precpu_filled = first
+            .precpu_stats
+            .as_ref()
+            .and_then(|p| p.system_cpu_usage)
+            .unwrap_or(0)
+            > 0;
+        let cpu = if precpu_filled {
+            cpu_percent(first.precpu_stats.as_ref(), first.cpu_stats.as_ref())
+        } else {
+            tokio::time::sleep(self.config.second_sample_after).await;
+            match self.one_sample(name).await? {
+                Some(second) => cpu_percent(first.cpu_stats.as_ref(), second.cpu_stats.as_ref()),
+                None => 0.0,
+            }
+        };
+        Ok((cpu, memory))
+    }
+}
+
+/// The error and its causes, `outer: inner: innermost` (bollard's transport errors say
+/// "client error (Connect)" and keep "Connection refused" in their sources).
+fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// CPU% between two samples: cpu_delta / system_delta * online_cpus * 100.
+pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerCpuStats>) -> f64 {
+    let (Some(before), Some(after)) = (before, after) else {
+        return 0.0;
+    };
+    let total = |s: &ContainerCpuStats| {
+        s.cpu_usage
+            .as_ref()
+            .and_then(|u| u.total_usage)
+            .unwrap_or(0)
+    };
+    let cpu_delta = total(after).saturating_sub(total(before)) as f64;
+    let system_delta = after
+        .system_cpu_usage
+        .unwrap_or(0)
+        .saturating_sub(before.system_cpu_usage.unwrap_or(0)) as f64;
+    let online = after
+        .online_cpus
+        .filter(|n| *n > 0)
+        .map(f64::from)
+        .or_else(|| {
+            after
+                .cpu_usage
+                .as_ref()
+                .and_then(|u| u.percpu_usage.as_ref())
+                .map(|p| p.len() as f64)
+        })
+        .unwrap_or(1.0);
+    if system_delta <= 0.0 || cpu_delta <= 0.0 {
+        return 0.0;
+    }
+    cpu_delta / system_delta * online * 100.0
+}
+
+/// Mem% = usage / limit * 100 (0 without a limit).
+pub fn memory_percent(stats: &ContainerStatsResponse) -> f64 {
+    let Some(memory) = stats.memory_stats.as_ref() else {
+        return 0.0;
+    };
+    match (memory.usage, memory.limit) {
+        (Some(usage), Some(limit)) if limit > 0 => usage as f64 / limit as f64 * 100.0,
+        _ => 0.0,
+    }
+}
+
+impl Driver for DockerDriver {
+    fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    async fn create_server(&self, spec: &ServerSpec) -> Result<ServerStatus, DriverError> {
+        let labels = HashMap::from([
+            (LABEL_NAMESPACE.to_string(), spec.vm_namespace.clone()),
+            (LABEL_NAME.to_string(), spec.vm_name.clone()),
+            (LABEL_UID.to_string(), spec.vm_uid.clone()),
+            (
+                LABEL_MANAGED_BY.to_string(),
+                "kubeloop-vm-controller".to_string(),
+            ),
+        ]);
+        let nano_cpus = i64::try_from(spec.cpu_millis)
+            .ok()
+            .and_then(|m| m.checked_mul(1_000_000));
+        let memory = i64::try_from(spec.memory_bytes).ok();
+        let (Some(nano_cpus), Some(memory)) = (nano_cpus, memory) else {
+            return Err(DriverError::Engine {
+                engine: self.engine.clone(),
+                operation: "create",
+                server: spec.name.clone(),
+                message: "cpu or memory does not fit the Docker API's 64-bit fields".into(),
+            });
+        };
+        let body = ContainerCreateBody {
+            image: Some(self.config.image.clone()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                memory: Some(memory),
+                nano_cpus: Some(nano_cpus),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::new()
+            .name(&spec.name)
+            .build();
+        match self.client()?.create_container(Some(options), body).await {
+            Ok(_) => {}
+            // The name is taken: a container from an earlier attempt or controller. Adopt it.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {
+                tracing::info!(server = %spec.name, "server already exists; adopting it");
+            }
+            Err(e) => return Err(self.error("create", &spec.name, e)),
+        }
+        self.start(&spec.name).await?;
+        match self.server_status(&spec.name).await? {
+            Some(status) => Ok(status),
+            None => Err(DriverError::Engine {
+                engine: self.engine.clone(),
+                operation: "create",
+                server: spec.name.clone(),
+                message: "the container disappeared right after it was started".into(),
+            }),
+        }
+    }
+
+    async fn delete_server(&self, name: &str) -> Result<(), DriverError> {
+        let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        match self.client()?.remove_container(name, Some(options)).await {
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(self.error("delete", name, e)),
+        }
+    }
+
+    async fn server_exists(&self, name: &str) -> Result<bool, DriverError> {
+        Ok(self.inspect(name).await?.is_some())
+    }
+
+    async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
+        let Some(found) = self.inspect(name).await? else {
+            return Ok(None);
+        };
+        let state = found.state.as_ref();
+        let running = state.and_then(|s| s.running).unwrap_or(false);
+        let state_name = state
+            .and_then(|s| s.status)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let (cpu_percent, memory_percent) = if running {
+            self.usage(name).await?
+        } else {
+            (0.0, 0.0)
+        };
+        Ok(Some(ServerStatus {
+            id: found.id.unwrap_or_default(),
+            state: state_name,
+            running,
+            cpu_percent,
+            memory_percent,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bollard::models::{ContainerCpuUsage, ContainerMemoryStats};
+
+    use super::*;
+
+    fn cpu(total: u64, system: u64, online: u32) -> ContainerCpuStats {
+        ContainerCpuStats {
+            cpu_usage: Some(ContainerCpuUsage {
+                total_usage: Some(total),
+                ..Default::default()
+            }),
+            system_cpu_usage: Some(system),
+            online_cpus: Some(online),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_percent_is_the_share_of_system_time_times_online_cpus() {
+        // One of two cores busy for the whole interval: 100%.
+        assert_eq!(
+            cpu_percent(Some(&cpu(0, 0, 2)), Some(&cpu(1_000, 2_000, 2))),
+            100.0
+        );
+        // A quarter of one core on four cores: 25%.
+        assert_eq!(
+            cpu_percent(Some(&cpu(100, 1_000, 4)), Some(&cpu(200, 2_600, 4))),
+            25.0
+        );
+        // No system time passed (an empty precpu): 0, not NaN.
+        assert_eq!(cpu_percent(Some(&cpu(0, 5, 1)), Some(&cpu(10, 5, 1))), 0.0);
+        assert_eq!(cpu_percent(None, Some(&cpu(10, 5, 1))), 0.0);
+    }
+
+    #[test]
+    fn memory_percent_is_usage_over_limit() {
+        let stats = ContainerStatsResponse {
+            memory_stats: Some(ContainerMemoryStats {
+                usage: Some(1_000_000),
+                limit: Some(4_000_000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(memory_percent(&stats), 25.0);
+        assert_eq!(memory_percent(&ContainerStatsResponse::default()), 0.0);
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_is_not_there_is_reported_as_unreachable_naming_its_address() {
+        let driver = DockerDriver::new(DockerDriverConfig {
+            host: "unix:///nonexistent/kubeloop-test.sock".into(),
+            ..Default::default()
+        });
+        let err = driver.server_exists("x").await.unwrap_err();
+        assert!(matches!(err, DriverError::Unreachable { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("docker engine at unix:///nonexistent/kubeloop-test.sock"),
+            "{err}"
+        );
+    }
+}

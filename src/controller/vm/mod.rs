@@ -1,0 +1,30 @@
+//! The VirtualMachine controller: controller101 (cloud-native-taiwan) done right. VMs are
+//! `cloudnative.tw/v1alpha1` VirtualMachine objects; each is backed by a container created
+//! through the Docker API (or an in-memory fake).
+//!
+//! | kubeloop                 | controller101                                            |
+//! |--------------------------|----------------------------------------------------------|
+//! | [`types`]                | `pkg/apis/cloudnative/v1alpha1/types.go`                 |
+//! | [`quantity`]             | `resource.Quantity` parsing (apimachinery)               |
+//! | [`driver`]               | `pkg/driver` (`Interface`, `docker.go`, fake)            |
+//! | [`reconcile`]            | `controller.go` `syncHandler` and helpers                |
+//! | [`error_policy`]         | `controller.go` `handleErr`                              |
+//! | [`api`]                  | its clientset's `Update` / `UpdateStatus` calls           |
+//! | [`controller`]           | `controller.go` `New` / `Run`, informer handlers         |
+//!
+//! The binary is `kubeloop vm-controller` (`src/cmd/vm_controller.rs`); the CRD is
+//! `crds/virtualmachine.yaml`.
+
+pub mod api;
+pub mod controller;
+pub mod driver;
+pub mod error_policy;
+#[cfg(test)]
+mod fake_api;
+pub mod quantity;
+pub mod reconcile;
+pub mod types;
+
+pub use controller::{VmControllerConfig, run};
+pub use reconcile::{DEFAULT_REFRESH_INTERVAL, Reconciler, ReconcilerConfig};
+pub use types::{FINALIZER, Phase, VirtualMachine};

@@ -1,0 +1,1100 @@
+//! `kubeloop vm-controller` end to end: the real local control plane (testenv, etcd +
+//! kube-apiserver), the real binary (`CARGO_BIN_EXE_kubeloop`), kubectl, and podman serving
+//! the Docker API (hack/setup-podman; `$DOCKER_HOST` or unix:///run/kubeloop/podman.sock).
+//!
+//! Each test works in its own namespace and runs its controllers with `--namespace` and a
+//! Lease in that namespace, so tests running in parallel do not see each other's VMs. Every
+//! container a test's VMs get is labelled with the namespace and removed when the test ends,
+//! pass or fail ([`ContainerCleanup`]).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecOptions};
+use bollard::query_parameters::InspectContainerOptions;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube_client::api::{Api, WatchEvent, WatchParams};
+use kubeloop::controller::vm::driver::docker::DEFAULT_DOCKER_HOST;
+use kubeloop::controller::vm::{Phase, VirtualMachine};
+use kubeloop::testenv::{self, Cluster};
+
+const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
+const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
+const RBAC: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/vm-controller-rbac.yaml"
+);
+
+fn docker_host() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string())
+}
+
+fn docker_at(host: &str) -> Docker {
+    Docker::connect_with_host(host)
+        .unwrap_or_else(|e| panic!("connecting to {host}: {e} (run hack/setup-podman)"))
+}
+
+fn container_name(ns: &str, name: &str) -> String {
+    format!("kubeloop-vm_{ns}_{name}")
+}
+
+/// Runs kubectl against the cluster; returns (success, stdout, stderr).
+fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(cluster.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args)
+        .output()
+        .expect("running kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
+/// apply`s of a new object race to create it).
+async fn install_crd(cluster: &Cluster) {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if *installed {
+        return;
+    }
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
+    assert!(ok, "applying the CRD: {out}{err}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/virtualmachines.cloudnative.tw",
+        ],
+    );
+    assert!(ok, "waiting for the CRD: {out}{err}");
+    *installed = true;
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A `kubeloop vm-controller` process; SIGKILLed on drop if still running.
+struct Controller {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn spawn(
+        cluster: &Cluster,
+        ns: &str,
+        docker_host: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
+        Self::spawn_as(
+            cluster,
+            cluster.kubeconfig_path(),
+            ns,
+            docker_host,
+            identity,
+            extra,
+        )
+    }
+
+    fn spawn_as(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        ns: &str,
+        docker_host: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
+        let log = cluster.dir().join(format!(
+            "vm-controller-{ns}-{identity}-{}.log",
+            std::process::id()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+            .arg("vm-controller")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--namespace",
+                ns,
+                "--lease-lock-namespace",
+                ns,
+                "--holder-identity",
+                identity,
+            ])
+            // The docker driver unless the test picks one.
+            .args(if extra.contains(&"--vm-driver") {
+                &[][..]
+            } else {
+                &["--vm-driver", "docker"][..]
+            })
+            .args(extra)
+            .env("DOCKER_HOST", docker_host)
+            .env("RUST_LOG", "info,kubeloop=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("starting kubeloop vm-controller");
+        Self { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on the pid of our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    fn terminate(&mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "controller did not stop on SIGTERM; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Removes every container labelled with the namespace when dropped (through the podman CLI,
+/// which shares the service's storage, so it works from `Drop` and during a panic).
+struct ContainerCleanup {
+    namespace: String,
+}
+
+impl Drop for ContainerCleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=kubeloop.dev/vm-namespace={}", self.namespace);
+        let Ok(out) = Command::new("podman")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "0"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
+fn labelled_containers(namespace: &str) -> Vec<String> {
+    let filter = format!("label=kubeloop.dev/vm-namespace={namespace}");
+    let out = Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}", "--filter", &filter])
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn vm(api: &Api<VirtualMachine>, name: &str) -> Option<VirtualMachine> {
+    api.get_opt(name).await.expect("GET VirtualMachine")
+}
+
+async fn wait_phase(
+    api: &Api<VirtualMachine>,
+    name: &str,
+    phase: Phase,
+    timeout: Duration,
+    controller: &Controller,
+) -> VirtualMachine {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let current = vm(api, name).await;
+        if let Some(v) = current.as_ref().filter(|v| v.phase() == phase) {
+            return v.clone();
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{name} did not reach {phase:?} in {timeout:?}; last: {:?}\ncontroller log tail:\n{}",
+                current.and_then(|v| v.status),
+                tail(&controller.log_text(), 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+async fn engine_ready(host: &str) {
+    let docker = docker_at(host);
+    docker.ping().await.unwrap_or_else(|e| {
+        panic!("the engine at {host} does not answer: {e} (run hack/setup-podman)")
+    });
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-invalid").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    engine_ready(&docker_host()).await;
+    let mut controller = Controller::spawn(
+        cluster,
+        &ns,
+        &docker_host(),
+        "only",
+        &["--leader-elect=false"],
+    );
+
+    let cases = [
+        (
+            "cpu-abc",
+            "resource: {cpu: abc, memory: 4G}",
+            "spec.resource.cpu: Invalid value: \"abc\": cpu must be a quantity greater than zero",
+        ),
+        (
+            "cpu-zero",
+            "resource: {cpu: \"0\", memory: 4G}",
+            "cpu must be a quantity greater than zero",
+        ),
+        (
+            "cpu-zero-int",
+            "resource: {cpu: 0, memory: 4G}",
+            "spec.resource.cpu: Invalid value: 0: spec.resource.cpu in body should be greater than or equal to 1",
+        ),
+        (
+            "memory-negative",
+            "resource: {cpu: 2, memory: \"-4G\"}",
+            "spec.resource.memory: Invalid value: \"-4G\": memory must be a quantity greater than zero",
+        ),
+        (
+            "memory-negative-int",
+            "resource: {cpu: 2, memory: -4}",
+            "spec.resource.memory: Invalid value: -4: spec.resource.memory in body should be greater than or equal to 1",
+        ),
+        ("no-resource", "", "spec.resource: Required value"),
+        (
+            "no-memory",
+            "resource: {cpu: 2}",
+            "spec.resource.memory: Required value",
+        ),
+    ];
+    for (name, spec, expected) in cases {
+        let manifest = format!(
+            "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{{spec}}}\n"
+        );
+        let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
+        std::fs::write(&path, manifest).unwrap();
+        let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", path.to_str().unwrap()]);
+        assert!(!ok, "{name} must be refused, kubectl said: {out}");
+        println!("{name}: {}", err.trim().replace('\n', " | "));
+        assert!(
+            err.contains("is invalid") && err.contains(expected),
+            "{name}: the message should name the problem ({expected}): {err}"
+        );
+    }
+    // The valid example passes the same schema.
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["apply", "-n", &ns, "--dry-run=server", "-f", TEST_VM],
+    );
+    assert!(ok, "test-vm must be accepted: {out}{err}");
+
+    let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", &ns, "-o", "name"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "", "no VirtualMachine was stored");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        labelled_containers(&ns),
+        Vec::<String>::new(),
+        "no container was created"
+    );
+    assert_eq!(controller.terminate(), Some(0));
+}
+
+/// The usage column of `kubectl get vms` for `name`: (STATUS, CPU, MEMORY).
+fn kubectl_columns(cluster: &Cluster, ns: &str, name: &str) -> (String, Vec<String>) {
+    let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", ns]);
+    assert!(ok, "kubectl get vms: {err}");
+    let header = out.lines().next().unwrap_or_default().to_string();
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} missing from kubectl get vms:\n{out}"));
+    (header, row.split_whitespace().map(str::to_string).collect())
+}
+
+async fn start_busy_loop(docker: &Docker, container: &str) {
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(vec!["sh", "-c", "while :; do :; done"]),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("creating the exec");
+    docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("starting the exec");
+}
+
+#[tokio::test]
+async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_delete() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-life").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let refresh = Duration::from_secs(3);
+    let mut controller =
+        Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    assert!(ok, "{out}{err}");
+    let applied_at = Instant::now();
+    let active = wait_phase(
+        &api,
+        "test-vm",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    println!(
+        "test-vm Active {:?} after kubectl apply",
+        applied_at.elapsed()
+    );
+    assert!(active.has_finalizer());
+    let server = active.status.as_ref().unwrap().server.clone().unwrap();
+    assert_eq!(server.state, "running");
+
+    // The container: exact name, limits in engine units, labels naming the VM.
+    let docker = docker_at(&host);
+    let name = container_name(&ns, "test-vm");
+    let inspected = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .expect("the container exists");
+    assert_eq!(inspected.id.as_deref(), Some(server.id.as_str()));
+    let host_config = inspected.host_config.unwrap();
+    assert_eq!(host_config.memory, Some(4_000_000_000));
+    assert_eq!(host_config.nano_cpus, Some(2_000_000_000));
+    let labels = inspected.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("kubeloop.dev/vm-namespace"), Some(&ns));
+    assert_eq!(
+        labels.get("kubeloop.dev/vm-name").map(String::as_str),
+        Some("test-vm")
+    );
+    assert_eq!(
+        labels.get("kubeloop.dev/vm-uid"),
+        active.metadata.uid.as_ref()
+    );
+
+    // The controller said so in an Event.
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            "involvedObject.name=test-vm",
+        ],
+    );
+    assert!(
+        ok && out.contains("ServerRunning"),
+        "an Event about the running server: {out}{err}"
+    );
+
+    // kubectl shows the printer columns filled.
+    let (header, row) = kubectl_columns(cluster, &ns, "test-vm");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        vec!["NAME", "STATUS", "CPU", "MEMORY", "AGE"]
+    );
+    assert_eq!(row[1], "Active", "{row:?}");
+    let idle_cpu: f64 = row[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("CPU column is a number: {row:?}"));
+    let memory: f64 = row[3]
+        .parse()
+        .unwrap_or_else(|_| panic!("MEMORY column is a number: {row:?}"));
+    assert!(memory > 0.0, "a running httpd uses some memory: {row:?}");
+    assert!(idle_cpu < 50.0, "idle httpd: {row:?}");
+
+    // Load it: the CPU column follows within a refresh period (plus the stats sample and the
+    // kubectl poll). One busy loop is 100% of a core on an idle host; on these shared 2-core
+    // machines it gets far less when other builds run, so the bar is "clearly above idle".
+    start_busy_loop(&docker, &name).await;
+    let loaded_at = Instant::now();
+    let threshold = (idle_cpu + 5.0).max(10.0);
+    let busy_cpu = eventually(
+        &format!("the CPU column to rise above {threshold}"),
+        refresh * 3,
+        || async {
+            let (_, row) = kubectl_columns(cluster, &ns, "test-vm");
+            row[2].parse::<f64>().ok().filter(|cpu| *cpu > threshold)
+        },
+    )
+    .await;
+    let rose_after = loaded_at.elapsed();
+    println!(
+        "CPU column: idle {idle_cpu} -> loaded {busy_cpu} after {rose_after:?} (refresh interval {refresh:?})"
+    );
+
+    // Delete: Terminating, then the container goes, then the object.
+    let list = api.list(&Default::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    let mut phases = Vec::new();
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(event) = events.try_next().await.expect("watch") {
+            match event {
+                WatchEvent::Modified(vm) => phases.push(vm.phase()),
+                WatchEvent::Deleted(vm) => return vm,
+                _ => {}
+            }
+        }
+        panic!("watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "test-vm was not deleted; phases seen {phases:?}; log:\n{}",
+            tail(&controller.log_text(), 30)
+        )
+    });
+    assert!(
+        phases.contains(&Phase::Terminating),
+        "phases seen while deleting: {phases:?}"
+    );
+    assert_eq!(deleted.phase(), Phase::Terminating);
+    let gone = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await;
+    assert!(
+        matches!(
+            gone,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ),
+        "the container is gone before the object: {gone:?}"
+    );
+    assert!(vm(&api, "test-vm").await.is_none());
+    assert_eq!(controller.terminate(), Some(0));
+}
+
+async fn apply_vm(cluster: &Cluster, ns: &str, name: &str, cpu: &str, memory: &str) {
+    let manifest = format!(
+        "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{resource: {{cpu: \"{cpu}\", memory: \"{memory}\"}}}}\n"
+    );
+    let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
+    std::fs::write(&path, manifest).unwrap();
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+}
+
+async fn container_exists(docker: &Docker, name: &str) -> bool {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(_) => true,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
+        Err(e) => panic!("inspecting {name}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_back() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-zombie").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let name = container_name(&ns, "zombie");
+
+    let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
+    apply_vm(cluster, &ns, "zombie", "1", "64Mi").await;
+    wait_phase(
+        &api,
+        "zombie",
+        Phase::Active,
+        Duration::from_secs(90),
+        &first,
+    )
+    .await;
+    assert_eq!(
+        first.terminate(),
+        Some(0),
+        "SIGTERM stops the controller cleanly"
+    );
+
+    // controller101 removed nothing here: the container outlived its VM for good.
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "zombie", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = vm(&api, "zombie")
+        .await
+        .expect("the finalizer keeps the object while no controller runs");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(
+        container_exists(&docker, &name).await,
+        "nothing deleted the container yet"
+    );
+
+    let second = Controller::spawn(cluster, &ns, &host, "second", &[]);
+    eventually("the object to go", Duration::from_secs(60), || async {
+        vm(&api, "zombie").await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        !container_exists(&docker, &name).await,
+        "the restarted controller deleted the container"
+    );
+    assert!(
+        second
+            .log_text()
+            .contains("server deleted; removing the finalizer"),
+        "{}",
+        tail(&second.log_text(), 20)
+    );
+}
+
+/// A podman service of this test's own on a temp socket, so it can be stopped and restarted
+/// without touching the shared one.
+struct PrivateEngine {
+    socket: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateEngine {
+    fn new(dir: &Path) -> Self {
+        let socket =
+            std::env::temp_dir().join(format!("kubeloop-vm-engine-{}.sock", std::process::id()));
+        Self {
+            socket,
+            log: dir.join(format!("podman-private-{}.log", std::process::id())),
+            child: None,
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    async fn start(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new("podman")
+            .args(["system", "service", "--time=0"])
+            .arg(self.host())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting podman system service");
+        self.child = Some(child);
+        let host = self.host();
+        eventually(
+            "the private podman service to answer",
+            Duration::from_secs(30),
+            || {
+                let host = host.clone();
+                async move {
+                    let docker = Docker::connect_with_host(&host).ok()?;
+                    docker.ping().await.ok().map(|_| ())
+                }
+            },
+        )
+        .await;
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateEngine {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[tokio::test]
+async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_once_back() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-outage").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let mut engine = PrivateEngine::new(cluster.dir());
+    engine.start().await;
+    let host = engine.host();
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+
+    apply_vm(cluster, &ns, "outage", "1", "64Mi").await;
+    let before = wait_phase(
+        &api,
+        "outage",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    let id_before = before.status.unwrap().server.unwrap().id;
+
+    engine.stop();
+    let failed = wait_phase(
+        &api,
+        "outage",
+        Phase::Failed,
+        Duration::from_secs(30),
+        &controller,
+    )
+    .await;
+    let reason = failed.status.unwrap().reason;
+    assert!(
+        reason.contains(&format!("docker engine at {host} is unreachable")),
+        "the reason names the engine: {reason}"
+    );
+    println!("reason while the engine is down: {reason}");
+
+    engine.start().await;
+    let after = wait_phase(
+        &api,
+        "outage",
+        Phase::Active,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
+    let status = after.status.unwrap();
+    assert_eq!(status.reason, "");
+    assert_eq!(
+        status.server.unwrap().id,
+        id_before,
+        "the container survived the outage and was adopted"
+    );
+}
+
+async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await.unwrap(), ns);
+    leases
+        .get_opt("controller101")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-ha").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let timing = [
+        "--lease-duration",
+        "6s",
+        "--renew-deadline",
+        "4s",
+        "--retry-period",
+        "1s",
+    ];
+
+    let mut a = Controller::spawn(cluster, &ns, &host, "replica-a", &timing);
+    eventually("replica-a to lead", Duration::from_secs(30), || async {
+        (lease_holder(cluster, &ns).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
+    apply_vm(cluster, &ns, "first", "1", "64Mi").await;
+    wait_phase(&api, "first", Phase::Active, Duration::from_secs(90), &a).await;
+    assert!(a.log_text().contains("became the leader"));
+    let b_log = b.log_text();
+    assert!(
+        !b_log.contains("became the leader") && !b_log.contains("writing status"),
+        "the standby must not act:\n{b_log}"
+    );
+
+    // The leader dies without releasing the lease; work arrives while nobody leads.
+    a.kill();
+    apply_vm(cluster, &ns, "second", "1", "64Mi").await;
+    let killed_at = Instant::now();
+    wait_phase(&api, "second", Phase::Active, Duration::from_secs(90), &b).await;
+    println!(
+        "the standby finished the pending VM {:?} after the leader was killed",
+        killed_at.elapsed()
+    );
+    assert_eq!(
+        lease_holder(cluster, &ns).await.as_deref(),
+        Some("replica-b")
+    );
+    assert!(container_exists(&docker, &container_name(&ns, "second")).await);
+
+    // The new leader also finishes the old leader's VMs: delete the first one.
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "first", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    eventually(
+        "first to be cleaned up by replica-b",
+        Duration::from_secs(60),
+        || async { vm(&api, "first").await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(!container_exists(&docker, &container_name(&ns, "first")).await);
+
+    // SIGTERM: the leader stops, releases the lease and exits 0.
+    assert_eq!(b.terminate(), Some(0));
+    assert_eq!(
+        lease_holder(cluster, &ns).await,
+        None,
+        "the lease was released"
+    );
+}
+
+#[tokio::test]
+async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreated() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-vanish").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+
+    apply_vm(cluster, &ns, "ghost", "500m", "64Mi").await;
+    let active = wait_phase(
+        &api,
+        "ghost",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    let old_id = active.status.unwrap().server.unwrap().id;
+
+    let rv = api
+        .get("ghost")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let name = container_name(&ns, "ghost");
+    let out = Command::new("podman")
+        .args(["rm", "-f", "-t", "0", &name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman rm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut seen = Vec::new();
+    let new_id = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(WatchEvent::Modified(vm)) = events.try_next().await.expect("watch") {
+            let status = vm.status.clone().unwrap_or_default();
+            seen.push((status.phase, status.reason.clone()));
+            if status.phase == Phase::Active
+                && let Some(server) = status.server.filter(|s| s.id != old_id)
+            {
+                return server.id;
+            }
+        }
+        panic!("watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "not recreated; seen {seen:?}\n{}",
+            tail(&controller.log_text(), 30)
+        )
+    });
+    let vanished = seen
+        .iter()
+        .find(|(phase, _)| *phase == Phase::Failed)
+        .unwrap_or_else(|| panic!("no Failed phase in {seen:?}"));
+    assert!(
+        vanished
+            .1
+            .contains(&format!("server {name} (id {old_id}) vanished")),
+        "{vanished:?}"
+    );
+    let inspected = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    assert_eq!(inspected.id.as_deref(), Some(new_id.as_str()));
+    assert_eq!(inspected.host_config.unwrap().nano_cpus, Some(500_000_000));
+}
+
+/// A kubeconfig for a user that has only what RBAC grants it: the admin kubeconfig with the
+/// user's client certificate instead of the admin's.
+fn restricted_kubeconfig(cluster: &Cluster, user: &str) -> PathBuf {
+    let config = cluster.user_config(user, &[]).unwrap();
+    let admin = std::fs::read_to_string(cluster.kubeconfig_path()).unwrap();
+    let cert = config.auth_info.client_certificate.clone().unwrap();
+    let key = config.auth_info.client_key.clone().unwrap();
+    let text: Vec<String> = admin
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("client-certificate:") {
+                format!("    client-certificate: {cert}")
+            } else if line.trim_start().starts_with("client-key:") {
+                format!("    client-key: {key}")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    let path = cluster.dir().join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, text.join("\n")).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-rbac").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let user = format!("vm-controller-{ns}");
+    let kubeconfig = restricted_kubeconfig(cluster, &user);
+
+    // Without a binding the user can do nothing (the control for this test).
+    let restricted = |args: &[&str]| {
+        let out = Command::new(cluster.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = restricted(&["get", "vms", "-n", &ns]);
+    assert!(!ok && err.contains("forbidden"), "{err}");
+
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", RBAC]);
+    assert!(ok, "{out}{err}");
+    let binding = format!("vm-controller-test-{ns}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "create",
+            "clusterrolebinding",
+            &binding,
+            "--clusterrole=kubeloop-vm-controller",
+            &format!("--user={user}"),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    eventually(
+        "the binding to take effect",
+        Duration::from_secs(30),
+        || async { restricted(&["get", "vms", "-n", &ns]).0.then_some(()) },
+    )
+    .await;
+
+    let controller = Controller::spawn_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
+    apply_vm(cluster, &ns, "rbac", "1", "64Mi").await;
+    wait_phase(
+        &api,
+        "rbac",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    assert_eq!(
+        lease_holder(cluster, &ns).await.as_deref(),
+        Some("restricted")
+    );
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "rbac", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    eventually(
+        "the VM to be cleaned up",
+        Duration::from_secs(60),
+        || async { vm(&api, "rbac").await.is_none().then_some(()) },
+    )
+    .await;
+    let log = controller.log_text();
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "no permission errors:\n{}",
+        tail(&log, 30)
+    );
+    kubectl(cluster, &["delete", "clusterrolebinding", &binding]);
+}
+
+#[tokio::test]
+async fn the_fake_driver_runs_vms_without_any_engine() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-fake").await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    // An engine address where nothing listens: the fake driver must not need it.
+    let mut controller = Controller::spawn(
+        cluster,
+        &ns,
+        "unix:///nonexistent/kubeloop.sock",
+        "fake",
+        &["--vm-driver", "fake", "--leader-elect=false"],
+    );
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    assert!(ok, "{out}{err}");
+    let active = wait_phase(
+        &api,
+        "test-vm",
+        Phase::Active,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
+    let server = active.status.unwrap().server.unwrap();
+    assert!(server.id.starts_with("fake-"), "{server:?}");
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--timeout=60s"],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(vm(&api, "test-vm").await.is_none());
+    assert_eq!(controller.terminate(), Some(0));
+}
