@@ -45,13 +45,17 @@ fn kubectl_stdin(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> Strin
     stdout
 }
 
-/// CRDs installed and served; deploy/'s namespace exists. Idempotent, so every test calls it.
+/// CRDs installed and served; deploy/'s namespace exists. Once per test binary (concurrent
+/// `kubectl apply`s of a new object race to create it).
 fn install_crds_and_namespace(cluster: &Cluster) {
-    kubectl(cluster, &["apply", "-f", "crds/", "-f", "deploy/00-namespace.yaml"]);
-    kubectl(
-        cluster,
-        &["wait", "--for", "condition=established", "--timeout=60s", "crd/foos.samplecontroller.k8s.io", "crd/virtualmachines.cloudnative.tw"],
-    );
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        kubectl(cluster, &["apply", "-f", "crds/", "-f", "deploy/00-namespace.yaml"]);
+        kubectl(
+            cluster,
+            &["wait", "--for", "condition=established", "--timeout=60s", "crd/foos.samplecontroller.k8s.io", "crd/virtualmachines.cloudnative.tw"],
+        );
+    });
 }
 
 fn deploy_file(name: &str) -> String {
@@ -104,7 +108,7 @@ impl Controller {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
             .args(args)
             .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("OPS_TEST_RUST_LOG").unwrap_or("info".into()))
             .env("DOCKER_HOST", "unix:///nonexistent/engine.sock")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -128,13 +132,16 @@ impl Controller {
     }
 
     /// Waits until the log has a line containing every one of `needles`; the line.
-    fn wait_for_line(&self, needles: &[&str], limit: Duration) -> String {
+    fn wait_for_line(&mut self, needles: &[&str], limit: Duration) -> String {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(line) = self.log().lines().find(|l| needles.iter().all(|n| l.contains(n))) {
                 return line.to_owned();
             }
-            assert!(Instant::now() < deadline, "no log line with {needles:?} within {limit:?}; log:\n{}", self.log());
+            if Instant::now() >= deadline {
+                let status = self.child.try_wait();
+                panic!("no log line with {needles:?} within {limit:?} (process: {status:?}); log:\n{}", self.log());
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -265,7 +272,7 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
     let whoami = kubectl(cluster, &["--kubeconfig", kubeconfig.to_str().unwrap(), "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
     assert_eq!(whoami, "system:serviceaccount:kubeloop-system:sample-controller");
 
-    let controller = Controller::start(&[
+    let mut controller = Controller::start(&[
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -340,7 +347,7 @@ async fn the_sample_controller_without_deployments_create_names_the_missing_righ
     let ns = cluster.new_namespace("ops-sample-403").await.unwrap();
     let dir = tempdir("sample-403");
     let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
-    let controller = Controller::start(&["sample-controller", "--kubeconfig", kubeconfig.to_str().unwrap(), "--namespace", &ns]);
+    let mut controller = Controller::start(&["sample-controller", "--kubeconfig", kubeconfig.to_str().unwrap(), "--namespace", &ns]);
     kubectl_stdin(cluster, &["apply", "-n", &ns, "-f", "-"], Some(&foo_yaml("web", 1)));
     let line = controller.wait_for_line(&["forbidden", "cannot create resource", "deployments"], Duration::from_secs(30));
     assert!(line.contains(&sa), "the error names the identity: {line}");
@@ -361,7 +368,7 @@ async fn the_sample_controller_without_foos_list_names_the_missing_right() {
     kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
     let dir = tempdir("sample-nolist");
     let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
-    let controller = Controller::start(&["sample-controller", "--kubeconfig", kubeconfig.to_str().unwrap()]);
+    let mut controller = Controller::start(&["sample-controller", "--kubeconfig", kubeconfig.to_str().unwrap()]);
     controller.wait_for_line(&["forbidden", "cannot list resource", "foos"], Duration::from_secs(30));
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -376,7 +383,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
     let ns = cluster.new_namespace("ops-vm").await.unwrap();
     let dir = tempdir("vm");
     let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
-    let controller = Controller::start(&[
+    let mut controller = Controller::start(&[
         "vm-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -428,7 +435,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
     kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
     let dir = tempdir("vm-403");
     let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
-    let controller = Controller::start(&[
+    let mut controller = Controller::start(&[
         "vm-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
