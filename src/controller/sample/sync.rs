@@ -17,12 +17,12 @@
 //! - step 4 changes only `spec.replicas` of the existing Deployment (with its resourceVersion,
 //!   so a concurrent change is a conflict, retried from the newer cached copy); sample-controller
 //!   replaces the whole object with `newDeployment(foo)`, wiping anything else set on it;
-//! - HTTP status codes decide (409 conflict, 404 gone), not kube-core's `is_conflict` /
-//!   `is_not_found`, which are false for a bare-text error body (kube-core 5 checks only the
-//!   reason when the reason is a known one);
 //! - step 5 skips the write when the status already holds the value (sample-controller writes
 //!   on every sync, i.e. every Foo every 30 s), and retries conflicts in place where
-//!   sample-controller returns them as errors.
+//!   sample-controller returns them as errors;
+//! - HTTP status codes decide (409 conflict, 404 gone), not kube-core's `is_conflict` /
+//!   `is_not_found`, which are false for a bare-text error body (kube-core 5 checks only the
+//!   reason when the reason is a known one).
 
 use k8s_openapi::api::apps::v1::Deployment;
 
