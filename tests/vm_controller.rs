@@ -1098,3 +1098,58 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
     assert!(vm(&api, "test-vm").await.is_none());
     assert_eq!(controller.terminate(), Some(0));
 }
+
+#[tokio::test]
+async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-resize").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let docker = docker_at(&host);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
+    apply_vm(cluster, &ns, "grow", "500m", "64Mi").await;
+    let active = wait_phase(
+        &api,
+        "grow",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    let old_id = active.status.unwrap().server.unwrap().id;
+
+    let (ok, out, err) = kubectl(
+        cluster,
+        &[
+            "patch",
+            "vm",
+            "grow",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"resource":{"cpu":"1500m","memory":"128Mi"}}}"#,
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let name = container_name(&ns, "grow");
+    let new_id = eventually("a resized container", Duration::from_secs(60), || async {
+        let vm = vm(&api, "grow").await?;
+        let server = vm.status.filter(|s| s.phase == Phase::Active)?.server?;
+        (server.id != old_id).then_some(server.id)
+    })
+    .await;
+    let host_config = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    assert_eq!(host_config.id.as_deref(), Some(new_id.as_str()));
+    let limits = host_config.host_config.unwrap();
+    assert_eq!(limits.nano_cpus, Some(1_500_000_000));
+    assert_eq!(limits.memory, Some(128 * 1024 * 1024));
+}

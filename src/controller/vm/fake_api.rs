@@ -100,6 +100,19 @@ impl FakeApi {
         self.inner.lock().objects.get(key).cloned()
     }
 
+    /// `kubectl edit` of the spec: stores `vm.spec` and bumps generation and resourceVersion.
+    pub fn replace_spec(&self, vm: VirtualMachine) {
+        let mut inner = self.inner.lock();
+        let key = vm.key();
+        let Some(mut stored) = inner.objects.get(&key).cloned() else {
+            return;
+        };
+        stored.spec = vm.spec;
+        stored.metadata.generation = Some(stored.metadata.generation.unwrap_or(1) + 1);
+        inner.bump(&mut stored);
+        inner.objects.insert(key, stored);
+    }
+
     /// Makes `cached` return `vm` for `key` from now on, whatever is stored: an informer
     /// that has not seen the latest writes.
     pub fn freeze_cache(&self, key: &str, vm: VirtualMachine) {

@@ -18,6 +18,8 @@
 //! - An Active VM is requeued after `refresh_interval` to refresh usage and notice a vanished
 //!   server; the requeue ends when the object is gone.
 //! - Status writes go through the status subresource with conflict retry ([`super::api`]).
+//! - Beyond controller101: a server whose limits differ from the spec (the spec was edited) is
+//!   recreated with the new limits, since podman's Docker API has no live `update`.
 
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use super::driver::{
     Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus, server_name,
 };
 use super::error_policy::ReconcileError;
-use super::quantity::resources_of;
+use super::quantity::{Resources, resources_of};
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
 pub use crate::controller::worker::Action;
 use crate::record::{EventRecorder, EventType};
@@ -110,6 +112,10 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         let Some(vm) = set_finalizer(&self.api, &vm, true).await? else {
             return Ok(Action::Done);
         };
+        // After a conflict the patch re-read the object, which may be deleting by now.
+        if vm.is_deleting() {
+            return self.finalize(vm).await;
+        }
         self.ensure_server(vm).await
     }
 
@@ -131,8 +137,26 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             Ok(observed) => observed,
             Err(e) => return self.fail(&vm, e).await,
         };
+        let mut vm = vm;
+        let mut recreate = false;
         let reason = match observed {
-            Some(status) if status.running => return self.set_active(&vm, &status).await,
+            Some(status) if status.running && limits_match(&status, &resources) => {
+                return self.set_active(&vm, &status).await;
+            }
+            Some(status) if status.running => {
+                // podman's Docker API has no `update`: a resize is a cold restart.
+                recreate = true;
+                let resize = format!(
+                    "server {server} has cpu {}m and memory {} bytes but the spec asks for cpu {}m and memory {} bytes; recreating it",
+                    status.cpu_millis,
+                    status.memory_bytes,
+                    resources.cpu_millis,
+                    resources.memory_bytes
+                );
+                info!(vm = %vm.key(), "{resize}");
+                self.event(&vm, EventType::Normal, "Resizing", &resize);
+                resize
+            }
             Some(status) => format!("server {server} is {}; starting it", status.state),
             None => match vm.status.as_ref().and_then(|s| s.server.as_ref()) {
                 Some(previous) if vm.phase() != Phase::Creating => {
@@ -142,9 +166,11 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     );
                     warn!(vm = %vm.key(), "{vanished}");
                     self.event(&vm, EventType::Warning, "ServerVanished", &vanished);
-                    let Some(_) = self.set_status(&vm, failed(&vm, vanished.clone())).await? else {
+                    let status = failed(&vm, vanished.clone());
+                    let Some(updated) = self.set_status(&vm, status).await? else {
                         return Ok(Action::Done);
                     };
+                    vm = updated;
                     vanished
                 }
                 _ => format!("creating server {server}"),
@@ -163,6 +189,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         };
         if vm.is_deleting() {
             return self.finalize(vm).await;
+        }
+        if recreate && let Err(e) = self.driver.delete_server(&server).await {
+            return self.fail(&vm, e).await;
         }
         let spec = ServerSpec {
             name: server,
@@ -284,6 +313,13 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
         Ok(write_status(&self.api, vm, status).await?)
     }
+}
+
+/// True if the server's limits are what the spec asks for (0 = the engine did not say).
+fn limits_match(server: &DriverServerStatus, wanted: &Resources) -> bool {
+    let cpu_ok = server.cpu_millis == 0 || server.cpu_millis == wanted.cpu_millis;
+    let memory_ok = server.memory_bytes == 0 || server.memory_bytes == wanted.memory_bytes;
+    cpu_ok && memory_ok
 }
 
 /// A Failed status that keeps the last known server (its id says which one failed).
@@ -572,6 +608,37 @@ mod tests {
             "no server for a VM being deleted"
         );
         assert!(api.object(&key).is_none(), "finalized");
+    }
+
+    #[tokio::test]
+    async fn a_spec_change_recreates_the_server_with_the_new_limits() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        r.reconcile(&key).await.unwrap();
+        let old_id = driver.server(SERVER).unwrap().id;
+        let mut vm = api.object(&key).unwrap();
+        vm.spec = VirtualMachine::new("ns", "vm", "2", "2Gi").spec;
+        api.replace_spec(vm);
+        let before = api.status_history().len();
+        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        let server = driver.server(SERVER).unwrap();
+        assert_ne!(server.id, old_id, "a new server");
+        assert_eq!(
+            (server.spec.cpu_millis, server.spec.memory_bytes),
+            (2000, 2 << 30)
+        );
+        let history = api.status_history()[before..].to_vec();
+        assert_eq!(history[0].0, Phase::Creating);
+        assert!(
+            history[0].1.contains(
+                "has cpu 1000m and memory 1073741824 bytes but the spec asks for cpu 2000m"
+            ),
+            "{history:?}"
+        );
+        assert_eq!(history[1].0, Phase::Active);
+        // Unchanged limits: no more recreation.
+        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(driver.server(SERVER).unwrap().id, server.id);
     }
 
     #[tokio::test]

@@ -360,12 +360,17 @@ impl Driver for DockerDriver {
         } else {
             (0.0, 0.0)
         };
+        let limits = found.host_config.as_ref();
+        let nano_cpus = limits.and_then(|h| h.nano_cpus).unwrap_or(0);
+        let memory = limits.and_then(|h| h.memory).unwrap_or(0);
         Ok(Some(ServerStatus {
             id: found.id.unwrap_or_default(),
             state: state_name,
             running,
             cpu_percent,
             memory_percent,
+            cpu_millis: u64::try_from(nano_cpus / 1_000_000).unwrap_or(0),
+            memory_bytes: u64::try_from(memory).unwrap_or(0),
         }))
     }
 }

@@ -149,6 +149,8 @@ impl FakeServer {
             running: self.running,
             cpu_percent: self.cpu_percent,
             memory_percent: self.memory_percent,
+            cpu_millis: self.spec.cpu_millis,
+            memory_bytes: self.spec.memory_bytes,
         }
     }
 }

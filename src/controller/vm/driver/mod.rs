@@ -45,6 +45,10 @@ pub struct ServerStatus {
     pub cpu_percent: f64,
     /// Memory% of the limit.
     pub memory_percent: f64,
+    /// The server's CPU limit in millicores (0: the engine did not say / unlimited).
+    pub cpu_millis: u64,
+    /// The server's memory limit in bytes (0: the engine did not say / unlimited).
+    pub memory_bytes: u64,
 }
 
 /// A driver call that failed.
