@@ -29,7 +29,12 @@ fn demo_command(args: &[&str]) -> Command {
 
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
@@ -41,7 +46,10 @@ fn announced_pids(output: &str) -> Vec<u32> {
         if let Some(rest) = line.trim().strip_prefix("up; component pids ") {
             pids.extend(rest.split_whitespace().map(|p| p.parse::<u32>().unwrap()));
         }
-        if let Some((_, rest)) = line.split_once(": pid ").or_else(|| line.trim().strip_prefix("pid ").map(|r| ("", r))) {
+        if let Some((_, rest)) = line
+            .split_once(": pid ")
+            .or_else(|| line.trim().strip_prefix("pid ").map(|r| ("", r)))
+        {
             let pid = rest.split(|c: char| !c.is_ascii_digit()).next().unwrap();
             pids.push(pid.parse().unwrap());
         }
@@ -56,7 +64,12 @@ fn vm_container_exists() -> bool {
         .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
         .unwrap_or_else(|| "/run/kubeloop/podman.sock".into());
     let out = Command::new("curl")
-        .args(["-sf", "--unix-socket", &socket, "http://d/containers/kubeloop-vm_kubeloop-demo_test-vm/json"])
+        .args([
+            "-sf",
+            "--unix-socket",
+            &socket,
+            "http://d/containers/kubeloop-vm_kubeloop-demo_test-vm/json",
+        ])
         .output()
         .unwrap();
     out.status.success()
@@ -65,14 +78,23 @@ fn vm_container_exists() -> bool {
 fn assert_nothing_left(output: &str) {
     let pids = announced_pids(output);
     // 5 components, the sample controller, two VM controller replicas.
-    assert!(pids.len() >= 8, "the demo should announce 5 component and 3 controller pids, got {pids:?}\n{output}");
+    assert!(
+        pids.len() >= 8,
+        "the demo should announce 5 component and 3 controller pids, got {pids:?}\n{output}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-    assert!(left.is_empty(), "processes left behind by hack/demo: {left:?}");
-    assert!(!vm_container_exists(), "hack/demo left the VM's container in podman");
+    assert!(
+        left.is_empty(),
+        "processes left behind by hack/demo: {left:?}"
+    );
+    assert!(
+        !vm_container_exists(),
+        "hack/demo left the VM's container in podman"
+    );
 }
 
 /// The order in which lines containing each needle appear, or a panic naming the missing one.
@@ -92,7 +114,11 @@ fn the_demo_shows_every_step_once_and_leaves_nothing_behind() {
     let out = demo_command(&["--once"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "hack/demo --once failed ({}):\n{stdout}\n--- stderr\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "hack/demo --once failed ({}):\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
 
     assert_in_order(
         &stdout,
@@ -118,15 +144,35 @@ fn the_demo_shows_every_step_once_and_leaves_nothing_behind() {
         ],
     );
     // Active with both usage columns filled: `test-vm   Active   <cpu>   <memory>   <age>`.
-    let active = stdout.lines().filter(|l| l.contains("test-vm   Active")).last().unwrap();
+    let active = stdout
+        .lines()
+        .filter(|l| l.contains("test-vm   Active"))
+        .last()
+        .unwrap();
     let columns: Vec<&str> = active.split_whitespace().collect();
-    assert_eq!(columns.len(), 6, "time, name, phase, CPU, MEMORY, AGE: {active:?}");
-    assert!(columns[3].parse::<f64>().is_ok() && columns[4].parse::<f64>().is_ok(), "CPU and MEMORY are numbers: {active:?}");
+    assert_eq!(
+        columns.len(),
+        6,
+        "time, name, phase, CPU, MEMORY, AGE: {active:?}"
+    );
+    assert!(
+        columns[3].parse::<f64>().is_ok() && columns[4].parse::<f64>().is_ok(),
+        "CPU and MEMORY are numbers: {active:?}"
+    );
     // The failover names two different replicas.
-    let failover = stdout.lines().find(|l| l.contains("Lease holder vm-controller-")).unwrap();
-    let holders: Vec<&str> = failover.split_whitespace().filter(|w| w.starts_with("vm-controller-")).collect();
+    let failover = stdout
+        .lines()
+        .find(|l| l.contains("Lease holder vm-controller-"))
+        .unwrap();
+    let holders: Vec<&str> = failover
+        .split_whitespace()
+        .filter(|w| w.starts_with("vm-controller-"))
+        .collect();
     assert_eq!(holders.len(), 2, "{failover}");
-    assert_ne!(holders[0], holders[1], "the Lease moved to the other replica: {failover}");
+    assert_ne!(
+        holders[0], holders[1],
+        "the Lease moved to the other replica: {failover}"
+    );
 
     assert_nothing_left(&stdout);
 }
@@ -161,7 +207,11 @@ fn ctrl_c_stops_a_running_demo_and_leaves_nothing_behind() {
         seen.push('\n');
     }
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "Ctrl-C ends the demo with 130:\n{seen}");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "Ctrl-C ends the demo with 130:\n{seen}"
+    );
     assert!(seen.contains("Stopping the mini-cluster"), "{seen}");
     assert_nothing_left(&seen);
 }

@@ -45,25 +45,56 @@ impl OpsArgs {
         readyz: Vec<Arc<dyn Check>>,
         stop: &CancellationToken,
     ) -> Result<Serving, OpsFlagError> {
-        let metrics = OpsServer::parse_bind_address(&self.metrics_bind_address)
-            .map_err(|source| OpsFlagError { flag: "--metrics-bind-address", source })?;
-        let probes = OpsServer::parse_bind_address(&self.health_probe_bind_address)
-            .map_err(|source| OpsFlagError { flag: "--health-probe-bind-address", source })?;
+        let metrics =
+            OpsServer::parse_bind_address(&self.metrics_bind_address).map_err(|source| {
+                OpsFlagError {
+                    flag: "--metrics-bind-address",
+                    source,
+                }
+            })?;
+        let probes =
+            OpsServer::parse_bind_address(&self.health_probe_bind_address).map_err(|source| {
+                OpsFlagError {
+                    flag: "--health-probe-bind-address",
+                    source,
+                }
+            })?;
         let registry = metrics.map(|_| Arc::new(registry()));
         let mut serving = Serving::default();
         match (metrics, probes) {
             (Some(m), Some(p)) if m == p => {
-                let server = start("--metrics-bind-address", m, ServeConfig { registry, healthz, readyz }, stop).await?;
-                serving = Serving { metrics: Some(server), probes: Some(server) };
+                let server = start(
+                    "--metrics-bind-address",
+                    m,
+                    ServeConfig {
+                        registry,
+                        healthz,
+                        readyz,
+                    },
+                    stop,
+                )
+                .await?;
+                serving = Serving {
+                    metrics: Some(server),
+                    probes: Some(server),
+                };
             }
             (m, p) => {
                 if let Some(m) = m {
-                    let config = ServeConfig { registry, ..Default::default() };
+                    let config = ServeConfig {
+                        registry,
+                        ..Default::default()
+                    };
                     serving.metrics = Some(start("--metrics-bind-address", m, config, stop).await?);
                 }
                 if let Some(p) = p {
-                    let config = ServeConfig { registry: None, healthz, readyz };
-                    serving.probes = Some(start("--health-probe-bind-address", p, config, stop).await?);
+                    let config = ServeConfig {
+                        registry: None,
+                        healthz,
+                        readyz,
+                    };
+                    serving.probes =
+                        Some(start("--health-probe-bind-address", p, config, stop).await?);
                 }
             }
         }
@@ -71,8 +102,15 @@ impl OpsArgs {
     }
 }
 
-async fn start(flag: &'static str, addr: SocketAddr, config: ServeConfig, stop: &CancellationToken) -> Result<SocketAddr, OpsFlagError> {
-    let server = OpsServer::start(addr, config, stop.clone()).await.map_err(|source| OpsFlagError { flag, source })?;
+async fn start(
+    flag: &'static str,
+    addr: SocketAddr,
+    config: ServeConfig,
+    stop: &CancellationToken,
+) -> Result<SocketAddr, OpsFlagError> {
+    let server = OpsServer::start(addr, config, stop.clone())
+        .await
+        .map_err(|source| OpsFlagError { flag, source })?;
     tracing::info!(flag, addr = %server.addr(), "serving metrics / probes");
     Ok(server.addr())
 }
@@ -96,7 +134,12 @@ mod tests {
 
     async fn status(addr: SocketAddr, path: &str) -> u16 {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
         let mut raw = String::new();
         stream.read_to_string(&mut raw).await.unwrap();
         raw[9..12].parse().unwrap()
@@ -114,9 +157,15 @@ mod tests {
 
     #[tokio::test]
     async fn equal_addresses_share_one_server_with_every_path() {
-        let args = OpsArgs { metrics_bind_address: "127.0.0.1:0".into(), health_probe_bind_address: "127.0.0.1:0".into() };
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            health_probe_bind_address: "127.0.0.1:0".into(),
+        };
         let stop = CancellationToken::new();
-        let serving = args.serve(registry, checks(), checks(), &stop).await.unwrap();
+        let serving = args
+            .serve(registry, checks(), checks(), &stop)
+            .await
+            .unwrap();
         assert_eq!(serving.metrics, serving.probes);
         let addr = serving.metrics.unwrap();
         for path in ["/metrics", "/healthz", "/readyz"] {
@@ -127,17 +176,38 @@ mod tests {
 
     #[tokio::test]
     async fn distinct_addresses_split_metrics_from_probes_and_zero_turns_one_off() {
-        let args = OpsArgs { metrics_bind_address: "127.0.0.1:0".into(), health_probe_bind_address: "0".into() };
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            health_probe_bind_address: "0".into(),
+        };
         let stop = CancellationToken::new();
-        let serving = args.serve(registry, checks(), checks(), &stop).await.unwrap();
+        let serving = args
+            .serve(registry, checks(), checks(), &stop)
+            .await
+            .unwrap();
         assert_eq!(serving.probes, None);
         let metrics = serving.metrics.unwrap();
         assert_eq!(status(metrics, "/metrics").await, 200);
-        assert_eq!(status(metrics, "/healthz").await, 404, "probes are not on the metrics server");
+        assert_eq!(
+            status(metrics, "/healthz").await,
+            404,
+            "probes are not on the metrics server"
+        );
 
         let port_taken = metrics.to_string();
-        let args = OpsArgs { metrics_bind_address: "0".into(), health_probe_bind_address: port_taken.clone() };
-        let err = args.serve(|| panic!("no metrics server, so no registry is built"), checks(), checks(), &stop).await.unwrap_err();
+        let args = OpsArgs {
+            metrics_bind_address: "0".into(),
+            health_probe_bind_address: port_taken.clone(),
+        };
+        let err = args
+            .serve(
+                || panic!("no metrics server, so no registry is built"),
+                checks(),
+                checks(),
+                &stop,
+            )
+            .await
+            .unwrap_err();
         assert_eq!(err.flag, "--health-probe-bind-address");
         assert!(err.to_string().contains(&port_taken), "{err}");
         stop.cancel();
@@ -145,9 +215,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_address_names_its_flag() {
-        let args = OpsArgs { metrics_bind_address: "localhost".into(), health_probe_bind_address: "0".into() };
-        let err = args.serve(registry, checks(), checks(), &CancellationToken::new()).await.unwrap_err();
-        assert!(err.to_string().starts_with("--metrics-bind-address: "), "{err}");
+        let args = OpsArgs {
+            metrics_bind_address: "localhost".into(),
+            health_probe_bind_address: "0".into(),
+        };
+        let err = args
+            .serve(registry, checks(), checks(), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("--metrics-bind-address: "),
+            "{err}"
+        );
         assert!(err.to_string().contains("\"localhost\""), "{err}");
     }
 }
