@@ -7,7 +7,9 @@
 //! [`OpsArgs`] is those two flags for any subcommand (`#[command(flatten)]`).
 
 mod flags;
+mod reconcile_metrics;
 mod server;
 
 pub use flags::{OpsArgs, OpsFlagError, Serving};
+pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};
