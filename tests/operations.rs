@@ -602,6 +602,11 @@ async fn the_sample_controller_without_deployments_create_names_the_missing_righ
         Duration::from_secs(30),
     );
     assert!(line.contains(&sa), "the error names the identity: {line}");
+    assert!(
+        line.contains(&format!("key={ns}/web")),
+        "the error line carries the Foo's key: {line}"
+    );
+    eprintln!("the controller said: {line}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -635,10 +640,11 @@ async fn the_sample_controller_without_foos_list_names_the_missing_right() {
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
     ]);
-    controller.wait_for_line(
+    let line = controller.wait_for_line(
         &["forbidden", "cannot list resource", "foos"],
         Duration::from_secs(30),
     );
+    eprintln!("the controller said: {line}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -802,6 +808,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
         "ops-no-lease",
     ]);
     let line = controller.wait_for_line(&["forbidden", "leases"], Duration::from_secs(30));
+    eprintln!("the controller said: {line}");
     assert!(
         line.contains("cannot get resource") || line.contains("cannot create resource"),
         "the verb is named: {line}"
