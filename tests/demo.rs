@@ -146,8 +146,7 @@ fn the_demo_shows_every_step_once_and_leaves_nothing_behind() {
     // Active with both usage columns filled: `test-vm   Active   <cpu>   <memory>   <age>`.
     let active = stdout
         .lines()
-        .filter(|l| l.contains("test-vm   Active"))
-        .last()
+        .rfind(|l| l.contains("test-vm   Active"))
         .unwrap();
     let columns: Vec<&str> = active.split_whitespace().collect();
     assert_eq!(

@@ -411,10 +411,9 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         .next()
         .unwrap()
         .to_owned();
-    let ready = eventually("/readyz ok", Duration::from_secs(30), || {
+    eventually("/readyz ok", Duration::from_secs(30), || {
         (http_get(&addr, "/readyz").0 == 200).then_some(())
     });
-    let _ = ready;
     assert_eq!(http_get(&addr, "/healthz"), (200, "ok".to_string()));
     let (_, before) = http_get(&addr, "/metrics");
     let adds_before = sample(&before, r#"workqueue_adds_total{name="Foos"}"#).unwrap_or(0.0);
