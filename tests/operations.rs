@@ -1003,3 +1003,66 @@ async fn leader_election_status_and_health_follow_the_lease() {
     stop_b.cancel();
     run_b.await.unwrap();
 }
+
+/// Reconcile counts and errors under controller-runtime's names: successes as Foos sync, and
+/// errors while a Foo points at a Deployment it does not own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let ns = cluster.new_namespace("ops-reconciles").await.unwrap();
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        cluster.kubeconfig_path().to_str().unwrap(),
+        "--namespace",
+        &ns,
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+    ]);
+    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let series = |result: &str| {
+        format!(
+            r#"controller_runtime_reconcile_total{{controller="sample-controller",result="{result}"}}"#
+        )
+    };
+    let errors = r#"controller_runtime_reconcile_errors_total{controller="sample-controller"}"#;
+
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("owned", 1)),
+    );
+    eventually(
+        "a successful reconcile counted",
+        Duration::from_secs(60),
+        || sample(&http_get(&addr, "/metrics").1, &series("success")).filter(|n| *n >= 1.0),
+    );
+    // A Deployment the Foo does not own: sample-controller's ErrResourceExists, retried.
+    kubectl(
+        cluster,
+        &["create", "deployment", "taken", "-n", &ns, "--image=nginx"],
+    );
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("taken", 1)),
+    );
+    let text = eventually("reconcile errors counted", Duration::from_secs(60), || {
+        let text = http_get(&addr, "/metrics").1;
+        sample(&text, errors).filter(|n| *n >= 1.0).map(|_| text)
+    });
+    assert_eq!(
+        sample(&text, &series("error")),
+        sample(&text, errors),
+        "every error is also a result=error:\n{text}"
+    );
+}
