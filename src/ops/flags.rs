@@ -23,8 +23,8 @@ pub struct OpsArgs {
     #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,
     /// Serve /healthz and /readyz at this address; 0 turns it off. May equal
-    /// --metrics-bind-address to share one server.
-    #[arg(long, default_value = "0")]
+    /// --metrics-bind-address to share one server. Also accepted as --health-bind-address.
+    #[arg(long, default_value = "0", alias = "health-bind-address")]
     pub health_probe_bind_address: String,
 }
 
@@ -211,6 +211,34 @@ mod tests {
         assert_eq!(err.flag, "--health-probe-bind-address");
         assert!(err.to_string().contains(&port_taken), "{err}");
         stop.cancel();
+    }
+
+    #[test]
+    fn the_flags_parse_with_their_defaults_and_the_short_health_alias() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ops: OpsArgs,
+        }
+        let defaults = Cli::try_parse_from(["x"]).unwrap().ops;
+        assert_eq!(
+            (
+                defaults.metrics_bind_address.as_str(),
+                defaults.health_probe_bind_address.as_str()
+            ),
+            ("0", "0")
+        );
+        let cli = Cli::try_parse_from([
+            "x",
+            "--metrics-bind-address",
+            ":8080",
+            "--health-bind-address",
+            ":8081",
+        ])
+        .unwrap();
+        assert_eq!(cli.ops.metrics_bind_address, ":8080");
+        assert_eq!(cli.ops.health_probe_bind_address, ":8081");
     }
 
     #[tokio::test]
