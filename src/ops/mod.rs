@@ -3,8 +3,13 @@
 //!
 //! Counterparts: component-base's `metrics/legacyregistry` (one registry a process exposes) and
 //! k8s.io/apiserver's `pkg/server/healthz` (named checks, `?verbose` lists each one).
-//! controller-runtime serves the same paths on `--metrics-bind-address` / `--health-probe-bind-address`.
+//! controller-runtime serves the same paths on `--metrics-bind-address` / `--health-probe-bind-address`;
+//! [`OpsArgs`] is those two flags for any subcommand (`#[command(flatten)]`).
 
+mod flags;
+mod reconcile_metrics;
 mod server;
 
+pub use flags::{OpsArgs, OpsFlagError, Serving};
+pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};

@@ -1,0 +1,1068 @@
+//! Operations, checked against the real local control plane (RBAC on, service-account tokens
+//! signed by the apiserver's key):
+//! - deploy/ passes `kubectl apply --dry-run=server`, and every flag its Deployments pass is one
+//!   the binary accepts;
+//! - each controller runs as its ServiceAccount from deploy/, with a token from the
+//!   TokenRequest API (`kubectl create token`), and does its job with exactly those rights;
+//! - with one right removed, it reports an error naming that right instead of staying silent;
+//! - the sample controller's /metrics shows the workqueue, reflector and handler-backlog series
+//!   moving as Foos are processed, and /healthz and /readyz answer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kubeloop::testenv::{self, Cluster};
+
+const DEPLOY_NS: &str = "kubeloop-system";
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Runs kubectl as the cluster admin; panics with its stderr on failure.
+fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    kubectl_stdin(cluster, args, None)
+}
+
+fn kubectl_stdin(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(cluster.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args)
+        .current_dir(ROOT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// CRDs installed and served; deploy/'s namespace exists. Once per test binary (concurrent
+/// `kubectl apply`s of a new object race to create it).
+fn install_crds_and_namespace(cluster: &Cluster) {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        kubectl(
+            cluster,
+            &["apply", "-f", "crds/", "-f", "deploy/00-namespace.yaml"],
+        );
+        kubectl(
+            cluster,
+            &[
+                "wait",
+                "--for",
+                "condition=established",
+                "--timeout=60s",
+                "crd/foos.samplecontroller.k8s.io",
+                "crd/virtualmachines.cloudnative.tw",
+            ],
+        );
+    });
+}
+
+fn deploy_file(name: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join("deploy").join(name)).unwrap()
+}
+
+/// deploy/'s RBAC for one controller with its ServiceAccount and roles renamed (so variants
+/// with a right removed can live next to the real one), passed through `edit`.
+fn rbac_variant(
+    file: &str,
+    sa: &str,
+    suffix: &str,
+    edit: impl Fn(String) -> String,
+) -> (String, String) {
+    let text = deploy_file(file);
+    let renamed_sa = format!("{sa}{suffix}");
+    let text = text
+        .replace(&format!("name: {sa}\n"), &format!("name: {renamed_sa}\n"))
+        .replace(&format!("kubeloop:{sa}"), &format!("kubeloop:{sa}{suffix}"));
+    (edit(text), renamed_sa)
+}
+
+/// A kubeconfig for the apiserver of `cluster` that authenticates with a token of the
+/// ServiceAccount `sa` in deploy/'s namespace, from the TokenRequest API.
+fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
+    let token = kubectl(
+        cluster,
+        &["create", "token", sa, "-n", DEPLOY_NS, "--duration=1h"],
+    );
+    let server = kubectl(
+        cluster,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    );
+    let ca = kubectl(
+        cluster,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ],
+    );
+    let ca_line = if ca.trim().is_empty() {
+        let path = kubectl(
+            cluster,
+            &[
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "-o",
+                "jsonpath={.clusters[0].cluster.certificate-authority}",
+            ],
+        );
+        format!("certificate-authority: {}", path.trim())
+    } else {
+        format!("certificate-authority-data: {}", ca.trim())
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {server}\n    {ca_line}\n\
+         users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: {sa}\n  context:\n    cluster: local\n    user: {sa}\n\
+         current-context: {sa}\n",
+        server = server.trim(),
+        token = token.trim(),
+    );
+    let path = dir.join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A controller process whose stderr is collected as it comes; killed on drop.
+struct Controller {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Controller {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env(
+                "RUST_LOG",
+                std::env::var("OPS_TEST_RUST_LOG").unwrap_or("info".into()),
+            )
+            .env("DOCKER_HOST", "unix:///nonexistent/engine.sock")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Controller { child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until the log has a line containing every one of `needles`; the line.
+    fn wait_for_line(&mut self, needles: &[&str], limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(line) = self
+                .log()
+                .lines()
+                .find(|l| needles.iter().all(|n| l.contains(n)))
+            {
+                return line.to_owned();
+            }
+            if Instant::now() >= deadline {
+                let status = self.child.try_wait();
+                panic!(
+                    "no log line with {needles:?} within {limit:?} (process: {status:?}); log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it gives `Some`, or panics naming `what`.
+fn eventually<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn try_kubectl(cluster: &Cluster, args: &[&str]) -> Option<String> {
+    let out = Command::new(cluster.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample whose line starts with `series` (name and labels), if any.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.trim().split(' ').next()?.parse().ok())
+    })
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kubeloop-ops-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn foo_yaml(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: {name}\nspec:\n  deploymentName: {name}\n  replicas: {replicas}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_manifests_pass_a_server_side_dry_run() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let out = kubectl(cluster, &["apply", "--dry-run=server", "-f", "deploy/"]);
+    for object in [
+        "namespace/kubeloop-system",
+        "serviceaccount/sample-controller",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:sample-controller",
+        "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:sample-controller",
+        "deployment.apps/sample-controller",
+        "serviceaccount/vm-controller",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:vm-controller",
+        "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller",
+        "role.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
+        "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
+        "deployment.apps/vm-controller",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(object) && l.ends_with("(server dry run)")),
+            "{object} missing from:\n{out}"
+        );
+    }
+    // The VM controller's Deployment: two replicas, downward-API identity.
+    let vm = kubectl(
+        cluster,
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "deploy/vm-controller.yaml",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].env[*].valueFrom.fieldRef.fieldPath}",
+        ],
+    );
+    assert_eq!(vm.trim(), "2 metadata.name metadata.namespace");
+}
+
+/// Every `--flag` a Deployment in deploy/ passes must be one `kubeloop <subcommand>` knows,
+/// or the pod crash-loops on an unknown argument.
+#[test]
+fn every_flag_in_the_deployments_is_one_the_binary_accepts() {
+    let mut missing = Vec::new();
+    for file in ["sample-controller.yaml", "vm-controller.yaml"] {
+        let text = deploy_file(file);
+        let args: Vec<&str> = text
+            .lines()
+            .skip_while(|l| l.trim() != "args:")
+            .skip(1)
+            .take_while(|l| l.trim_start().starts_with("- "))
+            .map(|l| l.trim_start().trim_start_matches("- ").trim())
+            .collect();
+        let subcommand = args[0];
+        let help = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+            .args([subcommand, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        assert!(
+            help.contains("Usage"),
+            "kubeloop {subcommand} --help: {help}"
+        );
+        for arg in &args[1..] {
+            let flag = arg.split('=').next().unwrap();
+            if !help.contains(&format!("{flag} "))
+                && !help.contains(&format!("{flag}["))
+                && !help.contains(&format!("{flag} <"))
+            {
+                missing.push(format!("{file}: kubeloop {subcommand} has no {flag}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "flags in deploy/ the binary does not accept:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The sample controller as deploy/'s ServiceAccount: creates and scales the Deployment,
+/// writes status and Events; its /metrics moves with the work and its probes answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    kubectl(
+        cluster,
+        &["apply", "-f", "deploy/sample-controller-rbac.yaml"],
+    );
+    let ns = cluster.new_namespace("ops-sample").await.unwrap();
+    let dir = tempdir("sample");
+    let kubeconfig = service_account_kubeconfig(cluster, "sample-controller", &dir);
+    let whoami = kubectl(
+        cluster,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    );
+    assert_eq!(
+        whoami,
+        "system:serviceaccount:kubeloop-system:sample-controller"
+    );
+
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        &ns,
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--health-probe-bind-address",
+        "127.0.0.1:0",
+    ]);
+    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    eventually("/readyz ok", Duration::from_secs(30), || {
+        (http_get(&addr, "/readyz").0 == 200).then_some(())
+    });
+    assert_eq!(http_get(&addr, "/healthz"), (200, "ok".to_string()));
+    let (_, before) = http_get(&addr, "/metrics");
+    let adds_before = sample(&before, r#"workqueue_adds_total{name="Foos"}"#).unwrap_or(0.0);
+    assert!(
+        sample(&before, r#"workqueue_depth{name="Foos"}"#).is_some(),
+        "workqueue_depth for Foos:\n{before}"
+    );
+    assert!(
+        before.contains("kubeloop_reflector_lists_total"),
+        "reflector series:\n{before}"
+    );
+    assert!(
+        before.contains("kubeloop_informer_handler_backlog"),
+        "handler backlog series:\n{before}"
+    );
+    let events_before: f64 = before
+        .lines()
+        .filter(|l| l.starts_with("kubeloop_reflector_watch_events_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+
+    // One Foo, then a scale-up: the Deployment follows and the status is written.
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("web", 1)),
+    );
+    eventually("Deployment web available", Duration::from_secs(60), || {
+        try_kubectl(
+            cluster,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.status.availableReplicas}",
+            ],
+        )
+        .filter(|s| s == "1")
+    });
+    kubectl(
+        cluster,
+        &[
+            "patch",
+            "foo",
+            "web",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":2}}"#,
+        ],
+    );
+    eventually(
+        "Foo web status availableReplicas 2",
+        Duration::from_secs(60),
+        || {
+            try_kubectl(
+                cluster,
+                &[
+                    "get",
+                    "foo",
+                    "web",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "jsonpath={.status.availableReplicas}",
+                ],
+            )
+            .filter(|s| s == "2")
+        },
+    );
+    eventually(
+        "a Synced Event for Foo web",
+        Duration::from_secs(30),
+        || {
+            try_kubectl(
+                cluster,
+                &[
+                    "get",
+                    "events",
+                    "-n",
+                    &ns,
+                    "--field-selector",
+                    "involvedObject.name=web,reason=Synced",
+                    "-o",
+                    "name",
+                ],
+            )
+            .filter(|s| !s.trim().is_empty())
+        },
+    );
+    let owner = kubectl(
+        cluster,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+        ],
+    );
+    assert_eq!(
+        owner, "Foo/web",
+        "the Deployment is the controller's, owned by the Foo"
+    );
+
+    let (_, after) = http_get(&addr, "/metrics");
+    let adds_after = sample(&after, r#"workqueue_adds_total{name="Foos"}"#).unwrap();
+    assert!(
+        adds_after >= adds_before + 3.0,
+        "workqueue_adds_total{{name=\"Foos\"}} {adds_before} -> {adds_after}"
+    );
+    let events_after: f64 = after
+        .lines()
+        .filter(|l| l.starts_with("kubeloop_reflector_watch_events_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        events_after > events_before,
+        "watch events {events_before} -> {events_after}"
+    );
+    assert!(
+        sample(
+            &after,
+            r#"workqueue_work_duration_seconds_count{name="Foos"}"#
+        )
+        .unwrap_or(0.0)
+            >= 3.0,
+        "work duration observed per processed key:\n{after}"
+    );
+    assert!(
+        !controller.log().contains("forbidden"),
+        "deploy/'s rights were enough:\n{}",
+        controller.log()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Without `create` on deployments the sample controller says so, naming the verb and the
+/// resource, instead of waiting silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_without_deployments_create_names_the_missing_right() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let (rbac, sa) = rbac_variant(
+        "sample-controller-rbac.yaml",
+        "sample-controller",
+        "-no-create",
+        |text| {
+            let edited = text.replace(
+                r#"verbs: ["list", "watch", "create", "update"]"#,
+                r#"verbs: ["list", "watch", "update"]"#,
+            );
+            assert_ne!(
+                edited, text,
+                "deploy/sample-controller-rbac.yaml no longer has the deployments rule this test edits"
+            );
+            edited
+        },
+    );
+    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
+    let ns = cluster.new_namespace("ops-sample-403").await.unwrap();
+    let dir = tempdir("sample-403");
+    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        &ns,
+    ]);
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("web", 1)),
+    );
+    let line = controller.wait_for_line(
+        &["forbidden", "cannot create resource", "deployments"],
+        Duration::from_secs(30),
+    );
+    assert!(line.contains(&sa), "the error names the identity: {line}");
+    assert!(
+        line.contains(&format!("key={ns}/web")),
+        "the error line carries the Foo's key: {line}"
+    );
+    eprintln!("the controller said: {line}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Without list on foos the informer cannot sync; the controller must say which right it
+/// lacks rather than wait for a sync that never comes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_without_foos_list_names_the_missing_right() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let (rbac, sa) = rbac_variant(
+        "sample-controller-rbac.yaml",
+        "sample-controller",
+        "-no-list",
+        |text| {
+            let edited = text.replace(
+                r#"verbs: ["get", "list", "watch"]"#,
+                r#"verbs: ["get", "watch"]"#,
+            );
+            assert_ne!(
+                edited, text,
+                "deploy/sample-controller-rbac.yaml no longer has the foos rule this test edits"
+            );
+            edited
+        },
+    );
+    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
+    let dir = tempdir("sample-nolist");
+    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    let line = controller.wait_for_line(
+        &["forbidden", "cannot list resource", "foos"],
+        Duration::from_secs(30),
+    );
+    eprintln!("the controller said: {line}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The VM controller as deploy/'s ServiceAccount: takes the Lease in its namespace (the Role
+/// limited to that Lease), finalizes and activates a VM, records Events.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    kubectl(cluster, &["apply", "-f", "deploy/vm-controller-rbac.yaml"]);
+    let ns = cluster.new_namespace("ops-vm").await.unwrap();
+    let dir = tempdir("vm");
+    let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
+    let controller = Controller::start(&[
+        "vm-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--vm-driver",
+        "fake",
+        "--namespace",
+        &ns,
+        "--holder-identity",
+        "ops-test-replica",
+        "--lease-lock-namespace",
+        DEPLOY_NS,
+        "--refresh-interval",
+        "1s",
+    ]);
+    eventually(
+        "Lease kubeloop-system/controller101 held by the test replica",
+        Duration::from_secs(30),
+        || {
+            try_kubectl(
+                cluster,
+                &[
+                    "get",
+                    "lease",
+                    "controller101",
+                    "-n",
+                    DEPLOY_NS,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                ],
+            )
+            .filter(|h| h == "ops-test-replica")
+        },
+    );
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "examples/test-vm.yaml"],
+        None,
+    );
+    eventually(
+        "VM test-vm Active with usage",
+        Duration::from_secs(60),
+        || {
+            try_kubectl(
+                cluster,
+                &[
+                    "get",
+                    "vm",
+                    "test-vm",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "jsonpath={.status.phase} {.status.server.usage.cpu}",
+                ],
+            )
+            .filter(|s| s.starts_with("Active ") && s.len() > "Active ".len())
+        },
+    );
+    let finalizers = kubectl(
+        cluster,
+        &[
+            "get",
+            "vm",
+            "test-vm",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ],
+    );
+    assert!(!finalizers.is_empty(), "the controller added its finalizer");
+    eventually("an Event for test-vm", Duration::from_secs(30), || {
+        try_kubectl(
+            cluster,
+            &[
+                "get",
+                "events",
+                "-n",
+                &ns,
+                "--field-selector",
+                "involvedObject.name=test-vm",
+                "-o",
+                "name",
+            ],
+        )
+        .filter(|s| !s.trim().is_empty())
+    });
+    kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
+    );
+    eventually(
+        "test-vm finalized and gone",
+        Duration::from_secs(60),
+        || {
+            try_kubectl(cluster, &["get", "vm", "test-vm", "-n", &ns])
+                .is_none()
+                .then_some(())
+        },
+    );
+    assert!(
+        !controller.log().contains("forbidden"),
+        "deploy/'s rights were enough:\n{}",
+        controller.log()
+    );
+    drop(controller);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Without the leader-election Role the VM controller names the Lease right it lacks.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let (rbac, sa) = rbac_variant(
+        "vm-controller-rbac.yaml",
+        "vm-controller",
+        "-no-lease",
+        |text| {
+            let kept: Vec<&str> = text
+                .split("\n---\n")
+                .filter(|doc| {
+                    !doc.contains("coordination.k8s.io") && !doc.contains("kind: RoleBinding")
+                })
+                .collect();
+            assert_eq!(
+                kept.len(),
+                3,
+                "ServiceAccount, ClusterRole, ClusterRoleBinding remain"
+            );
+            kept.join("\n---\n")
+        },
+    );
+    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
+    let dir = tempdir("vm-403");
+    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
+    let mut controller = Controller::start(&[
+        "vm-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--vm-driver",
+        "fake",
+        "--holder-identity",
+        "ops-test-no-lease",
+        "--lease-lock-namespace",
+        DEPLOY_NS,
+        "--lease-lock-name",
+        "ops-no-lease",
+    ]);
+    let line = controller.wait_for_line(&["forbidden", "leases"], Duration::from_secs(30));
+    eprintln!("the controller said: {line}");
+    assert!(
+        line.contains("cannot get resource") || line.contains("cannot create resource"),
+        "the verb is named: {line}"
+    );
+}
+
+/// One VM controller replica as `kubeloop vm-controller` would run it once it serves the ops
+/// flags: an elector reporting `leader_election_master_status`, its `leaderElection` health
+/// check on /healthz, the workqueue series, all on one [`kubeloop::ops::OpsArgs`] server.
+async fn vm_replica(
+    client: kube_client::Client,
+    ns: &str,
+    identity: &str,
+    stop: tokio_util::sync::CancellationToken,
+) -> (
+    String,
+    tokio::task::JoinHandle<kubeloop::leaderelection::StopReason>,
+) {
+    use kubeloop::controller::vm::{self, VmControllerConfig, driver::FakeDriver};
+    use kubeloop::leaderelection::{
+        HealthzAdaptor, LeaderCallbacks, LeaderElectionConfig, LeaderElector,
+        LeaderMetricsProvider, LeaseLock,
+    };
+    use kubeloop::ops::{Check, CheckFn, OpsArgs};
+
+    let provider = LeaderMetricsProvider::new();
+    let config = LeaderElectionConfig {
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(500),
+        release_on_cancel: true,
+        recontend: false,
+        name: format!("{ns}/controller101"),
+    };
+    let elector = LeaderElector::new(
+        config,
+        LeaseLock::new(client.clone(), ns, "controller101", identity),
+    )
+    .unwrap();
+    elector.report_metrics_to(&provider);
+    let health = HealthzAdaptor::new(Duration::from_secs(10));
+    health.set_leader_election(&elector);
+    let ops = OpsArgs {
+        metrics_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: "127.0.0.1:0".into(),
+    };
+    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    let serving = ops
+        .serve(
+            || {
+                let mut registry = prometheus_client::registry::Registry::default();
+                kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
+                provider.register(&mut registry);
+                registry
+            },
+            vec![Arc::new(health)],
+            readyz,
+            &stop,
+        )
+        .await
+        .unwrap();
+    let vm_config = VmControllerConfig {
+        namespace: Some(ns.to_string()),
+        refresh_interval: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let callbacks = LeaderCallbacks::new(
+        move |ctx| {
+            let (client, config) = (client.clone(), vm_config.clone());
+            async move {
+                let _ = vm::run(
+                    client,
+                    FakeDriver::new(),
+                    config,
+                    ctx.token().clone(),
+                    Some(ctx),
+                )
+                .await;
+            }
+        },
+        || {},
+    );
+    let run = tokio::spawn(async move { elector.run(callbacks, stop).await });
+    (serving.metrics.unwrap().to_string(), run)
+}
+
+async fn http_get_async(addr: String, path: &'static str) -> (u16, String) {
+    tokio::task::spawn_blocking(move || http_get(&addr, path))
+        .await
+        .unwrap()
+}
+
+/// Leader-election status, the leaderElection health check and the VM workqueue series move
+/// on a real Lease: the leader reports 1, the standby 0, and after the leader stops the
+/// standby reports 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_election_status_and_health_follow_the_lease() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let ns = cluster.new_namespace("ops-le").await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let status = |text: &str| {
+        sample(
+            text,
+            &format!("leader_election_master_status{{name=\"{ns}/controller101\"}}"),
+        )
+    };
+
+    let stop_a = tokio_util::sync::CancellationToken::new();
+    let (addr_a, run_a) = vm_replica(client.clone(), &ns, "replica-a", stop_a.clone()).await;
+    let mut a_leads = false;
+    for _ in 0..100 {
+        if status(&http_get_async(addr_a.clone(), "/metrics").await.1) == Some(1.0) {
+            a_leads = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        a_leads,
+        "replica-a reports leader_election_master_status 1 once it holds the Lease"
+    );
+    let stop_b = tokio_util::sync::CancellationToken::new();
+    let (addr_b, run_b) = vm_replica(client.clone(), &ns, "replica-b", stop_b.clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, metrics_b) = http_get_async(addr_b.clone(), "/metrics").await;
+    assert_eq!(
+        status(&metrics_b),
+        Some(0.0),
+        "the standby reports 0:\n{metrics_b}"
+    );
+    let (code, health) = http_get_async(addr_a.clone(), "/healthz?verbose").await;
+    assert_eq!(code, 200);
+    assert!(health.contains("[+]leaderElection ok"), "{health}");
+
+    // Work goes through the leader's queue.
+    let (_, before) = http_get_async(addr_a.clone(), "/metrics").await;
+    let adds =
+        |text: &str| sample(text, r#"workqueue_adds_total{name="virtualmachines"}"#).unwrap_or(0.0);
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "examples/test-vm.yaml"],
+        None,
+    );
+    eventually("test-vm Active", Duration::from_secs(60), || {
+        try_kubectl(
+            cluster,
+            &[
+                "get",
+                "vm",
+                "test-vm",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+        )
+        .filter(|p| p == "Active")
+    });
+    let (_, after) = http_get_async(addr_a.clone(), "/metrics").await;
+    assert!(
+        adds(&after) > adds(&before),
+        "workqueue_adds_total{{name=\"virtualmachines\"}} {} -> {}",
+        adds(&before),
+        adds(&after)
+    );
+
+    // The leader stops (releasing the Lease); the standby takes over and says so.
+    stop_a.cancel();
+    run_a.await.unwrap();
+    let mut b_leads = false;
+    for _ in 0..100 {
+        if status(&http_get_async(addr_b.clone(), "/metrics").await.1) == Some(1.0) {
+            b_leads = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(b_leads, "replica-b reports 1 after taking over");
+    kubectl(
+        cluster,
+        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
+    );
+    eventually(
+        "test-vm finalized by the new leader",
+        Duration::from_secs(60),
+        || {
+            try_kubectl(cluster, &["get", "vm", "test-vm", "-n", &ns])
+                .is_none()
+                .then_some(())
+        },
+    );
+    stop_b.cancel();
+    run_b.await.unwrap();
+}
+
+/// Reconcile counts and errors under controller-runtime's names: successes as Foos sync, and
+/// errors while a Foo points at a Deployment it does not own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let ns = cluster.new_namespace("ops-reconciles").await.unwrap();
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        cluster.kubeconfig_path().to_str().unwrap(),
+        "--namespace",
+        &ns,
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+    ]);
+    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let series = |result: &str| {
+        format!(
+            r#"controller_runtime_reconcile_total{{controller="sample-controller",result="{result}"}}"#
+        )
+    };
+    let errors = r#"controller_runtime_reconcile_errors_total{controller="sample-controller"}"#;
+
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("owned", 1)),
+    );
+    eventually(
+        "a successful reconcile counted",
+        Duration::from_secs(60),
+        || sample(&http_get(&addr, "/metrics").1, &series("success")).filter(|n| *n >= 1.0),
+    );
+    // A Deployment the Foo does not own: sample-controller's ErrResourceExists, retried.
+    kubectl(
+        cluster,
+        &["create", "deployment", "taken", "-n", &ns, "--image=nginx"],
+    );
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("taken", 1)),
+    );
+    let text = eventually("reconcile errors counted", Duration::from_secs(60), || {
+        let text = http_get(&addr, "/metrics").1;
+        sample(&text, errors).filter(|n| *n >= 1.0).map(|_| text)
+    });
+    assert_eq!(
+        sample(&text, &series("error")),
+        sample(&text, errors),
+        "every error is also a result=error:\n{text}"
+    );
+}
