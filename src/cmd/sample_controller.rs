@@ -79,6 +79,7 @@ async fn start_ops_servers(
     let registry = metrics_addr.map(|_| {
         let mut registry = Registry::default();
         MetricsProvider::global().register(&mut registry);
+        kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
         config.cache_metrics.register(&mut registry);
         Arc::new(registry)
     });

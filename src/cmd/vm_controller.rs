@@ -66,6 +66,8 @@ pub struct Args {
     /// Only watch VMs in this namespace (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub ops: kubeloop::ops::OpsArgs,
 }
 
 /// `--vm-driver`.
@@ -82,6 +84,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         workers: args.threads.max(1),
         refresh_interval: args.refresh_interval,
         namespace: args.namespace.clone(),
+        cache_metrics: kubeloop::cache::CacheMetrics::default(),
     };
     match args.vm_driver {
         VmDriver::Docker => {
@@ -112,6 +115,7 @@ async fn run_with<D: Driver + Clone>(
     );
 
     if !args.leader_elect {
+        serve_ops(&args, &config, None, &shutdown).await?;
         vm::run(client, driver, config, shutdown, None).await?;
         return Ok(());
     }
@@ -136,6 +140,11 @@ async fn run_with<D: Driver + Clone>(
     };
     let lock = LeaseLock::new(client.clone(), &namespace, &args.lease_lock_name, &identity);
     let elector = LeaderElector::new(election, lock).context("invalid leader election settings")?;
+    let leader_metrics = kubeloop::leaderelection::LeaderMetricsProvider::new();
+    elector.report_metrics_to(&leader_metrics);
+    let health = kubeloop::leaderelection::HealthzAdaptor::new(Duration::from_secs(20));
+    health.set_leader_election(&elector);
+    serve_ops(&args, &config, Some((leader_metrics, health)), &shutdown).await?;
     info!(identity = %identity, lease = %format!("{namespace}/{}", args.lease_lock_name), "contending for the lease");
 
     let me = identity.clone();
@@ -165,6 +174,43 @@ async fn run_with<D: Driver + Clone>(
         }
         other => bail!("leader election lost: {other:?}"),
     }
+}
+
+/// `--metrics-bind-address` / `--health-probe-bind-address`: workqueue, reflector/informer,
+/// reconcile and leader-election series; /healthz with the leaderElection check.
+async fn serve_ops(
+    args: &Args,
+    config: &VmControllerConfig,
+    leader: Option<(kubeloop::leaderelection::LeaderMetricsProvider, kubeloop::leaderelection::HealthzAdaptor)>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    use kubeloop::ops::{Check, CheckFn};
+    use std::sync::Arc;
+    let mut healthz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    let metrics = leader.as_ref().map(|(m, _)| m.clone());
+    let cache_metrics = config.cache_metrics.clone();
+    if let Some((_, health)) = leader {
+        healthz.push(Arc::new(health));
+    }
+    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    args.ops
+        .serve(
+            || {
+                let mut registry = prometheus_client::registry::Registry::default();
+                kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
+                kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
+                cache_metrics.register(&mut registry);
+                if let Some(m) = &metrics {
+                    m.register(&mut registry);
+                }
+                registry
+            },
+            healthz,
+            readyz,
+            shutdown,
+        )
+        .await?;
+    Ok(())
 }
 
 async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {

@@ -124,9 +124,21 @@ where
     let Some(key) = queue.get().await else {
         return false;
     };
-    let outcome = AssertUnwindSafe(reconcile(key.clone()))
-        .catch_unwind()
-        .await;
+    // Every line logged inside the reconcile carries the controller and the key.
+    let span = tracing::info_span!("reconcile", controller = %name, key = %key);
+    let started = std::time::Instant::now();
+    let outcome = tracing::Instrument::instrument(
+        AssertUnwindSafe(reconcile(key.clone())).catch_unwind(),
+        span,
+    )
+    .await;
+    let result = match &outcome {
+        Ok(Ok(Action::Done)) => crate::ops::ReconcileResult::success,
+        Ok(Ok(Action::RequeueAfter(_))) => crate::ops::ReconcileResult::requeue_after,
+        Ok(Err(_)) => crate::ops::ReconcileResult::error,
+        Err(_) => crate::ops::ReconcileResult::panic,
+    };
+    crate::ops::ReconcileMetrics::global().observe(name, result, started.elapsed());
     match outcome {
         Ok(Ok(Action::Done)) => {
             queue.forget(&key);

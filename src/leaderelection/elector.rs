@@ -254,7 +254,7 @@ impl<L: ResourceLock> LeaderElector<L> {
                     return Some(sent);
                 }
                 Ok(Attempt::HeldBy(holder)) => debug!(%holder, "lease is held and has not expired"),
-                Ok(Attempt::Failed(e)) => debug!(error = %e, "failed to acquire the lease"),
+                Ok(Attempt::Failed(e)) => warn!(error = %e, "failed to acquire the lease"),
                 Err(_) => warn!(lock = %self.shared.lock.describe(), "acquire attempt timed out"),
             }
             // client-go waits a jittered retry period. We also wake when the lease we saw

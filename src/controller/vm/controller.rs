@@ -46,6 +46,8 @@ pub struct VmControllerConfig {
     pub refresh_interval: Duration,
     /// Watch one namespace only (`None`: all).
     pub namespace: Option<String>,
+    /// Where the informer's reflector and handlers report (`--metrics-bind-address` serves it).
+    pub cache_metrics: crate::cache::CacheMetrics,
 }
 
 impl Default for VmControllerConfig {
@@ -54,6 +56,7 @@ impl Default for VmControllerConfig {
             workers: 2,
             refresh_interval: super::reconcile::DEFAULT_REFRESH_INTERVAL,
             namespace: None,
+            cache_metrics: crate::cache::CacheMetrics::default(),
         }
     }
 }
@@ -80,6 +83,7 @@ pub async fn run<D: Driver>(
         client.clone(),
         FactoryOptions {
             namespace: config.namespace.clone(),
+            metrics: config.cache_metrics.clone(),
             ..FactoryOptions::default()
         },
     );
