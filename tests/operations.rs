@@ -657,7 +657,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
     let ns = cluster.new_namespace("ops-vm").await.unwrap();
     let dir = tempdir("vm");
     let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
-    let controller = Controller::start(&[
+    let mut controller = Controller::start(&[
         "vm-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -671,7 +671,13 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         DEPLOY_NS,
         "--refresh-interval",
         "1s",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--health-probe-bind-address",
+        "127.0.0.1:0",
     ]);
+    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let addr = line.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     eventually(
         "Lease kubeloop-system/controller101 held by the test replica",
         Duration::from_secs(30),
@@ -714,6 +720,26 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
             )
             .filter(|s| s.starts_with("Active ") && s.len() > "Active ".len())
         },
+    );
+    // The leader's probes and series: ready once its informer synced, healthy while it renews,
+    // and every family issue 8 names present for the VM controller too.
+    assert_eq!(http_get(&addr, "/readyz").0, 200, "/readyz of the leader with a synced informer");
+    let (status, health) = http_get(&addr, "/healthz?verbose");
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains("[+]leaderElection ok"), "{health}");
+    let (_, metrics) = http_get(&addr, "/metrics");
+    for series in [
+        r#"workqueue_adds_total{name="virtualmachines"}"#,
+        r#"controller_runtime_reconcile_total{controller="vm-controller",result="#,
+        "kubeloop_reflector_lists_total",
+        "kubeloop_informer_handler_backlog",
+        "leader_election_master_status",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(series)), "{series} missing from:\n{metrics}");
+    }
+    assert!(
+        sample(&metrics, r#"workqueue_adds_total{name="virtualmachines"}"#).unwrap_or(0.0) >= 1.0,
+        "the VM was queued:\n{metrics}"
     );
     let finalizers = kubectl(
         cluster,

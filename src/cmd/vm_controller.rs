@@ -85,6 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         refresh_interval: args.refresh_interval,
         namespace: args.namespace.clone(),
         cache_metrics: kubeloop::cache::CacheMetrics::default(),
+        ready: Default::default(),
     };
     match args.vm_driver {
         VmDriver::Docker => {
@@ -115,7 +116,7 @@ async fn run_with<D: Driver + Clone>(
     );
 
     if !args.leader_elect {
-        serve_ops(&args, &config, None, &shutdown).await?;
+        serve_ops(&args, &config, None, || false, &shutdown).await?;
         vm::run(client, driver, config, shutdown, None).await?;
         return Ok(());
     }
@@ -144,7 +145,8 @@ async fn run_with<D: Driver + Clone>(
     elector.report_metrics_to(&leader_metrics);
     let health = kubeloop::leaderelection::HealthzAdaptor::new(Duration::from_secs(20));
     health.set_leader_election(&elector);
-    serve_ops(&args, &config, Some((leader_metrics, health)), &shutdown).await?;
+    let standby = elector.clone();
+    serve_ops(&args, &config, Some((leader_metrics, health)), move || !standby.is_leader(), &shutdown).await?;
     info!(identity = %identity, lease = %format!("{namespace}/{}", args.lease_lock_name), "contending for the lease");
 
     let me = identity.clone();
@@ -182,6 +184,7 @@ async fn serve_ops(
     args: &Args,
     config: &VmControllerConfig,
     leader: Option<(kubeloop::leaderelection::LeaderMetricsProvider, kubeloop::leaderelection::HealthzAdaptor)>,
+    leader_is_standby: impl Fn() -> bool + Send + Sync + 'static,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     use kubeloop::ops::{Check, CheckFn};
@@ -192,7 +195,17 @@ async fn serve_ops(
     if let Some((_, health)) = leader {
         healthz.push(Arc::new(health));
     }
-    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    // A standby runs no informer, so it is ready by standing by; the leader (or a controller
+    // without leader election) is ready once its informer has synced.
+    let ready = config.ready.clone();
+    let standby = leader_is_standby;
+    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("informer-sync", move || {
+        if ready.load(std::sync::atomic::Ordering::SeqCst) || standby() {
+            Ok(())
+        } else {
+            Err("the VirtualMachine informer has not synced".into())
+        }
+    }))];
     args.ops
         .serve(
             || {

@@ -48,6 +48,9 @@ pub struct VmControllerConfig {
     pub namespace: Option<String>,
     /// Where the informer's reflector and handlers report (`--metrics-bind-address` serves it).
     pub cache_metrics: crate::cache::CacheMetrics,
+    /// Set once the informer has synced and the workers run; cleared when shutdown starts
+    /// (what `/readyz` reports for a leader).
+    pub ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for VmControllerConfig {
@@ -57,6 +60,7 @@ impl Default for VmControllerConfig {
             refresh_interval: super::reconcile::DEFAULT_REFRESH_INTERVAL,
             namespace: None,
             cache_metrics: crate::cache::CacheMetrics::default(),
+            ready: Default::default(),
         }
     }
 }
@@ -129,6 +133,7 @@ pub async fn run<D: Driver>(
         return Err(VmControllerError::CacheNotSynced);
     }
     info!("VirtualMachine informer synced; workers starting");
+    config.ready.store(true, std::sync::atomic::Ordering::SeqCst);
 
     let workers = tokio::spawn(run_workers(
         queue.clone(),
@@ -139,6 +144,7 @@ pub async fn run<D: Driver>(
         worker_fn(reconciler, leader),
     ));
     stop.cancelled().await;
+    config.ready.store(false, std::sync::atomic::Ordering::SeqCst);
     info!("stopping the VirtualMachine controller");
     queue.shutdown_with_drain().await;
     if let Err(e) = workers.await {
