@@ -97,6 +97,31 @@ fn rbac_variant(
     (edit(text), renamed_sa)
 }
 
+/// Applies a variant of deploy/`file` for a renamed ServiceAccount (`<sa><suffix>`) and returns
+/// that account's name, a scratch directory and a kubeconfig with its token.
+fn restricted_identity(
+    cluster: &Cluster,
+    file: &str,
+    sa: &str,
+    suffix: &str,
+    edit: impl Fn(String) -> String,
+) -> (String, PathBuf, PathBuf) {
+    let (rbac, sa) = rbac_variant(file, sa, suffix, edit);
+    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
+    let dir = tempdir(&format!("{sa}-dir"));
+    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
+    (sa, dir, kubeconfig)
+}
+
+/// An edit that replaces one rule's verb list, failing loudly if deploy/ no longer has it.
+fn replace_verbs(file: &'static str, from: &'static str, to: &'static str) -> impl Fn(String) -> String {
+    move |text: String| {
+        let edited = text.replace(from, to);
+        assert_ne!(edited, text, "deploy/{file} no longer has the rule `{from}` this test edits");
+        edited
+    }
+}
+
 /// A kubeconfig for the apiserver of `cluster` that authenticates with a token of the
 /// ServiceAccount `sa` in deploy/'s namespace, from the TokenRequest API.
 fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
@@ -564,26 +589,18 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
 async fn the_sample_controller_without_deployments_create_names_the_missing_right() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let (rbac, sa) = rbac_variant(
+    let (sa, dir, kubeconfig) = restricted_identity(
+        cluster,
         "sample-controller-rbac.yaml",
         "sample-controller",
         "-no-create",
-        |text| {
-            let edited = text.replace(
-                r#"verbs: ["list", "watch", "create", "update"]"#,
-                r#"verbs: ["list", "watch", "update"]"#,
-            );
-            assert_ne!(
-                edited, text,
-                "deploy/sample-controller-rbac.yaml no longer has the deployments rule this test edits"
-            );
-            edited
-        },
+        replace_verbs(
+            "sample-controller-rbac.yaml",
+            r#"verbs: ["list", "watch", "create", "update"]"#,
+            r#"verbs: ["list", "watch", "update"]"#,
+        ),
     );
-    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
     let ns = cluster.new_namespace("ops-sample-403").await.unwrap();
-    let dir = tempdir("sample-403");
-    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
     let mut controller = Controller::start(&[
         "sample-controller",
         "--kubeconfig",
@@ -615,25 +632,13 @@ async fn the_sample_controller_without_deployments_create_names_the_missing_righ
 async fn the_sample_controller_without_foos_list_names_the_missing_right() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let (rbac, sa) = rbac_variant(
+    let (_, dir, kubeconfig) = restricted_identity(
+        cluster,
         "sample-controller-rbac.yaml",
         "sample-controller",
         "-no-list",
-        |text| {
-            let edited = text.replace(
-                r#"verbs: ["get", "list", "watch"]"#,
-                r#"verbs: ["get", "watch"]"#,
-            );
-            assert_ne!(
-                edited, text,
-                "deploy/sample-controller-rbac.yaml no longer has the foos rule this test edits"
-            );
-            edited
-        },
+        replace_verbs("sample-controller-rbac.yaml", r#"verbs: ["get", "list", "watch"]"#, r#"verbs: ["get", "watch"]"#),
     );
-    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
-    let dir = tempdir("sample-nolist");
-    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
     let mut controller = Controller::start(&[
         "sample-controller",
         "--kubeconfig",
@@ -797,7 +802,8 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
 async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let (rbac, sa) = rbac_variant(
+    let (_, dir, kubeconfig) = restricted_identity(
+        cluster,
         "vm-controller-rbac.yaml",
         "vm-controller",
         "-no-lease",
@@ -816,9 +822,6 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
             kept.join("\n---\n")
         },
     );
-    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
-    let dir = tempdir("vm-403");
-    let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
     let mut controller = Controller::start(&[
         "vm-controller",
         "--kubeconfig",
@@ -838,6 +841,8 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
         line.contains("cannot get resource") || line.contains("cannot create resource"),
         "the verb is named: {line}"
     );
+    drop(controller);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// One VM controller replica as `kubeloop vm-controller` would run it once it serves the ops
