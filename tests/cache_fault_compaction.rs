@@ -14,7 +14,7 @@ mod cache_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, configmap};
+use cache_common::{Checker, Recording, assert_converges, churn, configmap, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
@@ -37,14 +37,7 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     let other_ns = cluster.new_namespace("cache-compact-other").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), &other_ns);
-    for i in 0..20 {
-        api.create(
-            &PostParams::default(),
-            &configmap(&format!("pre-{i}"), &[], "x"),
-        )
-        .await
-        .unwrap();
-    }
+    seed_configmaps(&api, "pre", 20).await;
 
     let proxy = FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
     let proxied = Client::try_from(cluster.client_config_via(proxy.addr())).unwrap();

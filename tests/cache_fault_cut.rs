@@ -9,10 +9,10 @@ mod cache_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, configmap};
+use cache_common::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
-use kube_client::api::{Api, PostParams};
+use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
 use kubeloop::testenv::{self, FaultProxy};
 use parking_lot::Mutex;
@@ -23,14 +23,7 @@ async fn cut_mid_watch_and_outage_converge_with_tombstones() {
     let client = cluster.client().await.unwrap();
     let ns = cluster.new_namespace("cache-cut").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    for i in 0..30 {
-        api.create(
-            &PostParams::default(),
-            &configmap(&format!("pre-{i}"), &[], "x"),
-        )
-        .await
-        .unwrap();
-    }
+    seed_configmaps(&api, "pre", 30).await;
 
     let proxy = FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
     let proxied = Client::try_from(cluster.client_config_via(proxy.addr())).unwrap();

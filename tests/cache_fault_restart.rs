@@ -8,9 +8,9 @@ mod cache_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, configmap};
+use cache_common::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{Api, PostParams};
+use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
 use kubeloop::testenv;
 use parking_lot::Mutex;
@@ -21,14 +21,7 @@ async fn apiserver_restart_converges() {
     let client = cluster.client().await.unwrap();
     let ns = cluster.new_namespace("cache-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    for i in 0..30 {
-        api.create(
-            &PostParams::default(),
-            &configmap(&format!("pre-{i}"), &[], "x"),
-        )
-        .await
-        .unwrap();
-    }
+    seed_configmaps(&api, "pre", 30).await;
     let requests = Arc::new(Mutex::new(Vec::new()));
     let metrics = CacheMetrics::new();
     let informer = SharedIndexInformer::new(

@@ -425,3 +425,13 @@ pub async fn churn(
     }
     deleted
 }
+
+/// Creates `<prefix>-0` .. `<prefix>-<n-1>`, each with data value "x": the objects a fault
+/// test starts from.
+pub async fn seed_configmaps(api: &Api<ConfigMap>, prefix: &str, n: usize) {
+    for i in 0..n {
+        api.create(&PostParams::default(), &configmap(&format!("{prefix}-{i}"), &[], "x"))
+            .await
+            .unwrap();
+    }
+}
