@@ -410,3 +410,44 @@ async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() 
     assert_eq!(metrics.reflector("v1/configmaps").lists(), 1);
     informer.shutdown().await;
 }
+
+/// A factory limited to one namespace still watches cluster-scoped types cluster-wide (client-go's
+/// generated informers for Nodes or Namespaces take no namespace), while namespaced types stay
+/// limited to it.
+#[tokio::test]
+async fn a_namespaced_factory_still_lists_cluster_scoped_types_cluster_wide() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.new_namespace("cache-scope").await.unwrap();
+    let other = cluster.new_namespace("cache-scope-other").await.unwrap();
+    for (namespace, name) in [(&ns, "mine"), (&other, "theirs")] {
+        Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &configmap(name, &[], "v"))
+            .await
+            .unwrap();
+    }
+    let factory = SharedInformerFactory::new(client.clone(), FactoryOptions { namespace: Some(ns.clone()), ..Default::default() });
+    let namespaces = factory.informer::<Namespace>();
+    let configmaps = factory.informer::<ConfigMap>();
+    factory.start();
+    let synced = tokio::time::timeout(Duration::from_secs(30), factory.wait_for_cache_sync())
+        .await
+        .expect("both informers sync within 30 s");
+    assert_eq!(synced.values().filter(|s| **s).count(), 2, "{synced:?}");
+
+    let namespace_names = names(&namespaces.lister().list(&LabelSelector::everything()));
+    for expected in ["default", "kube-system", ns.as_str(), other.as_str()] {
+        assert!(namespace_names.contains(expected), "{expected} missing from {namespace_names:?}");
+    }
+    let configmap_names: BTreeSet<String> = configmaps
+        .lister()
+        .list(&LabelSelector::everything())
+        .iter()
+        .filter(|c| c.metadata.namespace.as_deref() == Some(other.as_str()))
+        .map(|c| c.name_any())
+        .collect();
+    assert!(configmap_names.is_empty(), "a factory for {ns} cached ConfigMaps of {other}: {configmap_names:?}");
+    assert!(configmaps.lister().list(&LabelSelector::everything()).iter().any(|c| c.name_any() == "mine"));
+    factory.shutdown().await;
+}

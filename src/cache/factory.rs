@@ -25,7 +25,10 @@ use super::shared_informer::{InformerConfig, SharedIndexInformer};
 /// Settings every informer of a factory gets.
 #[derive(Debug, Clone, Default)]
 pub struct FactoryOptions {
-    /// Watch one namespace only (`None`: all namespaces).
+    /// Watch one namespace only (`None`: all namespaces). Typed cluster-scoped resources
+    /// (Nodes, Namespaces, ...) ignore it, as client-go's generated informers for them take no
+    /// namespace; a dynamic informer applies it as given, since [`ApiResource`] does not say
+    /// whether the resource is namespaced.
     pub namespace: Option<String>,
     /// `labelSelector` for every list and watch (client-go `WithTweakListOptions`).
     pub label_selector: Option<String>,
@@ -107,7 +110,9 @@ impl SharedInformerFactory {
     where
         K: CacheObject + Resource<DynamicType = ()>,
     {
-        self.get_or_create(InformerKey::Typed(TypeId::of::<K>()), &())
+        let cluster_scoped = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::ClusterResourceScope>();
+        let namespace = if cluster_scoped { None } else { self.options.namespace.as_deref() };
+        self.get_or_create(InformerKey::Typed(TypeId::of::<K>()), &(), namespace)
     }
 
     /// The informer of a dynamic resource (created on first use).
@@ -117,13 +122,14 @@ impl SharedInformerFactory {
             version: resource.version.clone(),
             plural: resource.plural.clone(),
         };
-        self.get_or_create(key, resource)
+        self.get_or_create(key, resource, self.options.namespace.as_deref())
     }
 
     fn get_or_create<K: CacheObject>(
         &self,
         key: InformerKey,
         dyntype: &K::DynamicType,
+        namespace: Option<&str>,
     ) -> SharedIndexInformer<K> {
         let mut inner = self.inner.lock();
         if let Some(existing) = inner.informers.get(&key)
@@ -131,11 +137,7 @@ impl SharedInformerFactory {
         {
             return inf.clone();
         }
-        let mut lw = ListWatch::<K>::new(
-            self.client.clone(),
-            dyntype,
-            self.options.namespace.as_deref(),
-        );
+        let mut lw = ListWatch::<K>::new(self.client.clone(), dyntype, namespace);
         if let Some(l) = &self.options.label_selector {
             lw = lw.labels(l);
         }
