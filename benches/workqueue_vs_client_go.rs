@@ -82,15 +82,21 @@ fn run_all<K: Key>() {
         builder.worker_threads(n);
     }
     let rt = builder.enable_all().build().unwrap();
-    let report = |name: &str, f: &mut dyn FnMut() -> f64| {
+    // `counted` workloads also return how many items their workers were handed, printed for
+    // the reported run: dedup's adds/s depends on it (see benches/README.md).
+    let counted = |name: &str, f: &mut dyn FnMut() -> (f64, Option<u64>)| {
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             return;
         }
-        let mut results: Vec<f64> = (0..runs).map(|_| f()).collect();
-        results.sort_by(|a, b| a.total_cmp(b));
-        let pick = if best { results[results.len() - 1] } else { results[results.len() / 2] };
-        println!("{} {name} {pick:.0}", K::LABEL);
+        let mut results: Vec<(f64, Option<u64>)> = (0..runs).map(|_| f()).collect();
+        results.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (ops, handed_out) = if best { results[results.len() - 1] } else { results[results.len() / 2] };
+        println!("{} {name} {ops:.0}", K::LABEL);
+        if let Some(handed_out) = handed_out {
+            println!("{} {name} {handed_out}", K::HANDED_OUT_LABEL);
+        }
     };
+    let report = |name: &str, f: &mut dyn FnMut() -> f64| counted(name, &mut || (f(), None));
 
     report("client-go/BenchmarkQueue", &mut || client_go_benchmark_queue::<K>());
     report("client-go/BenchmarkDelayingQueue_AddAfter", &mut || client_go_benchmark_add_after::<K>(100_000));
@@ -99,17 +105,10 @@ fn run_all<K: Key>() {
     for (p, w) in [(1, 1), (2, 2), (4, 4), (16, 16)] {
         report(&format!("contended/{p}x{w}"), &mut || rt.block_on(contended::<K>(p, w)));
     }
-    // Dedup also reports how many items the workers were handed in the reported run: the
-    // adds/s figure depends on it (see benches/README.md), and it shows whether both sides did
-    // the same work.
-    let name = "dedup/4x4-100-keys";
-    if only.as_deref().is_none_or(|o| name.contains(o)) {
-        let mut results: Vec<(f64, u64)> = (0..runs).map(|_| rt.block_on(dedup::<K>())).collect();
-        results.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (ops, handed_out) = if best { results[results.len() - 1] } else { results[results.len() / 2] };
-        println!("{} {name} {ops:.0}", K::LABEL);
-        println!("{} {name} {handed_out}", K::HANDED_OUT_LABEL);
-    }
+    counted("dedup/4x4-100-keys", &mut || {
+        let (ops, handed_out) = rt.block_on(dedup::<K>());
+        (ops, Some(handed_out))
+    });
     report("delaying/add-after-drain-10k", &mut || add_after_drain::<K>());
     report("rate-limited/add-10k-default", &mut || rate_limited_add::<K>());
 }

@@ -34,31 +34,20 @@ func main() {
 		p, w := pw[0], pw[1]
 		report(fmt.Sprintf("contended/%dx%d", p, w), func() float64 { return contended(p, w) })
 	}
-	reportDedup("dedup/4x4-100-keys")
+	reportCounted("dedup/4x4-100-keys", dedup)
 	report("delaying/add-after-drain-10k", addAfterDrain)
 	report("rate-limited/add-10k-default", rateLimitedAdd)
 }
 
 // report prints the median (or best) ops/s of *runs runs of f.
 func report(name string, f func() float64) {
-	if !strings.Contains(name, *only) {
-		return
-	}
-	results := make([]float64, *runs)
-	for i := range results {
-		results[i] = f()
-	}
-	sort.Float64s(results)
-	pick := results[len(results)/2]
-	if *stat == "best" {
-		pick = results[len(results)-1]
-	}
-	fmt.Printf("RESULT %s %.0f\n", name, pick)
+	reportCounted(name, func() (float64, int64) { return f(), -1 })
 }
 
-// reportDedup is report for dedup, which also prints how many items its workers were handed
-// in the reported run ("HANDED_OUT <workload> <items>"): the adds/s figure depends on it.
-func reportDedup(name string) {
+// reportCounted is report for a workload that also returns how many items its workers were
+// handed (or -1); the count of the reported run is printed as "HANDED_OUT <workload> <items>":
+// dedup's adds/s depends on it.
+func reportCounted(name string, f func() (float64, int64)) {
 	if !strings.Contains(name, *only) {
 		return
 	}
@@ -68,7 +57,7 @@ func reportDedup(name string) {
 	}
 	results := make([]run, *runs)
 	for i := range results {
-		results[i].ops, results[i].handedOut = dedup()
+		results[i].ops, results[i].handedOut = f()
 	}
 	sort.Slice(results, func(i, j int) bool { return results[i].ops < results[j].ops })
 	pick := results[len(results)/2]
@@ -76,7 +65,9 @@ func reportDedup(name string) {
 		pick = results[len(results)-1]
 	}
 	fmt.Printf("RESULT %s %.0f\n", name, pick.ops)
-	fmt.Printf("HANDED_OUT %s %d\n", name, pick.handedOut)
+	if pick.handedOut >= 0 {
+		fmt.Printf("HANDED_OUT %s %d\n", name, pick.handedOut)
+	}
 }
 
 func keys(n int) []string {
