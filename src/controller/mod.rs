@@ -3,10 +3,14 @@
 //!
 //! | kubeloop            | counterpart                                                   |
 //! |---------------------|---------------------------------------------------------------|
+//! | [`context`]         | controller-runtime's `context.Context` handed to `Reconcile`   |
 //! | [`worker`]          | sample-controller's `runWorker` / `processNextWorkItem`       |
 //! | [`sample`]          | kubernetes/sample-controller (Foo -> Deployment)              |
 //! | [`vm`]              | controller101's VirtualMachine controller                   |
 
+pub mod context;
 pub mod sample;
-pub mod worker;
 pub mod vm;
+pub mod worker;
+
+pub use context::{NotEntitled, ReconcileContext};
