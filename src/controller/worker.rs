@@ -21,13 +21,17 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use kube_client::Resource;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::builder::{ErrorAction, default_error_policy};
+use super::context::ReconcileContext;
+use super::leadership::{Gate, Term};
+use super::runtime::{Next, WorkerShared, process_next, worker_loop};
 
 use crate::cache::{DeletedObject, ResourceEventHandlerFuncs, meta_namespace_key};
 use crate::workqueue::RateLimitingQueue;
@@ -63,6 +67,8 @@ impl Default for WorkerConfig {
 
 /// Runs `config.workers` workers over `queue` until it is shut down and drained; returns when
 /// the last one stops. `reconcile` gets each key; see the module docs for what its result does.
+/// This is the runtime's worker loop without informers or leader election; a controller
+/// declared with [`super::Controller`] gets it wired for it.
 ///
 /// # Examples
 /// ```
@@ -88,23 +94,17 @@ pub async fn run_workers<F, Fut, E>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let reconcile = Arc::new(reconcile);
-    let name: Arc<str> = Arc::from(config.name.as_str());
+    let shared = Arc::new(shared(queue, config.name, reconcile));
+    let gate = Gate::new();
+    gate.open(Term::unfenced(CancellationToken::new()));
     let mut workers = JoinSet::new();
     for id in 0..config.workers.max(1) {
-        let queue = queue.clone();
-        let reconcile = Arc::clone(&reconcile);
-        let name = Arc::clone(&name);
-        workers.spawn(async move {
-            tracing::debug!(controller = %name, worker = id, "worker started");
-            while process_next_work_item(&queue, &name, reconcile.as_ref()).await {}
-            tracing::debug!(controller = %name, worker = id, "worker stopped");
-        });
+        workers.spawn(worker_loop(shared.clone(), gate.watch(), id));
     }
     while let Some(joined) = workers.join_next().await {
         if let Err(e) = joined {
-            // Only a cancelled runtime gets here: panics inside reconcile are caught below.
-            tracing::error!(controller = %name, error = %e, "worker task ended abnormally");
+            // Only a cancelled runtime gets here: panics inside reconcile are caught.
+            tracing::error!(controller = %shared.name, error = %e, "worker task ended abnormally");
         }
     }
 }
@@ -121,51 +121,26 @@ where
     Fut: Future<Output = Result<Action, E>>,
     E: Display,
 {
-    let Some(key) = queue.get().await else {
-        return false;
-    };
-    // Every line logged inside the reconcile carries the controller and the key.
-    let span = tracing::info_span!("reconcile", controller = %name, key = %key);
-    let started = std::time::Instant::now();
-    let outcome = tracing::Instrument::instrument(
-        AssertUnwindSafe(reconcile(key.clone())).catch_unwind(),
-        span,
-    )
-    .await;
-    let result = match &outcome {
-        Ok(Ok(Action::Done)) => crate::ops::ReconcileResult::success,
-        Ok(Ok(Action::RequeueAfter(_))) => crate::ops::ReconcileResult::requeue_after,
-        Ok(Err(_)) => crate::ops::ReconcileResult::error,
-        Err(_) => crate::ops::ReconcileResult::panic,
-    };
-    crate::ops::ReconcileMetrics::global().observe(name, result, started.elapsed());
-    match outcome {
-        Ok(Ok(Action::Done)) => {
-            queue.forget(&key);
-            tracing::debug!(controller = name, key = %key, "successfully synced");
-        }
-        Ok(Ok(Action::RequeueAfter(after))) => {
-            queue.forget(&key);
-            queue.add_after(key.clone(), after);
-            tracing::debug!(controller = name, key = %key, ?after, "synced, requeued");
-        }
-        Ok(Err(e)) => {
-            queue.add_rate_limited(key.clone());
-            tracing::error!(
-                controller = name,
-                key = %key,
-                requeues = queue.num_requeues(&key),
-                error = %e,
-                "error syncing, requeuing"
-            );
-        }
-        Err(panic) => {
-            queue.add_rate_limited(key.clone());
-            tracing::error!(controller = name, key = %key, panic = panic_message(&panic), "reconcile panicked, requeuing");
-        }
+    let shared = shared(queue.clone(), name.to_string(), reconcile);
+    let term = Term::unfenced(CancellationToken::new());
+    !matches!(process_next(&shared, &term).await, Next::QueueDone)
+}
+
+/// A key-only reconcile as the runtime's worker state, with the default error policy.
+fn shared<F, Fut, E>(
+    queue: RateLimitingQueue<String>,
+    name: String,
+    reconcile: F,
+) -> WorkerShared<impl Fn(String, ReconcileContext) -> Fut, fn(&E, &str, u32) -> ErrorAction>
+where
+    F: Fn(String) -> Fut,
+{
+    WorkerShared {
+        name,
+        queue,
+        reconcile: move |key: String, _ctx: ReconcileContext| reconcile(key),
+        error_policy: default_error_policy::<E>,
     }
-    queue.done(&key);
-    true
 }
 
 /// The cache key (`namespace/name`) of an object, logged and `None` if it has no name.
@@ -210,16 +185,6 @@ pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(
                 q_delete.add(key);
             }
         })
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
 }
 
 #[cfg(test)]

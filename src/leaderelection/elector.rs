@@ -73,6 +73,7 @@ pub struct LeaderContext {
     state: Arc<Mutex<Inner>>,
     term: u64,
     renew_deadline: Duration,
+    lease_duration: Duration,
     /// `leaseTransitions` of the record this term was acquired with.
     fencing_token: i32,
 }
@@ -119,6 +120,9 @@ struct Inner {
     phase: Phase,
     /// Leadership terms started by this elector; a [`LeaderContext`] is valid for one term.
     term: u64,
+    /// Send instant of the current (or last) term's last successful write; kept after the
+    /// term ends, for [`LeaderContext::lease_valid_until`].
+    term_renewed_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -164,6 +168,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             reported_leader: None,
             phase: Phase::Following,
             term: 0,
+            term_renewed_at: None,
         }));
         Ok(Self { shared: Arc::new(Shared { config, lock, clock, state, metrics: OnceLock::new() }) })
     }
@@ -280,6 +285,7 @@ impl<L: ResourceLock> LeaderElector<L> {
         let (term, fencing_token) = {
             let mut inner = self.shared.state.lock();
             inner.phase = Phase::Leading { renewed_at };
+            inner.term_renewed_at = Some(renewed_at);
             inner.term += 1;
             (inner.term, inner.observed_record.leader_transitions)
         };
@@ -289,6 +295,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             state: self.shared.state.clone(),
             term,
             renew_deadline: config.renew_deadline,
+            lease_duration: config.lease_duration,
             fencing_token,
         };
         if let Some(m) = self.shared.metrics.get() {
@@ -360,7 +367,9 @@ impl<L: ResourceLock> LeaderElector<L> {
             match attempt {
                 Ok(Attempt::Held) => {
                     renewed_at = sent;
-                    if let Phase::Leading { renewed_at: r } = &mut self.shared.state.lock().phase {
+                    let mut inner = self.shared.state.lock();
+                    inner.term_renewed_at = Some(sent);
+                    if let Phase::Leading { renewed_at: r } = &mut inner.phase {
                         *r = sent;
                     }
                 }
@@ -600,6 +609,24 @@ impl LeaderContext {
     /// candidate following this protocol.
     pub fn fencing_token(&self) -> i32 {
         self.fencing_token
+    }
+
+    /// The earliest instant at which another candidate following the protocol can acquire the
+    /// lease: the send instant of this term's last successful write + `lease_duration` (a
+    /// follower waits `lease_duration` from its *observation* of that write, which comes after
+    /// the send). Stays valid after the term ended.
+    pub fn lease_valid_until(&self) -> Instant {
+        self.last_renewed() + self.lease_duration
+    }
+
+    /// When this term's entitlement lapses by this process's clock: last successful write's
+    /// send instant + `renew_deadline` (the elector steps down by then at the latest).
+    pub fn renew_deadline_at(&self) -> Instant {
+        self.last_renewed() + self.renew_deadline
+    }
+
+    fn last_renewed(&self) -> Instant {
+        self.state.lock().term_renewed_at.unwrap_or_else(Instant::now)
     }
 
     /// True if this term is still on and its last successful renewal is less than

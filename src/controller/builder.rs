@@ -1,0 +1,370 @@
+//! What a user declares: the primary type, owned and watched types, workers, queue, rate
+//! limiter, leader election and leader-only tasks. [`Controller::run`] (in
+//! [`super::runtime`]) runs it with a reconcile function and an error policy.
+//!
+//! Counterparts: controller-runtime's `builder.ControllerManagedBy(mgr).For(..).Owns(..)
+//! .Watches(..).WithOptions(..).Complete(r)` and kube-runtime's `Controller::new(api, cfg)
+//! .owns(..).watches(..).run(reconcile, error_policy, ctx)`. The shape underneath is
+//! client-go's: informers whose event handlers enqueue `namespace/name` keys into one
+//! rate-limited queue, and N workers calling the reconcile with a key.
+//!
+//! Event handlers the builder registers:
+//! - primary: add, update (resyncs included, unless an update filter says otherwise) and
+//!   delete (tombstones included, unless [`Controller::enqueue_deletes`] is off) enqueue the
+//!   object's own key;
+//! - owned ([`Controller::owns`]): add, update (a changed resourceVersion only) and delete
+//!   enqueue the key of the object's controller ownerReference if it names the primary kind
+//!   and group and that object is in the primary cache (sample-controller's `handleObject`);
+//! - watched ([`Controller::watches`]): each event enqueues the keys the mapping returns.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube_client::Resource;
+use kube_client::core::ObjectMeta;
+use tokio_util::sync::CancellationToken;
+
+use super::context::ReconcileContext;
+use super::worker::{enqueue, key_of, key_of_deleted};
+use crate::cache::factory::ErasedInformer;
+use crate::cache::store::resource_version;
+use crate::cache::{
+    CacheObject, DeletedObject, InformerError, Lister, ResourceEventHandlerFuncs,
+    SharedIndexInformer,
+};
+use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
+use crate::workqueue::{
+    MetricsProvider, QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter,
+};
+
+/// A controller, declared; run it with [`Controller::run`].
+pub struct Controller<K: CacheObject> {
+    pub(super) name: String,
+    pub(super) primary: SharedIndexInformer<K>,
+    pub(super) enqueue_deletes: bool,
+    pub(super) update_filter: Option<UpdateFilter<K>>,
+    /// Every informer the runtime starts, waits for and stops (the primary's first).
+    pub(super) informers: Vec<Box<dyn ErasedInformer>>,
+    /// Handler registrations for the secondary informers, run once the queue exists.
+    pub(super) registrations: Vec<Registration>,
+    pub(super) options: ControllerOptions,
+    pub(super) leader_election: Option<LeaderElection>,
+    pub(super) leader_tasks: Vec<LeaderTask>,
+    pub(super) ready: Arc<AtomicBool>,
+}
+
+/// Settings; the defaults are sample-controller's and client-go's.
+pub struct ControllerOptions {
+    /// Concurrent reconciles (sample-controller's `Run(ctx, 2)`).
+    pub workers: usize,
+    /// The workqueue's name for its metrics (client-go `RateLimitingQueueConfig.Name`); empty:
+    /// no workqueue metrics. Defaults to the controller's name.
+    pub queue_name: String,
+    /// Where the workqueue reports (`None`: the process-wide provider).
+    pub queue_metrics: Option<MetricsProvider>,
+    /// The queue's rate limiter (`None`: client-go's `DefaultControllerRateLimiter`).
+    pub rate_limiter: Option<Box<dyn RateLimiter<String>>>,
+}
+
+impl std::fmt::Debug for ControllerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerOptions")
+            .field("workers", &self.workers)
+            .field("queue_name", &self.queue_name)
+            .field("custom_rate_limiter", &self.rate_limiter.is_some())
+            .finish()
+    }
+}
+
+/// An update filter on the primary: `true` enqueues (controller-runtime's update predicate).
+pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
+
+pub(super) type Registration =
+    Box<dyn FnOnce(&RateLimitingQueue<String>) -> Result<(), InformerError> + Send>;
+
+/// A task that runs only while this process leads (controller-runtime's
+/// `LeaderElectionRunnable`), started with each term and ended before the term's fence.
+pub(super) struct LeaderTask {
+    pub name: String,
+    pub run: Arc<dyn Fn(ReconcileContext) -> BoxFuture<'static, ()> + Send + Sync>,
+}
+
+/// Leader election, with the lock type erased.
+pub(super) struct LeaderElection {
+    pub run: Box<dyn FnOnce(LeaderCallbacks, CancellationToken) -> BoxFuture<'static, StopReason> + Send>,
+}
+
+/// What a failed reconcile asks of the queue; returned by the error policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// Retry with the queue's rate limiter (client-go's `AddRateLimited`; the default).
+    RateLimited,
+    /// Retry after this long, without growing the key's backoff.
+    RequeueAfter(Duration),
+    /// Give up on this key until its next event (`Forget`; for errors a retry cannot fix).
+    Drop,
+}
+
+/// The error policy every failed reconcile gets unless the controller says otherwise:
+/// [`ErrorAction::RateLimited`].
+pub fn default_error_policy<E>(_error: &E, _key: &str, _retries: u32) -> ErrorAction {
+    ErrorAction::RateLimited
+}
+
+impl<K: CacheObject> Controller<K> {
+    /// A controller named `name` (logs, metrics, the default queue name) over the primary
+    /// type's informer.
+    pub fn new(name: impl Into<String>, primary: SharedIndexInformer<K>) -> Self {
+        let name = name.into();
+        Controller {
+            informers: vec![Box::new(primary.clone())],
+            primary,
+            enqueue_deletes: true,
+            update_filter: None,
+            registrations: Vec::new(),
+            options: ControllerOptions {
+                workers: 2,
+                queue_name: name.clone(),
+                queue_metrics: None,
+                rate_limiter: None,
+            },
+            name,
+            leader_election: None,
+            leader_tasks: Vec::new(),
+            ready: Arc::default(),
+        }
+    }
+
+    /// Reconcile the primary's owner when an object of type `C` it controls changes: the
+    /// object's controller ownerReference must name `K`'s kind and API group, and the owner
+    /// must be in the primary cache.
+    pub fn owns<C>(mut self, owned: SharedIndexInformer<C>) -> Self
+    where
+        C: CacheObject,
+        K: Resource<DynamicType = ()>,
+    {
+        let primary = self.primary.lister();
+        let name = self.name.clone();
+        let informer = owned.clone();
+        self.informers.push(Box::new(owned));
+        self.registrations.push(Box::new(move |queue| {
+            informer.add_event_handler(owned_handler::<K, C>(primary, queue.clone(), name))?;
+            Ok(())
+        }));
+        self
+    }
+
+    /// Reconcile the keys `map` returns whenever an object of type `W` changes (added,
+    /// updated, deleted; for a deletion the last known state).
+    pub fn watches<W, F>(mut self, watched: SharedIndexInformer<W>, map: F) -> Self
+    where
+        W: CacheObject,
+        F: Fn(&W) -> Vec<String> + Send + Sync + 'static,
+    {
+        let map = Arc::new(map);
+        let informer = watched.clone();
+        self.informers.push(Box::new(watched));
+        self.registrations.push(Box::new(move |queue| {
+            let (m_add, m_update, m_delete) = (map.clone(), map.clone(), map);
+            let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue.clone());
+            informer.add_event_handler(
+                ResourceEventHandlerFuncs::new()
+                    .on_add(move |obj: &Arc<W>, _| add_all(&q_add, m_add(obj)))
+                    .on_update(move |_: &Arc<W>, new: &Arc<W>| add_all(&q_update, m_update(new)))
+                    .on_delete(move |deleted: &DeletedObject<W>| {
+                        add_all(&q_delete, m_delete(deleted.object()))
+                    }),
+            )?;
+            Ok(())
+        }));
+        self
+    }
+
+    /// Enqueue a primary update only if `filter(old, new)` (default: every update, resyncs
+    /// included). controller-runtime: an update predicate.
+    pub fn update_filter(mut self, filter: impl Fn(&K, &K) -> bool + Send + Sync + 'static) -> Self {
+        self.update_filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Whether a deleted primary object enqueues its key (default `true`). sample-controller
+    /// leaves deletions to the garbage collector and registers no delete handler.
+    pub fn enqueue_deletes(mut self, enqueue: bool) -> Self {
+        self.enqueue_deletes = enqueue;
+        self
+    }
+
+    /// Concurrent reconciles (at least 1).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.options.workers = workers.max(1);
+        self
+    }
+
+    /// The workqueue's metrics name (empty: none).
+    pub fn queue_name(mut self, name: impl Into<String>) -> Self {
+        self.options.queue_name = name.into();
+        self
+    }
+
+    /// Where the workqueue reports its metrics.
+    pub fn queue_metrics(mut self, provider: MetricsProvider) -> Self {
+        self.options.queue_metrics = Some(provider);
+        self
+    }
+
+    /// The queue's rate limiter.
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<String> + 'static) -> Self {
+        self.options.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Run the workers only while `elector` leads. Informers run and caches stay warm on a
+    /// standby; see [`super::leadership`] for what is guaranteed when leadership ends. The
+    /// elector's own settings decide whether it contends again after a loss
+    /// (`recontend`); without it [`Controller::run`] returns
+    /// [`super::ControllerError::LeadershipLost`].
+    pub fn leader_election<L: ResourceLock>(mut self, elector: LeaderElector<L>) -> Self {
+        self.leader_election = Some(LeaderElection {
+            run: Box::new(move |callbacks, stop| {
+                Box::pin(async move { elector.run(callbacks, stop).await })
+            }),
+        });
+        self
+    }
+
+    /// A task run while this process leads (or for the whole run without leader election),
+    /// e.g. a periodic sweep; it gets a [`ReconcileContext`] for its term and must return when
+    /// that context is cancelled.
+    pub fn leader_task<F, Fut>(mut self, name: impl Into<String>, task: F) -> Self
+    where
+        F: Fn(ReconcileContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.leader_tasks.push(LeaderTask {
+            name: name.into(),
+            run: Arc::new(move |ctx| Box::pin(task(ctx))),
+        });
+        self
+    }
+
+    /// True once every cache has synced (standbys included), false again when shutdown starts:
+    /// what `/readyz` should report.
+    pub fn readiness(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
+    }
+
+    /// The primary cache.
+    pub fn primary_lister(&self) -> Lister<K> {
+        self.primary.lister()
+    }
+
+    /// The queue the runtime will use.
+    pub(super) fn make_queue(&mut self) -> RateLimitingQueue<String> {
+        let config = QueueConfig {
+            name: self.options.queue_name.clone(),
+            metrics_provider: self.options.queue_metrics.clone(),
+        };
+        match self.options.rate_limiter.take() {
+            Some(limiter) => RateLimitingQueue::with_config(limiter, config),
+            None => RateLimitingQueue::with_config(default_controller_rate_limiter(), config),
+        }
+    }
+
+    /// The primary's handlers.
+    pub(super) fn primary_handler(&self, queue: &RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<K> {
+        let (q_add, q_update) = (queue.clone(), queue.clone());
+        let filter = self.update_filter.clone();
+        let handler = ResourceEventHandlerFuncs::new()
+            .on_add(move |obj: &Arc<K>, _| enqueue(&q_add, obj.as_ref()))
+            .on_update(move |old: &Arc<K>, new: &Arc<K>| {
+                if filter.as_ref().is_none_or(|f| f(old, new)) {
+                    enqueue(&q_update, new.as_ref());
+                }
+            });
+        if !self.enqueue_deletes {
+            return handler;
+        }
+        let q_delete = queue.clone();
+        handler.on_delete(move |deleted: &DeletedObject<K>| {
+            if let Some(key) = key_of_deleted(deleted) {
+                q_delete.add(key);
+            }
+        })
+    }
+}
+
+fn add_all(queue: &RateLimitingQueue<String>, keys: Vec<String>) {
+    for key in keys {
+        queue.add(key);
+    }
+}
+
+/// Owned object -> its controller, if that is a `K` in the primary cache.
+/// sample-controller: `handleObject`.
+fn owned_handler<K, C>(
+    primary: Lister<K>,
+    queue: RateLimitingQueue<String>,
+    controller: String,
+) -> ResourceEventHandlerFuncs<C>
+where
+    K: CacheObject + Resource<DynamicType = ()>,
+    C: CacheObject,
+{
+    let owner_of = Arc::new(move |meta: &ObjectMeta| -> Option<String> {
+        let owner = controller_of(meta)?;
+        let group = K::group(&());
+        if owner.kind != K::kind(&()) || owner.api_version.rsplit_once('/').map_or("", |(g, _)| g) != group {
+            return None;
+        }
+        let namespace = meta.namespace.as_deref().unwrap_or("");
+        match primary.get(namespace, &owner.name) {
+            Some(obj) => key_of(obj.as_ref()),
+            None => {
+                tracing::debug!(
+                    controller = %controller,
+                    object = meta.name.as_deref().unwrap_or(""),
+                    owner = %owner.name,
+                    "ignoring orphaned object"
+                );
+                None
+            }
+        }
+    });
+    let (o_add, o_update, o_delete) = (owner_of.clone(), owner_of.clone(), owner_of);
+    let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
+    ResourceEventHandlerFuncs::new()
+        .on_add(move |obj: &Arc<C>, _| {
+            if let Some(key) = o_add(obj.meta()) {
+                q_add.add(key);
+            }
+        })
+        .on_update(move |old: &Arc<C>, new: &Arc<C>| {
+            // Periodic resyncs send the same version twice; two different versions of one
+            // object always have different resourceVersions.
+            if resource_version(old.as_ref()) == resource_version(new.as_ref()) {
+                return;
+            }
+            if let Some(key) = o_update(new.meta()) {
+                q_update.add(key);
+            }
+        })
+        .on_delete(move |deleted: &DeletedObject<C>| {
+            // A tombstone's object is the last state the cache knew; its ownerReferences are
+            // what is needed, and they do not change over an object's life in practice.
+            if let Some(key) = o_delete(deleted.object().meta()) {
+                q_delete.add(key);
+            }
+        })
+}
+
+/// The ownerReference marked `controller: true`, if any. client-go: `metav1.GetControllerOf`.
+pub fn controller_of(
+    meta: &ObjectMeta,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
