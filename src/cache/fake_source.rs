@@ -1,5 +1,6 @@
-//! An in-memory apiserver for one type, for unit tests: client-go
-//! `tools/cache/testing/fake_controller_source.go` (`FakeControllerSource`).
+//! An in-memory apiserver for one type, for unit tests (kubeloop's and its users'): client-go
+//! `tools/cache/testing/fake_controller_source.go` (`FakeControllerSource`). Re-exported as
+//! [`crate::testing::FakeControllerSource`].
 //!
 //! Every change bumps a resourceVersion and is kept in a history, so a watch from any
 //! version replays what came after it, then follows live changes. Tests can break every
@@ -15,30 +16,38 @@ use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 use super::list_watch::{
-    ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
+    CacheObject, ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
 };
 use super::store::meta_namespace_key;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube_client::Resource;
 
-/// A fake source of ConfigMaps.
-#[derive(Clone, Default)]
-pub(crate) struct FakeControllerSource {
-    inner: Arc<Mutex<Inner>>,
+/// A fake source of one type's objects (ConfigMaps unless said otherwise): every change
+/// bumps the resourceVersion and reaches the open watches, unless made "silently".
+#[derive(Clone)]
+pub struct FakeControllerSource<K = ConfigMap> {
+    inner: Arc<Mutex<Inner<K>>>,
+    type_description: String,
 }
 
-#[derive(Default)]
-struct Inner {
+struct Inner<K> {
     rv: u64,
-    items: BTreeMap<String, ConfigMap>,
+    items: BTreeMap<String, K>,
     /// (rv, event) for every change.
-    history: Vec<(u64, WatchEvent<ConfigMap>)>,
-    watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent<ConfigMap>, ListWatchError>>>,
+    history: Vec<(u64, WatchEvent<K>)>,
+    watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent<K>, ListWatchError>>>,
     /// Watches from before this version answer with a 410 ERROR event.
     compacted_rv: u64,
-    pub lists: usize,
+    lists: usize,
 }
 
-fn clone_event(e: &WatchEvent<ConfigMap>) -> WatchEvent<ConfigMap> {
+impl<K: CacheObject + Resource<DynamicType = ()>> Default for FakeControllerSource<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn clone_event<K: Clone>(e: &WatchEvent<K>) -> WatchEvent<K> {
     match e {
         WatchEvent::Added(o) => WatchEvent::Added(o.clone()),
         WatchEvent::Modified(o) => WatchEvent::Modified(o.clone()),
@@ -48,16 +57,29 @@ fn clone_event(e: &WatchEvent<ConfigMap>) -> WatchEvent<ConfigMap> {
     }
 }
 
-impl FakeControllerSource {
-    pub(crate) fn new() -> Self {
-        Self::default()
+impl<K: CacheObject + Resource<DynamicType = ()>> FakeControllerSource<K> {
+    /// An empty source at resourceVersion 0.
+    pub fn new() -> Self {
+        FakeControllerSource {
+            inner: Arc::new(Mutex::new(Inner {
+                rv: 0,
+                items: BTreeMap::new(),
+                history: Vec::new(),
+                watchers: Vec::new(),
+                compacted_rv: 0,
+                lists: 0,
+            })),
+            type_description: format!("{}/{}", K::api_version(&()), K::plural(&())),
+        }
     }
+}
 
-    fn change(&self, mut obj: ConfigMap, kind: &str, silently: bool) {
+impl<K: CacheObject> FakeControllerSource<K> {
+    fn change(&self, mut obj: K, kind: &str, silently: bool) {
         let mut inner = self.inner.lock();
         inner.rv += 1;
         let rv = inner.rv;
-        obj.metadata.resource_version = Some(rv.to_string());
+        obj.meta_mut().resource_version = Some(rv.to_string());
         let key = meta_namespace_key(&obj).expect("test object needs a name");
         let event = match kind {
             "add" => {
@@ -82,26 +104,26 @@ impl FakeControllerSource {
         inner.history.push((rv, event));
     }
 
-    pub(crate) fn add(&self, obj: ConfigMap) {
+    pub fn add(&self, obj: K) {
         self.change(obj, "add", false)
     }
-    pub(crate) fn modify(&self, obj: ConfigMap) {
+    pub fn modify(&self, obj: K) {
         self.change(obj, "modify", false)
     }
-    pub(crate) fn delete(&self, obj: ConfigMap) {
+    pub fn delete(&self, obj: K) {
         self.change(obj, "delete", false)
     }
     /// A deletion no watch will ever report (lost while disconnected).
-    pub(crate) fn delete_silently(&self, obj: ConfigMap) {
+    pub fn delete_silently(&self, obj: K) {
         self.change(obj, "delete", true)
     }
     /// Ends every open watch cleanly.
-    pub(crate) fn break_watches(&self) {
+    pub fn break_watches(&self) {
         self.inner.lock().watchers.clear();
     }
     /// Ends every open watch with 410 Gone and forgets the history (a compaction): a watch
     /// from an older version gets 410 from now on.
-    pub(crate) fn compact(&self) {
+    pub fn compact(&self) {
         let mut inner = self.inner.lock();
         inner.history.clear();
         inner.compacted_rv = inner.rv;
@@ -110,15 +132,15 @@ impl FakeControllerSource {
         }
     }
     /// A change no watch will ever report (lost while disconnected).
-    pub(crate) fn add_silently(&self, obj: ConfigMap) {
+    pub fn add_silently(&self, obj: K) {
         self.change(obj, "add", true)
     }
     /// A change no watch will ever report.
-    pub(crate) fn modify_silently(&self, obj: ConfigMap) {
+    pub fn modify_silently(&self, obj: K) {
         self.change(obj, "modify", true)
     }
     /// key -> resourceVersion of every object.
-    pub(crate) fn snapshot(&self) -> BTreeMap<String, String> {
+    pub fn snapshot(&self) -> BTreeMap<String, String> {
         self.inner
             .lock()
             .items
@@ -126,30 +148,31 @@ impl FakeControllerSource {
             .map(|(k, o)| {
                 (
                     k.clone(),
-                    o.metadata.resource_version.clone().unwrap_or_default(),
+                    o.meta().resource_version.clone().unwrap_or_default(),
                 )
             })
             .collect()
     }
     /// Names of the objects held.
-    pub(crate) fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> Vec<String> {
         self.inner
             .lock()
             .items
             .values()
-            .map(|o| o.metadata.name.clone().unwrap_or_default())
+            .map(|o| o.meta().name.clone().unwrap_or_default())
             .collect()
     }
-    pub(crate) fn list_count(&self) -> usize {
+    /// How many LISTs were served.
+    pub fn list_count(&self) -> usize {
         self.inner.lock().lists
     }
 }
 
-impl ListerWatcher<ConfigMap> for FakeControllerSource {
+impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
     fn list(
         &self,
         _options: &ListOptions,
-    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send {
+    ) -> impl std::future::Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
         let mut inner = self.inner.lock();
         inner.lists += 1;
         let page = ListPage {
@@ -163,7 +186,7 @@ impl ListerWatcher<ConfigMap> for FakeControllerSource {
     fn watch(
         &self,
         options: &WatchOptions,
-    ) -> impl std::future::Future<Output = Result<WatchStream<ConfigMap>, ListWatchError>> + Send
+    ) -> impl std::future::Future<Output = Result<WatchStream<K>, ListWatchError>> + Send
     {
         let from: u64 = options.resource_version.parse().unwrap_or(0);
         let mut inner = self.inner.lock();
@@ -183,13 +206,13 @@ impl ListerWatcher<ConfigMap> for FakeControllerSource {
     }
 
     fn type_description(&self) -> String {
-        "v1/configmaps".into()
+        self.type_description.clone()
     }
 }
 
-fn tokio_stream_from(
-    mut rx: mpsc::UnboundedReceiver<Result<WatchEvent<ConfigMap>, ListWatchError>>,
-) -> WatchStream<ConfigMap> {
+fn tokio_stream_from<K: CacheObject>(
+    mut rx: mpsc::UnboundedReceiver<Result<WatchEvent<K>, ListWatchError>>,
+) -> WatchStream<K> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 

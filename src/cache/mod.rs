@@ -52,8 +52,7 @@
 pub mod backoff;
 pub mod delta_fifo;
 pub mod factory;
-#[cfg(test)]
-mod fake_source;
+pub mod fake_source;
 pub mod index;
 pub mod labels;
 pub mod list_watch;

@@ -82,7 +82,7 @@ impl std::fmt::Debug for ControllerOptions {
 pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 pub(super) type Registration =
-    Box<dyn FnOnce(&RateLimitingQueue<String>) -> Result<(), InformerError> + Send>;
+    Box<dyn FnOnce(&RateLimitingQueue<String>) -> Result<(), InformerError> + Send + Sync>;
 
 /// A task that runs only while this process leads (controller-runtime's
 /// `LeaderElectionRunnable`), started with each term and ended before the term's fence.
@@ -93,7 +93,9 @@ pub(super) struct LeaderTask {
 
 /// Leader election, with the lock type erased.
 pub(super) struct LeaderElection {
-    pub run: Box<dyn FnOnce(LeaderCallbacks, CancellationToken) -> BoxFuture<'static, StopReason> + Send>,
+    pub run: Box<
+        dyn FnOnce(LeaderCallbacks, CancellationToken) -> BoxFuture<'static, StopReason> + Send + Sync,
+    >,
 }
 
 /// What a failed reconcile asks of the queue; returned by the error policy.

@@ -224,6 +224,20 @@ impl Gate {
         });
     }
 
+    /// Resolves once the gate is not open for a live term (standby, closed, or the term's
+    /// entitlement lapsed).
+    pub async fn until_not_open(&self) {
+        let mut rx = self.tx.subscribe();
+        loop {
+            if !matches!(&*rx.borrow_and_update(), GateState::Open(term) if !term.is_over()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Workers return.
     pub fn close(&self) {
         self.tx.send_replace(GateState::Closed);

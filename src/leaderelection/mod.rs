@@ -44,7 +44,7 @@ pub mod clock;
 pub mod config;
 mod elector;
 #[cfg(test)]
-mod fake_lock;
+pub(crate) mod fake_lock;
 mod healthz;
 mod lease_lock;
 mod metrics;
