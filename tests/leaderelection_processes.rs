@@ -60,6 +60,8 @@ struct Event {
 }
 
 struct Candidate {
+    /// The candidate's name in this test (its log files); also its identity unless it was
+    /// started with another one ([`Election::spawn_as`]).
     id: String,
     child: Child,
     log: PathBuf,
@@ -122,7 +124,7 @@ impl Candidate {
         !self.killed.get()
             && self
                 .events()
-            .iter()
+                .iter()
                 .rev()
                 .find(|e| e.kind == "work-start" || e.kind == "work-end")
                 .is_some_and(|e| e.kind == "work-start")
@@ -130,6 +132,11 @@ impl Candidate {
 
     fn first(&self, kind: &str, after: u64) -> Option<Event> {
         self.events().into_iter().find(|e| e.kind == kind && e.at >= after)
+    }
+
+    /// What the process wrote to stderr (its tracing log).
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.log.with_extension("stderr")).unwrap_or_default()
     }
 }
 
@@ -149,12 +156,18 @@ impl Election {
     }
 
     fn spawn(&mut self, id: &str, extra: &[&str]) {
+        self.spawn_as(id, id, extra);
+    }
+
+    /// Starts a candidate named `id` in this test, contending with `identity` (several may share
+    /// one identity).
+    fn spawn_as(&mut self, id: &str, identity: &str, extra: &[&str]) {
         let log = self.dir.join(format!("{id}.events"));
         let stderr = std::fs::File::create(self.dir.join(format!("{id}.stderr"))).expect("stderr file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_le-candidate"));
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--namespace", &self.namespace, "--name", &self.lease, "--identity", id])
+            .args(["--namespace", &self.namespace, "--name", &self.lease, "--identity", identity])
             .args(["--lease-ms", &LEASE.as_millis().to_string()])
             .args(["--renew-ms", &RENEW.as_millis().to_string()])
             .args(["--retry-ms", &RETRY.as_millis().to_string()])
@@ -333,11 +346,8 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     election.assert_no_overlap();
 
     // Each new leader got a larger fencing token (the Lease's leaseTransitions).
-    let mut starts: Vec<Event> = election
-        .candidates
-        .iter()
-        .flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start"))
-        .collect();
+    let mut starts: Vec<Event> =
+        election.candidates.iter().flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start")).collect();
     starts.sort_by_key(|e| e.at);
     let tokens: Vec<i32> = starts
         .iter()
@@ -385,7 +395,8 @@ async fn a_paused_leader_stops_its_work_without_overwriting_the_new_holder() {
         .await;
     // Its lease could already have passed on, so the elector does not wait for the work: it is
     // cancelled, or aborted outright ("work-end <term> aborted"), then on_stopped_leading runs.
-    let ended = election.candidate(&paused).first("work-end", resumed_at).unwrap_or_else(|| panic!("{}", election.dump()));
+    let ended =
+        election.candidate(&paused).first("work-end", resumed_at).unwrap_or_else(|| panic!("{}", election.dump()));
     println!("MEASURED resumed leader's work ended: {:?}", ended.detail);
     let stepped_down = election.candidate(&paused).first("stopped-leading", resumed_at).unwrap().at;
     println!(
@@ -511,7 +522,8 @@ async fn skewed_renew_times_neither_cause_an_early_takeover_nor_an_endless_wait(
     let leader = election.one_leader(Duration::from_secs(20)).await;
     tokio::time::sleep(3 * LEASE).await;
     assert_eq!(election.working(), vec![leader.clone()], "{}", election.dump());
-    let starts: usize = election.candidates.iter().map(|c| c.events().iter().filter(|e| e.kind == "work-start").count()).sum();
+    let starts: usize =
+        election.candidates.iter().map(|c| c.events().iter().filter(|e| e.kind == "work-start").count()).sum();
     assert_eq!(starts, 1, "leadership changed hands without a failure\n{}", election.dump());
     election.assert_no_overlap();
 }
@@ -606,5 +618,50 @@ async fn a_stopped_apiserver_cancels_the_work_and_one_leader_returns_with_it() {
     let new_leader = election.one_leader(Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(election.working(), vec![new_leader]);
+    election.assert_no_overlap();
+}
+
+/// The seed article's three terminals: `test1`, `test2`, then `test1` again. With client-go the
+/// second `test1` leads at once next to the first (each reads a record naming "itself" and
+/// renews it). Here the second `test1` sees a record naming its identity that it did not write,
+/// says so, and waits like any follower; after the leader is killed, one candidate takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_one_identity_never_lead_at_once() {
+    let _serial = SERIAL.lock().await;
+    let cluster = testenv::shared().await;
+    let mut election = Election::new(cluster, "le-duplicate").await;
+    election.spawn_as("test1-first", "test1", &["--recontend"]);
+    let first = election.one_leader(Duration::from_secs(20)).await;
+    assert_eq!(first, "test1-first");
+    election.spawn_as("test2", "test2", &["--recontend"]);
+    election.spawn_as("test1-second", "test1", &["--recontend"]);
+    election
+        .wait_for("both newcomers to start contending", Duration::from_secs(20), |e| {
+            ["test2", "test1-second"].iter().all(|id| e.candidate(id).first("new-leader", 0).is_some())
+        })
+        .await;
+    // A few renewals with all three up: the first keeps leading alone.
+    tokio::time::sleep(LEASE + RENEW).await;
+    assert_eq!(election.working(), vec![first.clone()], "{}", election.dump());
+    let duplicate_line = r#"another process is using the leader-election identity "test1""#;
+    let second_log = election.candidate("test1-second").stderr();
+    assert!(
+        second_log.lines().any(|l| l.contains("ERROR") && l.contains(duplicate_line)),
+        "test1-second did not report the duplicate identity:\n{second_log}"
+    );
+
+    let killed_at = mono_ns();
+    election.candidate(&first).signal(libc::SIGKILL);
+    election
+        .wait_for("a new leader after SIGKILL", Duration::from_secs(20), |e| e.first_tick_after(killed_at).is_some())
+        .await;
+    let (next, took_over) = election.first_tick_after(killed_at).unwrap();
+    println!(
+        "MEASURED duplicate identity: {next} took over {:?} after SIGKILL",
+        Duration::from_nanos(took_over - killed_at)
+    );
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(election.working(), vec![next.clone()], "{}", election.dump());
+    assert_eq!(holder(&election.lease_object(cluster).await), if next == "test2" { "test2" } else { "test1" });
     election.assert_no_overlap();
 }

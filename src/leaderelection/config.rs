@@ -51,7 +51,8 @@ pub struct LeaderElectionConfig {
     /// Interval between attempts (jittered by [`JITTER_FACTOR`] while acquiring).
     pub retry_period: Duration,
     /// On a graceful stop, write an empty holder with a 1 s duration so that a successor can
-    /// take over at once instead of waiting for the lease to expire.
+    /// take over at once instead of waiting for the lease to expire. The release happens after
+    /// the leader's work stopped and before `on_stopped_leading` is called.
     pub release_on_cancel: bool,
     /// After losing the lease, go back to contending (as a follower) instead of returning
     /// from [`super::LeaderElector::run`] as client-go's one-shot `Run` does.
@@ -146,9 +147,33 @@ pub(crate) fn validate_identity(name: &str, identity: &str) -> Result<(), Config
     Ok(())
 }
 
+/// An identity unique to this process: the hostname, `_`, and a random v4 UUID, as client-go
+/// programs build theirs (`id := hostname + "_" + string(uuid.NewUUID())`).
+///
+/// Two processes must never share an identity: the elector steps down when it sees another
+/// process write the lease under its own identity ([`super::StopReason::DuplicateIdentity`]).
+/// A fresh identity per process also means a restarted process waits for its dead predecessor's
+/// lease to expire, as any other candidate does. A hostname that is not UTF-8 is converted
+/// lossily; an empty one leaves just `_<uuid>`.
+pub fn default_identity() -> String {
+    let host = gethostname::gethostname();
+    format!("{}_{}", host.to_string_lossy(), uuid::Uuid::new_v4())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_identity_is_the_hostname_and_a_suffix_unique_per_call() {
+        let (a, b) = (default_identity(), default_identity());
+        assert_ne!(a, b);
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        let suffix =
+            a.strip_prefix(&format!("{host}_")).unwrap_or_else(|| panic!("{a:?} does not start with {host:?}_"));
+        assert!(uuid::Uuid::parse_str(suffix).is_ok(), "{suffix:?} is not a uuid");
+        assert!(validate_identity("x", &a).is_ok());
+    }
 
     fn secs(s: f64) -> Duration {
         Duration::from_secs_f64(s)

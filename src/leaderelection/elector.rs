@@ -8,35 +8,56 @@
 //!   than up to 2.2 retry periods later;
 //! - **lead**: the leader's work is spawned with a [`LeaderContext`]; every `retry_period` the
 //!   lease is renewed. When `renew_deadline` has passed since the *send time* of the last
-//!   successful write, or the record shows another holder, or the caller shuts down, the
-//!   elector steps down: cancel the work's token, wait for the work to return (at most until the
-//!   lease could pass to someone else, see [`super::config`]), call `on_stopped_leading`, and on
-//!   a shutdown release the lease (empty holder, 1 s) so a successor takes over at once.
+//!   successful write, or the record shows another holder (or another process with our
+//!   identity), or the caller shuts down, the elector steps down: cancel the work's token, wait
+//!   for the work to return (at most until the lease could pass to someone else, see
+//!   [`super::config`]), on a shutdown release the lease (empty holder, 1 s) so a successor takes
+//!   over at once, then call `on_stopped_leading`. Releasing first (as client-go's `renew`
+//!   releases before `Run`'s deferred `OnStoppedLeading`) means a program that exits inside
+//!   `on_stopped_leading` has already given the lease back.
 //!
 //! With `recontend` the loop goes back to acquiring after a loss; client-go's `Run` returns.
+//!
+//! **Duplicate identity.** client-go lets two processes with one identity both lead: each reads
+//! a record naming "itself" and renews it. Here a record naming our identity counts as ours only
+//! if this process wrote it: the lock's resourceVersion is that of its own last write
+//! ([`ResourceLock::last_read_is_own_write`]), or the record equals one this elector wrote
+//! ([`OwnWrites`]: a write whose answer was lost, or a metadata-only change by someone else since).
+//! Any other record naming us is a *namesake's* ([`Namesake`]): while leading, it means another
+//! process wrote the Lease with our identity, and we step down with
+//! [`StopReason::DuplicateIdentity`]; while acquiring, it is treated like any other holder's
+//! record (taken only after it stayed unchanged for its lease duration, e.g. left by a dead
+//! earlier incarnation of this candidate).
 //!
 //! Invariants:
 //! - Expiry of someone else's lease is judged by `Inner::observed_time`, the local monotonic
 //!   instant at which this process saw the record *change*, plus the record's
 //!   `leaseDurationSeconds`. `renewTime` / `acquireTime` are never read for decisions, so a
 //!   holder with a skewed clock cannot cause an early takeover or an endless wait.
-//! - Our own validity is measured from `Phase::Leading::renewed_at`, the instant *before* the
-//!   last successful write was sent, which is never later than any other candidate's
-//!   observation of that write.
+//! - Our own validity is measured from `Term::renewed_at`, the instant *before* the last
+//!   successful write was sent, which is never later than any other candidate's observation of
+//!   that write.
 //! - `Phase::Leading` holds exactly while the leader's work may run; `on_stopped_leading` runs
 //!   only after a `Leading` phase (not for a candidate that never led).
-//! - The parking_lot lock around `Inner` is never held across an `.await`.
+//! - The fast path (update without reading first) is only taken when the observed record is our
+//!   own write (`Inner::namesake` is `Absent`), so a namesake's record is never renewed blindly.
+//! - `on_new_leader` runs on a task of its own, fed in order through a channel: the elector
+//!   never waits for it.
+//! - The parking_lot lock around `Inner` is never held across an `.await`; when both are taken,
+//!   `Inner`'s lock comes before a `Term`'s.
 //!
 //! Cancel safety: dropping the future returned by [`LeaderElector::run`] stops contending but
 //! neither cancels the work nor releases the lease; cancel the `shutdown` token and await `run`
 //! for an orderly stop.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use thiserror::Error;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -57,11 +78,21 @@ pub struct LeaderElector<L: ResourceLock> {
 pub struct LeaderCallbacks {
     on_started_leading: StartedLeading,
     on_stopped_leading: Box<dyn FnMut() + Send>,
-    on_new_leader: Option<NewLeader>,
+    on_new_leader: NewLeaderDelivery,
 }
 
 type StartedLeading = Box<dyn FnMut(LeaderContext) -> BoxFuture<'static, ()> + Send>;
-type NewLeader = Box<dyn FnMut(&str) + Send>;
+type NewLeader = Box<dyn FnMut(String) -> BoxFuture<'static, ()> + Send>;
+
+/// How reports of a new leader reach `on_new_leader`.
+enum NewLeaderDelivery {
+    /// No callback (or its delivery task died with a panicking call).
+    Off,
+    /// A callback that was not called yet; its task starts with the first report.
+    Idle(NewLeader),
+    /// The delivery task calls the callback for each holder sent here, one call at a time.
+    Running(UnboundedSender<String>),
+}
 
 /// Handed to the leader's work. The work must stop when [`Self::cancelled`] fires; for work made
 /// of many small steps, checking [`Self::still_leading`] before each step makes a step after
@@ -71,9 +102,9 @@ type NewLeader = Box<dyn FnMut(&str) + Send>;
 pub struct LeaderContext {
     token: CancellationToken,
     state: Arc<Mutex<Inner>>,
-    term: u64,
-    renew_deadline: Duration,
+    term: Arc<Term>,
     lease_duration: Duration,
+    renew_deadline: Duration,
     /// `leaseTransitions` of the record this term was acquired with.
     fencing_token: i32,
 }
@@ -87,6 +118,10 @@ pub enum StopReason {
     RenewDeadlineExceeded,
     /// The record names another holder.
     LostTo(String),
+    /// Another process wrote the lease under this candidate's identity (the identity named
+    /// here): two processes were started with one identity. Give each process its own, e.g.
+    /// [`super::default_identity`].
+    DuplicateIdentity(String),
 }
 
 /// [`LeaderElector::check`] failed.
@@ -115,25 +150,66 @@ struct Inner {
     /// observation (client-go `observedTime`). The only input, with the record's duration, to
     /// deciding that someone else's lease expired.
     observed_time: Option<Instant>,
+    /// Whether `observed_record` names our identity without being our own write.
+    namesake: Namesake,
+    /// `namesake` as last logged, so that each change is logged once, not every retry.
+    reported_namesake: Namesake,
     /// Holder last passed to `on_new_leader`; `None` before the first report.
     reported_leader: Option<String>,
+    /// What this elector wrote, to recognise its own records when it reads them back.
+    own_writes: OwnWrites,
     phase: Phase,
-    /// Leadership terms started by this elector; a [`LeaderContext`] is valid for one term.
-    term: u64,
-    /// Send instant of the current (or last) term's last successful write; kept after the
-    /// term ends, for [`LeaderContext::lease_valid_until`].
-    term_renewed_at: Option<Instant>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Phase {
     /// Not leading (contending, or never started).
     Following,
-    /// Leading; `renewed_at` is when the last successful write was sent.
-    Leading { renewed_at: Instant },
+    /// Leading; the term's contexts share the `Term`.
+    Leading(Arc<Term>),
     /// Stepping down: the work is being cancelled; we do not lead any more.
     SteppingDown,
 }
+
+/// One leadership term, shared by the elector and the term's [`LeaderContext`]s.
+#[derive(Debug)]
+struct Term {
+    /// Send instant of the term's last successful write (the acquiring write, then each
+    /// renewal). Written by the elector only, while the term lasts; final once it ended.
+    renewed_at: Mutex<Instant>,
+}
+
+/// Whether the observed record names our identity although this process did not write it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Namesake {
+    /// No: the record is our own write, names someone else, or nobody.
+    Absent,
+    /// Yes, and it has not changed since we first read it: perhaps left by a dead earlier
+    /// incarnation of this candidate, perhaps a live process with our identity.
+    Unchanged,
+    /// Yes, and it was written after an earlier read of ours: another live process is using
+    /// our identity.
+    Live,
+}
+
+/// The records this elector wrote, so that it recognises them when it reads them back even
+/// where the lock's version check cannot: the answer to the write was lost (timeout, broken
+/// connection) although the write landed, or someone changed only the object's metadata since.
+///
+/// A write refused for certain (409 Conflict, AlreadyExists, not sent) is forgotten at once: a
+/// process with our identity that wrote the same record in the same microsecond must not make
+/// our lost race look like a win.
+#[derive(Default)]
+struct OwnWrites {
+    /// The record of our last confirmed write.
+    confirmed: Option<LeaderElectionRecord>,
+    /// Records sent after it whose outcome is unknown, oldest first, at most
+    /// [`MAX_UNCONFIRMED_WRITES`].
+    unconfirmed: VecDeque<LeaderElectionRecord>,
+}
+
+/// Bound on [`OwnWrites::unconfirmed`]; a leader steps down after a few failed renewals anyway.
+const MAX_UNCONFIRMED_WRITES: usize = 8;
 
 /// Outcome of one `try_acquire_or_renew`.
 #[derive(Debug)]
@@ -142,8 +218,17 @@ enum Attempt {
     Held,
     /// Another candidate holds an unexpired lease.
     HeldBy(String),
+    /// The record names our identity but another process wrote it, and it has not expired.
+    HeldByNamesake,
     /// The lock operation failed (conflict, network, ...); the caller decides when to retry.
     Failed(LockError),
+}
+
+/// Which write `LeaderElector::write` makes.
+#[derive(Clone, Copy, Debug)]
+enum Write {
+    Create,
+    Update,
 }
 
 impl<L: ResourceLock> Clone for LeaderElector<L> {
@@ -165,10 +250,11 @@ impl<L: ResourceLock> LeaderElector<L> {
         let state = Arc::new(Mutex::new(Inner {
             observed_record: LeaderElectionRecord::default(),
             observed_time: None,
+            namesake: Namesake::Absent,
+            reported_namesake: Namesake::Absent,
             reported_leader: None,
+            own_writes: OwnWrites::default(),
             phase: Phase::Following,
-            term: 0,
-            term_renewed_at: None,
         }));
         Ok(Self { shared: Arc::new(Shared { config, lock, clock, state, metrics: OnceLock::new() }) })
     }
@@ -204,7 +290,7 @@ impl<L: ResourceLock> LeaderElector<L> {
     /// True while this process leads (client-go `IsLeader`, but false as soon as the elector
     /// starts stepping down rather than when the record changes).
     pub fn is_leader(&self) -> bool {
-        matches!(self.shared.state.lock().phase, Phase::Leading { .. })
+        matches!(self.shared.state.lock().phase, Phase::Leading(_))
     }
 
     /// Holder named by the last observed record ("" if none; client-go `GetLeader`).
@@ -217,8 +303,8 @@ impl<L: ResourceLock> LeaderElector<L> {
     /// elector steps down at `renew_deadline` by itself, so a failure means the elector is
     /// wedged (starved runtime, blocked thread) while its work may still be running.
     pub fn check(&self, max_tolerable_expired_lease: Duration) -> Result<(), HealthError> {
-        let renewed_at = match self.shared.state.lock().phase {
-            Phase::Leading { renewed_at } => renewed_at,
+        let renewed_at = match &self.shared.state.lock().phase {
+            Phase::Leading(term) => *term.renewed_at.lock(),
             Phase::Following | Phase::SteppingDown => return Ok(()),
         };
         let since = Instant::now().saturating_duration_since(renewed_at);
@@ -253,12 +339,16 @@ impl<L: ResourceLock> LeaderElector<L> {
                 r = timeout(config.renew_deadline, self.try_acquire_or_renew()) => r,
             };
             self.maybe_report_transition(callbacks);
+            self.maybe_report_namesake();
             match attempt {
                 Ok(Attempt::Held) => {
                     info!(lock = %self.shared.lock.describe(), identity = %self.shared.lock.identity(), "acquired the lease");
                     return Some(sent);
                 }
                 Ok(Attempt::HeldBy(holder)) => debug!(%holder, "lease is held and has not expired"),
+                Ok(Attempt::HeldByNamesake) => {
+                    debug!("lease is held under our identity by another process and has not expired")
+                }
                 Ok(Attempt::Failed(e)) => warn!(error = %e, "failed to acquire the lease"),
                 Err(_) => warn!(lock = %self.shared.lock.describe(), "acquire attempt timed out"),
             }
@@ -280,22 +370,26 @@ impl<L: ResourceLock> LeaderElector<L> {
     }
 
     /// The lead phase: start the work, renew, step down. See the module docs for the order.
-    async fn lead(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken, renewed_at: Instant) -> StopReason {
+    async fn lead(
+        &self,
+        callbacks: &mut LeaderCallbacks,
+        shutdown: &CancellationToken,
+        renewed_at: Instant,
+    ) -> StopReason {
         let config = &self.shared.config;
-        let (term, fencing_token) = {
+        let term = Arc::new(Term { renewed_at: Mutex::new(renewed_at) });
+        let fencing_token = {
             let mut inner = self.shared.state.lock();
-            inner.phase = Phase::Leading { renewed_at };
-            inner.term_renewed_at = Some(renewed_at);
-            inner.term += 1;
-            (inner.term, inner.observed_record.leader_transitions)
+            inner.phase = Phase::Leading(term.clone());
+            inner.observed_record.leader_transitions
         };
         let work_token = shutdown.child_token();
         let ctx = LeaderContext {
             token: work_token.clone(),
             state: self.shared.state.clone(),
-            term,
-            renew_deadline: config.renew_deadline,
+            term: term.clone(),
             lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
             fencing_token,
         };
         if let Some(m) = self.shared.metrics.get() {
@@ -303,7 +397,7 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
         let mut work: JoinHandle<()> = tokio::spawn((callbacks.on_started_leading)(ctx));
 
-        let (reason, last_renewed) = self.renew(callbacks, shutdown, renewed_at).await;
+        let reason = self.renew(callbacks, shutdown, &term).await;
 
         // Step down: from here on the work must wind down.
         self.shared.state.lock().phase = Phase::SteppingDown;
@@ -311,7 +405,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             m.leader_off();
         }
         work_token.cancel();
-        let stop_by = last_renewed + config.lease_duration;
+        let stop_by = *term.renewed_at.lock() + config.lease_duration;
         match timeout_at(stop_by, &mut work).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => error!(error = %e, "the leader's work panicked or was aborted"),
@@ -325,69 +419,78 @@ impl<L: ResourceLock> LeaderElector<L> {
             }
         }
         info!(lock = %self.shared.lock.describe(), identity = %self.shared.lock.identity(), ?reason, "stopped leading");
-        (callbacks.on_stopped_leading)();
+        // Release before on_stopped_leading, so a program that exits inside the callback has
+        // already given the lease back (client-go: `renew` releases before `Run`'s deferred
+        // `OnStoppedLeading`).
         if reason == StopReason::Shutdown && config.release_on_cancel {
             self.release().await;
-            self.maybe_report_transition(callbacks);
         }
+        (callbacks.on_stopped_leading)();
+        // A released lease is reported to on_new_leader ("") after on_stopped_leading.
+        self.maybe_report_transition(callbacks);
         self.shared.state.lock().phase = Phase::Following;
         reason
     }
 
-    /// Renews every `retry_period` until a stop condition. Returns the reason and the send
-    /// instant of the last successful write.
-    async fn renew(
-        &self,
-        callbacks: &mut LeaderCallbacks,
-        shutdown: &CancellationToken,
-        mut renewed_at: Instant,
-    ) -> (StopReason, Instant) {
+    /// Renews every `retry_period` until a stop condition, recording the send instant of each
+    /// successful write in `term`. Returns why the term ends.
+    async fn renew(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken, term: &Term) -> StopReason {
         let config = &self.shared.config;
+        let mut renewed_at = *term.renewed_at.lock();
         loop {
             let deadline = renewed_at + config.renew_deadline;
             let next = Instant::now() + config.retry_period;
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return (StopReason::Shutdown, renewed_at),
+                _ = shutdown.cancelled() => return StopReason::Shutdown,
                 _ = sleep_until(next.min(deadline)) => {}
             }
             // Checked before writing: a process resumed after a long pause steps down here
             // without touching the lock.
             if Instant::now() >= deadline {
                 warn!(lock = %self.shared.lock.describe(), "failed to renew the lease within the renew deadline");
-                return (StopReason::RenewDeadlineExceeded, renewed_at);
+                return StopReason::RenewDeadlineExceeded;
             }
             let sent = Instant::now();
             let attempt = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return (StopReason::Shutdown, renewed_at),
+                _ = shutdown.cancelled() => return StopReason::Shutdown,
                 r = timeout_at(deadline, self.try_acquire_or_renew()) => r,
             };
             self.maybe_report_transition(callbacks);
             match attempt {
                 Ok(Attempt::Held) => {
                     renewed_at = sent;
-                    let mut inner = self.shared.state.lock();
-                    inner.term_renewed_at = Some(sent);
-                    if let Phase::Leading { renewed_at: r } = &mut inner.phase {
-                        *r = sent;
-                    }
+                    *term.renewed_at.lock() = sent;
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     warn!(lock = %self.shared.lock.describe(), %holder, "the lease has another holder");
-                    return (StopReason::LostTo(holder), renewed_at);
+                    return StopReason::LostTo(holder);
                 }
-                Ok(Attempt::Failed(e)) => warn!(error = %e, "failed to renew the lease; retrying until the renew deadline"),
+                Ok(Attempt::HeldByNamesake) => {
+                    let (lock, me) = (self.shared.lock.describe(), self.shared.lock.identity());
+                    error!(
+                        %lock,
+                        identity = %me,
+                        "another process is using the leader-election identity {me:?} for lease {lock}; stepping down"
+                    );
+                    self.shared.state.lock().reported_namesake = Namesake::Live;
+                    return StopReason::DuplicateIdentity(me.to_string());
+                }
+                Ok(Attempt::Failed(e)) => {
+                    warn!(error = %e, "failed to renew the lease; retrying until the renew deadline")
+                }
                 Err(_) => {
                     warn!(lock = %self.shared.lock.describe(), "renew attempt did not finish before the renew deadline");
-                    return (StopReason::RenewDeadlineExceeded, renewed_at);
+                    return StopReason::RenewDeadlineExceeded;
                 }
             }
         }
     }
 
     /// client-go `tryAcquireOrRenew`: the fast path (leader updates against its last write),
-    /// then get-or-create, the expiry check on local observation time, and the update.
+    /// then get-or-create, the expiry check on local observation time, and the update. Unlike
+    /// client-go, a record naming our identity is ours only if this process wrote it.
     async fn try_acquire_or_renew(&self) -> Attempt {
         let lock = &self.shared.lock;
         let me = lock.identity();
@@ -405,17 +508,18 @@ impl<L: ResourceLock> LeaderElector<L> {
         // 1. Fast path: we hold it as far as we know, so update against what we last wrote.
         let fast = {
             let inner = self.shared.state.lock();
-            (inner.observed_record.holder_identity == me && inner.lease_valid(Instant::now()))
-                .then(|| inner.observed_record.clone())
+            (inner.observed_record.holder_identity == me
+                && inner.namesake == Namesake::Absent
+                && inner.lease_valid(Instant::now()))
+            .then(|| inner.observed_record.clone())
         };
         if let Some(observed) = fast {
             carry_over(&mut record, &observed, true);
-            match lock.update(&record).await {
-                Ok(()) => {
-                    self.set_observed(record);
-                    return Attempt::Held;
+            match self.write(&record, Write::Update).await {
+                Ok(()) => return Attempt::Held,
+                Err(e) => {
+                    debug!(error = %e, "fast-path renew failed, falling back to the slow path")
                 }
-                Err(e) => debug!(error = %e, "fast-path renew failed, falling back to the slow path"),
             }
         }
 
@@ -423,53 +527,64 @@ impl<L: ResourceLock> LeaderElector<L> {
         let old = match lock.get().await {
             Ok(Some(old)) => old,
             Ok(None) => {
-                return match lock.create(&record).await {
-                    Ok(()) => {
-                        self.set_observed(record);
-                        Attempt::Held
-                    }
+                return match self.write(&record, Write::Create).await {
+                    Ok(()) => Attempt::Held,
                     Err(e) => Attempt::Failed(e),
                 };
             }
             Err(e) => return Attempt::Failed(e),
         };
+        let names_me = old.holder_identity == me;
+        let ours = names_me && self.is_own_write(&old);
 
-        // 3. A changed record restarts the expiry clock; an unchanged one keeps it running.
-        let held_by_other = {
+        // 3. A changed record restarts the expiry clock; an unchanged one keeps it running. A
+        //    record naming us that we did not write is a namesake's: someone else's lease.
+        let holder_valid = {
             let mut inner = self.shared.state.lock();
-            if inner.observed_record != old {
+            let first_look = inner.observed_time.is_none();
+            let changed = inner.observed_record != old;
+            if changed {
                 inner.observed_record = old.clone();
                 inner.observed_time = Some(Instant::now());
             }
-            !old.holder_identity.is_empty() && old.holder_identity != me && inner.lease_valid(Instant::now())
+            inner.namesake = match (names_me && !ours, inner.namesake) {
+                (false, _) => Namesake::Absent,
+                (true, _) if changed && !first_look => Namesake::Live,
+                (true, Namesake::Live) => Namesake::Live,
+                (true, _) => Namesake::Unchanged,
+            };
+            !old.holder_identity.is_empty() && inner.lease_valid(Instant::now())
         };
-        if held_by_other {
+        if holder_valid && !names_me {
             return Attempt::HeldBy(old.holder_identity);
+        }
+        if holder_valid && !ours {
+            return Attempt::HeldByNamesake;
         }
 
         // 4. Take or keep it, against the version just read.
-        if old.holder_identity == me
-            && let Some(m) = self.shared.metrics.get()
-        {
+        if ours && let Some(m) = self.shared.metrics.get() {
             m.slowpath_exercised();
         }
-        carry_over(&mut record, &old, old.holder_identity == me);
-        match lock.update(&record).await {
-            Ok(()) => {
-                self.set_observed(record);
-                Attempt::Held
-            }
+        carry_over(&mut record, &old, ours);
+        match self.write(&record, Write::Update).await {
+            Ok(()) => Attempt::Held,
             Err(e) => Attempt::Failed(e),
         }
     }
 
-    /// client-go `release`: re-read first, and only if we still hold the lease write an empty
-    /// holder with a 1 s duration. Never blocks longer than `renew_deadline`.
+    /// client-go `release`: re-read first, and only if we still hold the lease (a record naming
+    /// us that we wrote) write an empty holder with a 1 s duration. Never blocks longer than
+    /// `renew_deadline`.
     async fn release(&self) -> bool {
         let lock = &self.shared.lock;
         let result = timeout(self.shared.config.renew_deadline, async {
             let Some(current) = lock.get().await? else { return Ok(false) };
             if current.holder_identity != lock.identity() {
+                return Ok(false);
+            }
+            if !self.is_own_write(&current) {
+                warn!(lock = %lock.describe(), "not releasing the lease: another process with our identity wrote it");
                 return Ok(false);
             }
             let now = self.shared.clock.now();
@@ -482,8 +597,7 @@ impl<L: ResourceLock> LeaderElector<L> {
                 strategy: current.strategy.clone(),
                 preferred_holder: current.preferred_holder.clone(),
             };
-            lock.update(&released).await?;
-            self.set_observed(released);
+            self.write(&released, Write::Update).await?;
             Ok::<bool, LockError>(true)
         })
         .await;
@@ -505,14 +619,40 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
     }
 
-    fn set_observed(&self, record: LeaderElectionRecord) {
+    /// Creates or updates the lock with `record`, remembering it as our own write (unconfirmed
+    /// until the answer comes; forgotten if refused for certain). On success `record` becomes
+    /// the observed record.
+    async fn write(&self, record: &LeaderElectionRecord, write: Write) -> Result<(), LockError> {
+        self.shared.state.lock().own_writes.sending(record);
+        let result = match write {
+            Write::Create => self.shared.lock.create(record).await,
+            Write::Update => self.shared.lock.update(record).await,
+        };
         let mut inner = self.shared.state.lock();
-        inner.observed_record = record;
-        inner.observed_time = Some(Instant::now());
+        match &result {
+            Ok(()) => {
+                inner.own_writes.confirmed(record);
+                inner.observed_record = record.clone();
+                inner.observed_time = Some(Instant::now());
+                inner.namesake = Namesake::Absent;
+            }
+            Err(LockError::Conflict { .. } | LockError::AlreadyExists { .. } | LockError::NotInitialized { .. }) => {
+                inner.own_writes.refused(record);
+            }
+            // Network errors, server errors: the write may have landed.
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// True if `read` (just returned by the lock's `get`) is a record this elector wrote.
+    fn is_own_write(&self, read: &LeaderElectionRecord) -> bool {
+        self.shared.lock.last_read_is_own_write() || self.shared.state.lock().own_writes.contains(read)
     }
 
     /// client-go `maybeReportTransition`: tell `on_new_leader` when the observed holder
-    /// changed ("" means the lease was released). Called on the elector task, in order.
+    /// changed ("" means the lease was released). Reports are queued in order; the callback
+    /// runs on its own task.
     fn maybe_report_transition(&self, callbacks: &mut LeaderCallbacks) {
         let changed = {
             let mut inner = self.shared.state.lock();
@@ -524,14 +664,47 @@ impl<L: ResourceLock> LeaderElector<L> {
                 Some(holder)
             }
         };
-        if let (Some(holder), Some(cb)) = (changed, callbacks.on_new_leader.as_mut()) {
-            cb(&holder);
+        if let Some(holder) = changed {
+            callbacks.deliver_new_leader(holder);
         }
     }
 
+    /// Logs, once per change, that the lease names our identity but another process wrote it.
+    /// (While leading, `renew` logs the step-down itself.)
+    fn maybe_report_namesake(&self) {
+        let namesake = {
+            let mut inner = self.shared.state.lock();
+            if inner.namesake == inner.reported_namesake {
+                return;
+            }
+            inner.reported_namesake = inner.namesake;
+            inner.namesake
+        };
+        let (lock, me) = (self.shared.lock.describe(), self.shared.lock.identity());
+        match namesake {
+            Namesake::Absent => {}
+            Namesake::Unchanged => warn!(
+                %lock,
+                identity = %me,
+                "the lease {lock} names this candidate's identity {me:?} but this process did not write it \
+                 (an earlier incarnation, or another process with the same identity); it is taken only after \
+                 it stayed unchanged for its lease duration, as any holder's"
+            ),
+            Namesake::Live => error!(
+                %lock,
+                identity = %me,
+                "another process is using the leader-election identity {me:?} for lease {lock}; \
+                 not taking the lease while that process renews it"
+            ),
+        }
+    }
+
+    /// Seeds the elector's memory as client-go's tests set `observedRecord`: the record counts
+    /// as observed at `observed_time` and, as there, as this elector's own last write.
     #[cfg(test)]
     fn seed_observed(&self, record: LeaderElectionRecord, observed_time: Option<Instant>) {
         let mut inner = self.shared.state.lock();
+        inner.own_writes.confirmed(&record);
         inner.observed_record = record;
         inner.observed_time = observed_time;
     }
@@ -551,8 +724,35 @@ impl Inner {
     }
 }
 
+impl OwnWrites {
+    /// `record` is about to be sent; until its answer comes, it may land or not.
+    fn sending(&mut self, record: &LeaderElectionRecord) {
+        if self.unconfirmed.len() == MAX_UNCONFIRMED_WRITES {
+            self.unconfirmed.pop_front();
+        }
+        self.unconfirmed.push_back(record.clone());
+    }
+
+    /// `record` was written: it is now the only record of ours the lock can hold.
+    fn confirmed(&mut self, record: &LeaderElectionRecord) {
+        self.unconfirmed.clear();
+        self.confirmed = Some(record.clone());
+    }
+
+    /// `record` was certainly not written.
+    fn refused(&mut self, record: &LeaderElectionRecord) {
+        if let Some(i) = self.unconfirmed.iter().rposition(|r| r == record) {
+            self.unconfirmed.remove(i);
+        }
+    }
+
+    fn contains(&self, record: &LeaderElectionRecord) -> bool {
+        self.confirmed.as_ref() == Some(record) || self.unconfirmed.contains(record)
+    }
+}
+
 /// Keeps `acquireTime` and the transition count when we already hold the lease; counts a
-/// transition when we take it from someone (or from nobody).
+/// transition when we take it from someone (or from nobody, or from a namesake).
 fn carry_over(record: &mut LeaderElectionRecord, old: &LeaderElectionRecord, already_ours: bool) {
     if already_ours {
         record.acquire_time = old.acquire_time;
@@ -571,7 +771,8 @@ fn jittered(period: Duration, factor: f64) -> Duration {
 
 impl LeaderCallbacks {
     /// `on_started_leading` receives the term's [`LeaderContext`] and returns the work, which
-    /// is spawned; `on_stopped_leading` runs after the work has returned (or was aborted).
+    /// is spawned; `on_stopped_leading` runs after the work has returned (or was aborted) and,
+    /// on a shutdown with `release_on_cancel`, after the lease was released.
     pub fn new<W, Fut, S>(mut on_started_leading: W, on_stopped_leading: S) -> Self
     where
         W: FnMut(LeaderContext) -> Fut + Send + 'static,
@@ -581,14 +782,53 @@ impl LeaderCallbacks {
         Self {
             on_started_leading: Box::new(move |ctx| Box::pin(on_started_leading(ctx))),
             on_stopped_leading: Box::new(on_stopped_leading),
-            on_new_leader: None,
+            on_new_leader: NewLeaderDelivery::Off,
         }
     }
 
-    /// Called on the elector task whenever the observed holder changes; must not block.
-    pub fn on_new_leader(mut self, f: impl FnMut(&str) + Send + 'static) -> Self {
-        self.on_new_leader = Some(Box::new(f));
+    /// Called with the holder's identity whenever the observed holder changes ("" when the
+    /// lease was released). Calls are made in order, one at a time, on a task of their own
+    /// (client-go: a goroutine per call, in no order), so the elector never waits for them.
+    /// As on any tokio task, the callback must not block its thread; for work that waits, use
+    /// [`Self::on_new_leader_async`].
+    pub fn on_new_leader(self, mut f: impl FnMut(&str) + Send + 'static) -> Self {
+        self.on_new_leader_async(move |holder| {
+            f(&holder);
+            std::future::ready(())
+        })
+    }
+
+    /// As [`Self::on_new_leader`], with a callback that may await (send a message, write an
+    /// Event). A slow call delays the next report, never the elector's renewals.
+    pub fn on_new_leader_async<F, Fut>(mut self, mut f: F) -> Self
+    where
+        F: FnMut(String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_new_leader = NewLeaderDelivery::Idle(Box::new(move |holder| Box::pin(f(holder))));
         self
+    }
+
+    /// Queues `holder` for `on_new_leader`, starting the delivery task at the first report.
+    fn deliver_new_leader(&mut self, holder: String) {
+        let sender = match std::mem::replace(&mut self.on_new_leader, NewLeaderDelivery::Off) {
+            NewLeaderDelivery::Off => return,
+            NewLeaderDelivery::Running(sender) => sender,
+            NewLeaderDelivery::Idle(mut callback) => {
+                let (sender, mut receiver) = unbounded_channel::<String>();
+                tokio::spawn(async move {
+                    while let Some(holder) = receiver.recv().await {
+                        callback(holder).await;
+                    }
+                });
+                sender
+            }
+        };
+        if sender.send(holder).is_err() {
+            error!("on_new_leader panicked earlier; it is not called any more");
+            return;
+        }
+        self.on_new_leader = NewLeaderDelivery::Running(sender);
     }
 }
 
@@ -611,24 +851,6 @@ impl LeaderContext {
         self.fencing_token
     }
 
-    /// The earliest instant at which another candidate following the protocol can acquire the
-    /// lease: the send instant of this term's last successful write + `lease_duration` (a
-    /// follower waits `lease_duration` from its *observation* of that write, which comes after
-    /// the send). Stays valid after the term ended.
-    pub fn lease_valid_until(&self) -> Instant {
-        self.last_renewed() + self.lease_duration
-    }
-
-    /// When this term's entitlement lapses by this process's clock: last successful write's
-    /// send instant + `renew_deadline` (the elector steps down by then at the latest).
-    pub fn renew_deadline_at(&self) -> Instant {
-        self.last_renewed() + self.renew_deadline
-    }
-
-    fn last_renewed(&self) -> Instant {
-        self.state.lock().term_renewed_at.unwrap_or_else(Instant::now)
-    }
-
     /// True if this term is still on and its last successful renewal is less than
     /// `renew_deadline` old *now*, independent of whether the elector task has run since.
     pub fn still_leading(&self) -> bool {
@@ -636,10 +858,34 @@ impl LeaderContext {
             return false;
         }
         let inner = self.state.lock();
-        match inner.phase {
-            Phase::Leading { renewed_at } => inner.term == self.term && Instant::now() < renewed_at + self.renew_deadline,
+        match &inner.phase {
+            Phase::Leading(term) => Arc::ptr_eq(term, &self.term) && Instant::now() < self.renew_deadline_at(),
             Phase::Following | Phase::SteppingDown => false,
         }
+    }
+
+    /// The earliest instant at which another candidate following the protocol can acquire the
+    /// lease: `S + lease_duration`, where `S` is the local instant at which this term's last
+    /// successful write (the acquisition or a renewal) was *sent*.
+    ///
+    /// Why: a successor takes over only after it saw the record unchanged for `lease_duration`,
+    /// counted from its own observation `O` of our last write, and `O >= S` because the write
+    /// had to be sent before anyone could see it (clocks may disagree on the time, but must run
+    /// at about the same rate). The value keeps its last setting after the term ended, so a
+    /// runtime can still fence the term's late side effects with it. Not a bound for a process
+    /// that ignores the protocol (e.g. one sharing our identity, see
+    /// [`StopReason::DuplicateIdentity`]), and a lease released at shutdown (after the work
+    /// stopped) can pass on sooner.
+    pub fn lease_valid_until(&self) -> Instant {
+        *self.term.renewed_at.lock() + self.lease_duration
+    }
+
+    /// `S + renew_deadline` (see [`Self::lease_valid_until`] for `S`): the instant at which the
+    /// elector steps down if no renewal succeeds before, and after which [`Self::still_leading`]
+    /// is false. The work has `lease_valid_until() - renew_deadline_at()` (`lease_duration -
+    /// renew_deadline`, 5 s at the 15/10/2 defaults) to wind down before a successor can start.
+    pub fn renew_deadline_at(&self) -> Instant {
+        *self.term.renewed_at.lock() + self.renew_deadline
     }
 }
 
@@ -665,6 +911,12 @@ mod tests {
 
     fn held_by(holder: &str, secs: i32) -> LeaderElectionRecord {
         LeaderElectionRecord { holder_identity: holder.into(), lease_duration_seconds: secs, ..Default::default() }
+    }
+
+    /// Lets spawned tasks (the `on_new_leader` delivery) run: paused time only advances once
+    /// every task is idle.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
     fn elector(store: &FakeLockStore, id: &str, c: LeaderElectionConfig) -> LeaderElector<FakeLock> {
@@ -868,8 +1120,10 @@ mod tests {
 
             let reported = Arc::new(Mutex::new(None::<String>));
             let r = reported.clone();
-            let mut cb = LeaderCallbacks::new(|_| async {}, || {}).on_new_leader(move |l| *r.lock() = Some(l.to_string()));
+            let mut cb =
+                LeaderCallbacks::new(|_| async {}, || {}).on_new_leader(move |l| *r.lock() = Some(l.to_string()));
             le.maybe_report_transition(&mut cb);
+            settle().await;
             assert_eq!(reported.lock().as_deref(), Some(case.out_holder), "{}: reported leader", case.name);
         }
     }
@@ -886,6 +1140,7 @@ mod tests {
         le.maybe_report_transition(&mut cb);
         assert!(le.release().await);
         le.maybe_report_transition(&mut cb);
+        settle().await;
         let record = store.record().unwrap();
         assert_eq!(record.holder_identity, "");
         assert_eq!(record.lease_duration_seconds, 1);
@@ -929,6 +1184,7 @@ mod tests {
         assert_eq!(store.holder(), "a");
         shutdown.cancel();
         assert_eq!(run.await.unwrap(), StopReason::Shutdown);
+        settle().await;
         assert!(!le.is_leader());
         assert_eq!(store.holder(), "");
         assert_eq!(store.record().unwrap().lease_duration_seconds, 1);
@@ -953,8 +1209,9 @@ mod tests {
     }
 
     // client-go: TestFastPathLeaderElection ("Fallback to slow path after fast path fails"):
-    // a write by someone else makes the fast path conflict; the slow path re-reads and, since the
-    // record still names us, renews.
+    // a metadata-only change by someone else (kubectl annotate) makes the fast path conflict; the
+    // slow path re-reads and, since the record is still the one we wrote, renews. (A rewrite of
+    // the record naming us is another process with our identity: see the duplicate tests.)
     #[tokio::test(start_paused = true)]
     async fn fallback_to_slow_path_after_fast_path_fails() {
         let store = FakeLockStore::new();
@@ -965,9 +1222,7 @@ mod tests {
             async move { le.run(LeaderCallbacks::new(|_| async {}, || {}), s).await }
         });
         tokio::time::sleep(Duration::from_millis(700)).await; // acquired, renewed once
-        let mut touched = store.record().unwrap();
-        touched.renew_time = None; // someone rewrote the record (still naming us)
-        store.put(touched);
+        store.touch(); // someone changed the object, not the record
         tokio::time::sleep(Duration::from_millis(1000)).await; // two more renewal rounds
         shutdown.cancel();
         run.await.unwrap();
@@ -1251,9 +1506,7 @@ mod tests {
         let text = scrape(&registry);
         assert!(text.contains(r#"leader_election_master_status{name="unit"} 1"#), "{text}");
         assert!(text.contains(r#"leader_election_slowpath_total{name="unit"} 0"#), "{text}");
-        let mut touched = store.record().unwrap();
-        touched.renew_time = None;
-        store.put(touched); // the next fast-path renewal conflicts and falls back to the slow path
+        store.touch(); // the next fast-path renewal conflicts and falls back to the slow path
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(scrape(&registry).contains(r#"leader_election_slowpath_total{name="unit"} 1"#));
         shutdown.cancel();
@@ -1271,7 +1524,7 @@ mod tests {
         assert_eq!(healthz.name(), "leaderElection");
         assert_eq!(healthz.check(), Ok(()), "a follower is healthy");
 
-        a.shared.state.lock().phase = Phase::Leading { renewed_at: Instant::now() };
+        a.shared.state.lock().phase = Phase::Leading(Arc::new(Term { renewed_at: Mutex::new(Instant::now()) }));
         tokio::time::sleep(RENEW).await;
         assert_eq!(healthz.check(), Ok(()), "within deadline + tolerance");
         tokio::time::sleep(Duration::from_millis(1001)).await;
@@ -1298,5 +1551,290 @@ mod tests {
             let d = jittered(RETRY, JITTER_FACTOR);
             assert!(d >= RETRY && d < RETRY.mul_f64(1.0 + JITTER_FACTOR), "{d:?}");
         }
+    }
+
+    /// Captures what the elector logs (error and warn lines) while the guard lives; with the
+    /// current-thread runtime of `#[tokio::test]`, every task logs on this thread.
+    #[derive(Clone, Default)]
+    struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for LogCapture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl LogCapture {
+        fn start(&self) -> tracing::subscriber::DefaultGuard {
+            let capture = self.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .with_writer(move || capture.clone())
+                .finish();
+            tracing::subscriber::set_default(subscriber)
+        }
+        fn count(&self, needle: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
+        }
+    }
+
+    const DUPLICATE_A: &str = r#"another process is using the leader-election identity "a" for lease fake/lease"#;
+
+    fn spawn_run(
+        le: &LeaderElector<FakeLock>,
+        cb: LeaderCallbacks,
+        shutdown: &CancellationToken,
+    ) -> JoinHandle<StopReason> {
+        let (le, s) = (le.clone(), shutdown.clone());
+        tokio::spawn(async move { le.run(cb, s).await })
+    }
+
+    // client-go leads twice here: the second process with identity "a" reads a record naming
+    // "a" and renews it. Two processes, one identity: only one may work at any moment, and the
+    // second takes over only after the first stopped renewing.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_process_with_the_same_identity_waits_until_the_first_stops() {
+        let logs = LogCapture::default();
+        let _guard = logs.start();
+        let store = FakeLockStore::new();
+        let journal = Journal::default();
+        let shutdown = CancellationToken::new();
+        let first = elector(&store, "a", config(false, true));
+        spawn_run(&first, callbacks(&journal, "a1"), &shutdown);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(first.is_leader());
+        let second = LeaderElector::new(config(false, true), store.lock_for("a")).unwrap();
+        spawn_run(&second, callbacks(&journal, "a2"), &shutdown);
+        tokio::time::sleep(3 * LEASE).await;
+        assert!(first.is_leader());
+        assert!(!second.is_leader(), "both processes named \"a\" lead");
+        assert_eq!(journal.first("a2", "work-start"), None);
+        // The second saw the record it did not write change under its identity: logged once,
+        // not at each of its ~20 retries.
+        assert_eq!(logs.count(DUPLICATE_A), 1, "{}", String::from_utf8_lossy(&logs.0.lock()));
+
+        store.set_reach("a", Reach::Refuse); // cuts off both: the first stops renewing
+        tokio::time::sleep(RENEW + RETRY).await;
+        store.set_reach("a", Reach::Up);
+        tokio::time::sleep(LEASE + 3 * RETRY).await;
+        assert!(second.is_leader() || first.is_leader());
+        assert!(!(second.is_leader() && first.is_leader()));
+        shutdown.cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let intervals = journal.work_intervals();
+        assert_eq!(intervals.len(), 2, "{intervals:?}");
+        assert_no_overlap(&intervals);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_steps_down_when_another_process_writes_under_its_identity() {
+        let logs = LogCapture::default();
+        let _guard = logs.start();
+        let store = FakeLockStore::new();
+        let journal = Journal::default();
+        let a = elector(&store, "a", config(true, true));
+        let shutdown = CancellationToken::new();
+        let run = spawn_run(&a, callbacks(&journal, "a"), &shutdown);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(a.is_leader());
+        // A process with identity "a" that does not follow this protocol (client-go) renews.
+        let mut namesake = store.record().unwrap();
+        namesake.renew_time = Some(k8s_openapi::jiff::Timestamp::from_second(1).unwrap());
+        store.put(namesake.clone());
+        tokio::time::sleep(RETRY).await;
+        assert!(!a.is_leader());
+        assert_eq!(journal.events("a"), ["new-leader:a", "work-start", "work-end", "stopped"]);
+        assert_eq!(store.record(), Some(namesake.clone()), "the namesake's record was overwritten");
+        assert_eq!(logs.count(&format!("{DUPLICATE_A}; stepping down")), 1);
+        // Re-contending, it treats the namesake's record as anyone's: no takeover while it
+        // changes, and no second log line for the same state.
+        let mut last_change = Instant::now();
+        for second in 2..12 {
+            namesake.renew_time = Some(k8s_openapi::jiff::Timestamp::from_second(second).unwrap());
+            store.put(namesake.clone());
+            last_change = Instant::now();
+            tokio::time::sleep(RETRY).await;
+        }
+        assert!(!a.is_leader());
+        assert_eq!(logs.count(DUPLICATE_A), 1);
+        // Once it stops changing, it is taken after lease_duration, as a new term.
+        tokio::time::sleep(LEASE + 3 * RETRY).await;
+        assert!(a.is_leader());
+        let second_start = journal.0.lock().iter().filter(|(_, w, _)| w == "work-start").nth(1).map(|(_, _, t)| *t);
+        assert!(
+            second_start.unwrap() >= last_change + LEASE,
+            "took over {:?} after the last change",
+            second_start.unwrap() - last_change
+        );
+        assert_eq!(store.record().unwrap().leader_transitions, namesake.leader_transitions + 1);
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), StopReason::Shutdown);
+
+        // Without recontend, run says why it stopped.
+        let store = FakeLockStore::new();
+        let a = elector(&store, "a", config(false, true));
+        let run = spawn_run(&a, LeaderCallbacks::new(|_| async {}, || {}), &CancellationToken::new());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut namesake = store.record().unwrap();
+        namesake.leader_transitions += 7;
+        store.put(namesake);
+        assert_eq!(run.await.unwrap(), StopReason::DuplicateIdentity("a".into()));
+    }
+
+    // A record naming us that this process did not write (left by a dead earlier incarnation)
+    // is taken only after it stayed unchanged for its lease duration; client-go takes it at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_record_naming_us_from_before_we_started_is_taken_only_after_it_expires() {
+        let logs = LogCapture::default();
+        let _guard = logs.start();
+        let store = FakeLockStore::with_record(LeaderElectionRecord { leader_transitions: 3, ..held_by("a", 4) });
+        let journal = Journal::default();
+        let a = elector(&store, "a", config(false, true));
+        let start = Instant::now();
+        let shutdown = CancellationToken::new();
+        spawn_run(&a, callbacks(&journal, "a"), &shutdown);
+        tokio::time::sleep(LEASE + 3 * RETRY).await;
+        let took = journal.first("a", "work-start").expect("never took over") - start;
+        assert_eq!(took, LEASE);
+        assert_eq!(store.record().unwrap().leader_transitions, 4, "taking a namesake's lease is a transition");
+        assert_eq!(logs.count("names this candidate's identity \"a\" but this process did not write it"), 1);
+        assert_eq!(logs.count(DUPLICATE_A), 0, "an unchanged record is no proof of a live duplicate");
+        shutdown.cancel();
+    }
+
+    // The lock's version check says "not ours" after a metadata-only change, and for a write
+    // whose answer was lost; the elector still knows the record as its own.
+    #[test]
+    fn own_writes_remember_unconfirmed_writes_until_one_is_confirmed() {
+        let (r1, r2, r3) = (held_by("a", 1), held_by("a", 2), held_by("a", 3));
+        let mut own = OwnWrites::default();
+        own.sending(&r1);
+        own.confirmed(&r1);
+        own.sending(&r2); // timed out: may have landed
+        own.sending(&r3); // refused with 409: certainly not written
+        own.refused(&r3);
+        assert!(own.contains(&r1) && own.contains(&r2) && !own.contains(&r3));
+        own.sending(&r3);
+        own.confirmed(&r3);
+        assert!(!own.contains(&r1) && !own.contains(&r2) && own.contains(&r3));
+        for i in 10..10 + MAX_UNCONFIRMED_WRITES as i32 + 1 {
+            own.sending(&held_by("a", i));
+        }
+        assert!(!own.contains(&held_by("a", 10)), "the oldest unconfirmed write is dropped");
+        assert!(own.contains(&held_by("a", 11)));
+    }
+
+    // client-go's renew() releases before Run's deferred OnStoppedLeading: a program that exits
+    // inside on_stopped_leading has given the lease back.
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_released_before_on_stopped_leading_runs() {
+        let store = FakeLockStore::new();
+        let holder_when_stopped = Arc::new(Mutex::new(None::<String>));
+        let (seen, s) = (holder_when_stopped.clone(), store.clone());
+        let cb = LeaderCallbacks::new(
+            |ctx: LeaderContext| async move { ctx.cancelled().await },
+            move || *seen.lock() = Some(s.holder()),
+        );
+        let a = elector(&store, "a", config(false, true));
+        let shutdown = CancellationToken::new();
+        let run = spawn_run(&a, cb, &shutdown);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(store.holder(), "a");
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), StopReason::Shutdown);
+        assert_eq!(holder_when_stopped.lock().as_deref(), Some(""), "on_stopped_leading ran before the release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_blocking_on_new_leader_never_delays_renewals() {
+        let store = FakeLockStore::new();
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let c = calls.clone();
+        let cb = LeaderCallbacks::new(|ctx: LeaderContext| async move { ctx.cancelled().await }, || {})
+            .on_new_leader_async(move |holder| {
+                c.lock().push(holder);
+                std::future::pending::<()>() // never returns
+            });
+        let a = elector(&store, "a", config(false, true));
+        let shutdown = CancellationToken::new();
+        let run = spawn_run(&a, cb, &shutdown);
+        tokio::time::sleep(Duration::from_millis(5_200)).await;
+        assert!(a.is_leader());
+        // Acquired at 0 s, renewed every 0.5 s: ten renewals by 5.2 s, past the renew deadline.
+        let renewals = store.ops_of("a").iter().filter(|op| **op == "update-ok").count();
+        assert_eq!(renewals, 10, "{:?}", store.ops_of("a"));
+        assert_eq!(*calls.lock(), ["a"]);
+        // A slow callback that returns gets the reports in order.
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let c = calls.clone();
+        let mut cb = LeaderCallbacks::new(|_| async {}, || {}).on_new_leader_async(move |holder| {
+            let c = c.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                c.lock().push(holder);
+            }
+        });
+        for holder in ["x", "y", "z"] {
+            cb.deliver_new_leader(holder.to_string());
+        }
+        tokio::time::sleep(Duration::from_secs(350)).await;
+        assert_eq!(*calls.lock(), ["x", "y", "z"]);
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), StopReason::Shutdown);
+    }
+
+    // RUNTIME-NOTES: no successor acquires before t_send(last successful renew) + lease_duration.
+    #[tokio::test(start_paused = true)]
+    async fn lease_valid_until_is_the_last_renewal_sent_plus_lease_duration_even_after_the_term() {
+        let store = FakeLockStore::new();
+        let journal = Journal::default();
+        let ctx_slot = Arc::new(Mutex::new(None::<LeaderContext>));
+        let slot = ctx_slot.clone();
+        let j = journal.clone();
+        let cb = LeaderCallbacks::new(
+            move |ctx: LeaderContext| {
+                *slot.lock() = Some(ctx.clone());
+                let j = j.clone();
+                async move {
+                    j.push("a", "work-start");
+                    ctx.cancelled().await;
+                    j.push("a", "work-end");
+                }
+            },
+            || {},
+        );
+        let start = Instant::now();
+        let a = elector(&store, "a", config(false, true));
+        let shutdown = CancellationToken::new();
+        spawn_run(&a, cb, &shutdown);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ctx = ctx_slot.lock().clone().unwrap();
+        assert_eq!(ctx.lease_valid_until(), start + LEASE, "acquired at the start");
+        assert_eq!(ctx.renew_deadline_at(), start + RENEW);
+        let b = elector(&store, "b", config(false, true));
+        spawn_run(&b, callbacks(&journal, "b"), &shutdown);
+        // Renewals at 0.5 s, 1 s, ... 2 s; cut off at 2.2 s.
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        let last_renewal = start + Duration::from_secs(2);
+        assert_eq!(ctx.lease_valid_until(), last_renewal + LEASE);
+        assert_eq!(ctx.renew_deadline_at(), last_renewal + RENEW);
+        store.set_reach("a", Reach::Hang);
+        tokio::time::sleep(LEASE + 4 * RETRY).await;
+        assert!(!a.is_leader() && b.is_leader());
+        assert_eq!(ctx.lease_valid_until(), last_renewal + LEASE, "kept after the term ended");
+        let b_start = journal.first("b", "work-start").unwrap();
+        let a_end = journal.first("a", "work-end").unwrap();
+        assert!(a_end <= ctx.renew_deadline_at(), "a worked until {:?}", a_end - start);
+        assert!(
+            b_start >= ctx.lease_valid_until(),
+            "b started {:?} before a's lease expired",
+            ctx.lease_valid_until() - b_start
+        );
+        shutdown.cancel();
     }
 }

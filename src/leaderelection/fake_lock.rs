@@ -1,13 +1,39 @@
-//! An in-memory lock for unit tests of the elector's state logic (client-go's tests use the fake
-//! clientset with reactors for the same purpose).
+//! An in-memory lease lock for unit tests of code built on the elector (client-go's tests use
+//! the fake clientset with reactors for the same purpose).
 //!
 //! [`FakeLockStore`] plays the apiserver: one record, a version bumped on every write, and the
 //! same resourceVersion precondition as the real Lease (an update based on an old version fails
-//! with [`LockError::Conflict`]). Each candidate gets its own [`FakeLock`] remembering the version
-//! it last saw, as `LeaseLock` remembers the object. Tests can cut one candidate off
-//! (`Refuse` = fast errors, `Hang` = requests that never answer) and read the log of operations.
+//! with [`LockError::Conflict`]). Each candidate gets its own [`FakeLock`] from
+//! [`FakeLockStore::lock_for`], remembering the version it last saw, as `LeaseLock` remembers
+//! the object, and the version of its own last write, so that it answers
+//! [`ResourceLock::last_read_is_own_write`] as `LeaseLock` does. Several locks may share one
+//! identity: that is how a test shows two processes started with the same identity.
 //!
-//! Nothing that claims real apiserver behaviour is tested with this; see tests/leaderelection_*.
+//! What a test can do to the "apiserver":
+//! - write the record as another host (or a human) would: [`FakeLockStore::put`];
+//! - change the object without changing the record, as `kubectl annotate` would:
+//!   [`FakeLockStore::touch`];
+//! - cut one identity off: [`Reach::Refuse`] (fast errors) or [`Reach::Hang`] (requests that
+//!   never answer), with [`FakeLockStore::set_reach`];
+//! - read the record and the log of operations it served ([`FakeLockStore::ops_of`]).
+//!
+//! The store has no notion of time: run tests on paused tokio time and the elector's timing is
+//! exact. Nothing that claims real apiserver behaviour is tested with this; see
+//! tests/leaderelection_*.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use kubeloop::leaderelection::fake_lock::FakeLockStore;
+//! use kubeloop::leaderelection::{LeaderElectionRecord, ResourceLock};
+//!
+//! let store = FakeLockStore::new();
+//! let lock = store.lock_for("pod-a");
+//! let record = LeaderElectionRecord { holder_identity: "pod-a".into(), lease_duration_seconds: 15, ..Default::default() };
+//! lock.create(&record).await.unwrap();
+//! assert_eq!(store.holder(), "pod-a");
+//! assert_eq!(store.ops_of("pod-a"), ["create-ok"]);
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,17 +42,21 @@ use parking_lot::Mutex;
 
 use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock};
 
-/// How the fake apiserver answers one candidate.
+/// How the fake apiserver answers one identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reach {
+pub enum Reach {
+    /// Requests are served (the default).
     Up,
+    /// Requests fail at once with [`LockError::Unavailable`] (logged as `refused`).
     Refuse,
+    /// Requests never answer (logged as `refused`); the caller's timeouts must end them.
     Hang,
 }
 
-/// The shared "apiserver" side.
+/// The shared "apiserver" side: one optional record and its version. Cheap to clone; clones
+/// share the same object.
 #[derive(Clone, Default)]
-pub(crate) struct FakeLockStore {
+pub struct FakeLockStore {
     inner: Arc<Mutex<StoreInner>>,
 }
 
@@ -41,50 +71,78 @@ struct StoreInner {
     reach: HashMap<String, Reach>,
 }
 
-/// One candidate's handle.
-pub(crate) struct FakeLock {
+/// One candidate's handle on a [`FakeLockStore`], implementing [`ResourceLock`].
+pub struct FakeLock {
     store: FakeLockStore,
     identity: String,
-    /// Version this candidate last read or wrote (`LeaseLock` keeps the object for this).
-    seen: Mutex<Option<u64>>,
+    versions: Mutex<Versions>,
+}
+
+/// What a [`FakeLock`] remembers (`LeaseLock` keeps the object for this).
+#[derive(Default)]
+struct Versions {
+    /// Version this lock last read or wrote.
+    seen: Option<u64>,
+    /// Version of this lock's own last successful create or update.
+    written: Option<u64>,
 }
 
 impl FakeLockStore {
-    pub(crate) fn new() -> Self {
+    /// A store without an object (the first candidate creates it).
+    pub fn new() -> Self {
         Self::default()
     }
 
-    pub(crate) fn with_record(record: LeaderElectionRecord) -> Self {
+    /// A store whose object already holds `record`, written by nobody among the test's locks.
+    pub fn with_record(record: LeaderElectionRecord) -> Self {
         let store = Self::new();
         store.put(record);
         store
     }
 
-    pub(crate) fn lock_for(&self, identity: &str) -> FakeLock {
-        FakeLock { store: self.clone(), identity: identity.to_string(), seen: Mutex::new(None) }
+    /// A lock contending as `identity`. Two locks with the same identity are two processes
+    /// sharing that identity: each remembers only its own reads and writes.
+    pub fn lock_for(&self, identity: &str) -> FakeLock {
+        FakeLock { store: self.clone(), identity: identity.to_string(), versions: Mutex::default() }
     }
 
     /// Writes the record directly, as another host (or a human) would; bumps the version.
-    pub(crate) fn put(&self, record: LeaderElectionRecord) {
+    pub fn put(&self, record: LeaderElectionRecord) {
         let mut s = self.inner.lock();
         s.version += 1;
         s.object = Some((record, s.version));
     }
 
-    pub(crate) fn record(&self) -> Option<LeaderElectionRecord> {
+    /// Bumps the version without changing the record, as a metadata-only change
+    /// (`kubectl annotate lease ...`) does: every lock's next update conflicts, and the record
+    /// it then reads is the same as before. No-op without an object.
+    pub fn touch(&self) {
+        let mut s = self.inner.lock();
+        let next = s.version + 1;
+        if let Some((_, v)) = s.object.as_mut() {
+            *v = next;
+            s.version = next;
+        }
+    }
+
+    /// The stored record; `None` if there is no object.
+    pub fn record(&self) -> Option<LeaderElectionRecord> {
         self.inner.lock().object.as_ref().map(|(r, _)| r.clone())
     }
 
-    pub(crate) fn holder(&self) -> String {
+    /// The stored holder identity; "" if nobody holds the lease or there is no object.
+    pub fn holder(&self) -> String {
         self.record().map(|r| r.holder_identity).unwrap_or_default()
     }
 
-    pub(crate) fn set_reach(&self, identity: &str, reach: Reach) {
+    /// How requests by `identity` are answered from now on (all locks with that identity).
+    pub fn set_reach(&self, identity: &str, reach: Reach) {
         self.inner.lock().reach.insert(identity.to_string(), reach);
     }
 
-    /// Operations served so far, as `op` names, for one identity.
-    pub(crate) fn ops_of(&self, identity: &str) -> Vec<&'static str> {
+    /// Operations served so far for one identity, in order: `get`, `create-ok`,
+    /// `create-conflict`, `update-ok`, `update-conflict`, `update-uninitialized`, `refused`.
+    pub fn ops_of(&self, identity: &str) -> Vec<&'static str> {
         self.inner.lock().ops.iter().filter(|(id, _)| id == identity).map(|(_, op)| *op).collect()
     }
 }
@@ -118,7 +176,7 @@ impl ResourceLock for FakeLock {
         let mut s = self.store.inner.lock();
         self.log(&mut s, "get");
         let object = s.object.clone();
-        *self.seen.lock() = object.as_ref().map(|(_, v)| *v);
+        self.versions.lock().seen = object.as_ref().map(|(_, v)| *v);
         Ok(object.map(|(r, _)| r))
     }
 
@@ -132,13 +190,13 @@ impl ResourceLock for FakeLock {
         self.log(&mut s, "create-ok");
         s.version += 1;
         s.object = Some((record.clone(), s.version));
-        *self.seen.lock() = Some(s.version);
+        *self.versions.lock() = Versions { seen: Some(s.version), written: Some(s.version) };
         Ok(())
     }
 
     async fn update(&self, record: &LeaderElectionRecord) -> Result<(), LockError> {
         self.enter("update").await?;
-        let seen = *self.seen.lock();
+        let seen = self.versions.lock().seen;
         let mut s = self.store.inner.lock();
         let Some(seen) = seen else {
             self.log(&mut s, "update-uninitialized");
@@ -155,8 +213,14 @@ impl ResourceLock for FakeLock {
             s.version += 1;
             s.object = Some((record.clone(), s.version));
         }
-        *self.seen.lock() = s.object.as_ref().map(|(_, v)| *v);
+        let version = s.object.as_ref().map(|(_, v)| *v);
+        *self.versions.lock() = Versions { seen: version, written: version };
         Ok(())
+    }
+
+    fn last_read_is_own_write(&self) -> bool {
+        let v = self.versions.lock();
+        v.seen.is_some() && v.seen == v.written
     }
 
     fn identity(&self) -> &str {
@@ -165,5 +229,48 @@ impl ResourceLock for FakeLock {
 
     fn describe(&self) -> String {
         "fake/lease".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_by(holder: &str) -> LeaderElectionRecord {
+        LeaderElectionRecord { holder_identity: holder.into(), lease_duration_seconds: 10, ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_lock_knows_its_own_write_from_a_namesakes() {
+        let store = FakeLockStore::new();
+        let (first, second) = (store.lock_for("a"), store.lock_for("a"));
+        first.create(&held_by("a")).await.unwrap();
+        first.get().await.unwrap();
+        assert!(first.last_read_is_own_write());
+        second.get().await.unwrap();
+        assert!(!second.last_read_is_own_write(), "same identity, but the other lock wrote it");
+        second.update(&held_by("a")).await.unwrap(); // a no-op write keeps the version...
+        first.get().await.unwrap();
+        assert!(first.last_read_is_own_write(), "...so the record is still first's write");
+        let mut changed = held_by("a");
+        changed.leader_transitions = 1;
+        second.update(&changed).await.unwrap();
+        first.get().await.unwrap();
+        assert!(!first.last_read_is_own_write());
+        assert!(second.last_read_is_own_write());
+    }
+
+    #[tokio::test]
+    async fn touch_moves_the_version_but_keeps_the_record() {
+        let store = FakeLockStore::new();
+        let lock = store.lock_for("a");
+        lock.create(&held_by("a")).await.unwrap();
+        store.touch();
+        assert_eq!(store.record(), Some(held_by("a")));
+        let err = lock.update(&held_by("a")).await.unwrap_err();
+        assert!(matches!(err, LockError::Conflict { .. }), "{err}");
+        assert_eq!(lock.get().await.unwrap(), Some(held_by("a")));
+        assert!(!lock.last_read_is_own_write());
+        assert_eq!(store.ops_of("a"), ["create-ok", "update-conflict", "get"]);
     }
 }

@@ -5,6 +5,11 @@
 //! resourceVersion and the apiserver rejects it with 409 if anyone wrote since: a lost race
 //! surfaces as [`LockError::Conflict`], never as a silent overwrite.
 //!
+//! `Inner::written_version` is the resourceVersion of this lock's own last successful create or
+//! update, so that after a `get` the lock can tell whether the object is still its own write
+//! ([`ResourceLock::last_read_is_own_write`]) or was rewritten by someone else, even by a process
+//! using the same identity.
+//!
 //! The parking_lot lock is never held across an `.await`: the object is cloned out, the request
 //! is made, and the answer stored back.
 
@@ -27,6 +32,8 @@ pub struct LeaseLock {
 struct Inner {
     /// The object last returned by the apiserver; `None` until the first get or create.
     lease: Option<Lease>,
+    /// resourceVersion of the object returned by our last successful create or update.
+    written_version: Option<String>,
 }
 
 impl LeaseLock {
@@ -38,12 +45,19 @@ impl LeaseLock {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
-            inner: Mutex::new(Inner { lease: None }),
+            inner: Mutex::new(Inner { lease: None, written_version: None }),
         }
     }
 
     fn store(&self, lease: Lease) {
         self.inner.lock().lease = Some(lease);
+    }
+
+    /// Stores the answer to our own write and remembers its resourceVersion.
+    fn store_written(&self, lease: Lease) {
+        let mut inner = self.inner.lock();
+        inner.written_version = lease.metadata.resource_version.clone();
+        inner.lease = Some(lease);
     }
 }
 
@@ -75,10 +89,12 @@ impl ResourceLock for LeaseLock {
         };
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(created) => {
-                self.store(created);
+                self.store_written(created);
                 Ok(())
             }
-            Err(e) if is_status(&e, |s| s.is_already_exists()) => Err(LockError::AlreadyExists { lock: self.describe() }),
+            Err(e) if is_status(&e, |s| s.is_already_exists()) => {
+                Err(LockError::AlreadyExists { lock: self.describe() })
+            }
             Err(source) => Err(LockError::Create { lock: self.describe(), source }),
         }
     }
@@ -90,12 +106,18 @@ impl ResourceLock for LeaseLock {
         lease.spec = Some(record_to_lease_spec(record));
         match self.api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(updated) => {
-                self.store(updated);
+                self.store_written(updated);
                 Ok(())
             }
             Err(e) if is_status(&e, |s| s.is_conflict()) => Err(LockError::Conflict { lock: self.describe() }),
             Err(source) => Err(LockError::Update { lock: self.describe(), source }),
         }
+    }
+
+    fn last_read_is_own_write(&self) -> bool {
+        let inner = self.inner.lock();
+        let read = inner.lease.as_ref().and_then(|l| l.metadata.resource_version.as_ref());
+        read.is_some() && read == inner.written_version.as_ref()
     }
 
     fn identity(&self) -> &str {

@@ -9,14 +9,29 @@
 //! | [`HealthzAdaptor`]        | `healthzadaptor.go`                                   |
 //! | [`LeaderMetricsProvider`] | `metrics.go` (+ component-base's metric names)        |
 //! | [`Clock`]                 | `k8s.io/utils/clock` (wall clock for the record only) |
+//! | [`fake_lock::FakeLock`]   | the fake clientset + reactors of client-go's tests     |
 //!
 //! Better than client-go on purpose: the elector can contend again after losing
 //! ([`LeaderElectionConfig::recontend`]); `on_stopped_leading` only runs after leading; the
-//! leader's work gets a [`LeaderContext`] and is awaited (bounded) before `on_stopped_leading`
-//! and before the lease is released, so it stops before the lease can pass to another holder
-//! (the argument is in [`config`]); a 409 is a typed lost race ([`LockError::Conflict`]);
-//! [`LeaderContext::still_leading`] lets work check its entitlement before each step and
-//! [`LeaderContext::fencing_token`] hands it the Lease's transition count as a fencing token.
+//! leader's work gets a [`LeaderContext`] and is awaited (bounded) before the lease is released
+//! and before `on_stopped_leading`, so it stops before the lease can pass to another holder
+//! (the argument is in [`config`]); on a shutdown the lease is released *before*
+//! `on_stopped_leading`, so a program that exits there has given it back; a 409 is a typed lost
+//! race ([`LockError::Conflict`]); [`LeaderContext::still_leading`] lets work check its
+//! entitlement before each step, [`LeaderContext::lease_valid_until`] tells it when a successor
+//! could start, and [`LeaderContext::fencing_token`] hands it the Lease's transition count as a
+//! fencing token; `on_new_leader` runs on a task of its own, in order, so a slow callback never
+//! delays a renewal.
+//!
+//! Two processes with one identity never both lead (client-go lets both renew, each reading a
+//! record that names "itself"): a record naming our identity counts as ours only if this
+//! process wrote it. A leader that sees the Lease rewritten under its identity steps down with
+//! [`StopReason::DuplicateIdentity`] and logs an error naming the identity; a candidate treats
+//! such a record like any other holder's, taking it only after it stayed unchanged for its lease
+//! duration, so a restarted process also waits for its dead predecessor's lease to expire.
+//! [`default_identity`] gives each process its own identity (hostname + "_" + UUID).
+//!
+//! [`fake_lock`] is an in-memory lock for unit tests of code built on the elector.
 //!
 //! ```no_run
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -43,15 +58,14 @@
 pub mod clock;
 pub mod config;
 mod elector;
-#[cfg(test)]
-pub(crate) mod fake_lock;
+pub mod fake_lock;
 mod healthz;
 mod lease_lock;
 mod metrics;
 mod resource_lock;
 
 pub use clock::{Clock, SkewedClock, SystemClock};
-pub use config::{ConfigError, LeaderElectionConfig};
+pub use config::{ConfigError, LeaderElectionConfig, default_identity};
 pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, StopReason};
 pub use healthz::HealthzAdaptor;
 pub use lease_lock::LeaseLock;

@@ -76,6 +76,14 @@ pub trait ResourceLock: Send + Sync + 'static {
     /// Replaces the record, conditional on the object not having changed since our last read or
     /// write ([`LockError::Conflict`] otherwise).
     fn update(&self, record: &LeaderElectionRecord) -> impl Future<Output = Result<(), LockError>> + Send;
+    /// True if the object returned by the last `get` is this lock's own last successful
+    /// `create` or `update` (the same resourceVersion), i.e. nobody wrote since this lock did.
+    ///
+    /// The elector uses it to tell its own record from one that names the same identity but was
+    /// written by another process (a second candidate started with the same identity, or an
+    /// earlier incarnation of this one). It also compares the record itself with what it wrote,
+    /// which covers a write whose answer was lost and a metadata-only change by someone else.
+    fn last_read_is_own_write(&self) -> bool;
     /// This candidate's identity (non-empty; checked by the elector).
     fn identity(&self) -> &str;
     /// `namespace/name` of the lock object, for logs and errors.
