@@ -1153,3 +1153,248 @@ async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
     assert_eq!(limits.nano_cpus, Some(1_500_000_000));
     assert_eq!(limits.memory, Some(128 * 1024 * 1024));
 }
+
+/// Creates and starts a container named `name` with exactly `labels` (someone else's, or an
+/// orphan), as the test's own client; returns its id.
+async fn create_labelled_container(docker: &Docker, name: &str, labels: &[(&str, &str)]) -> String {
+    use bollard::models::ContainerCreateBody;
+    use bollard::query_parameters::CreateContainerOptionsBuilder;
+    let body = ContainerCreateBody {
+        image: Some(kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE.to_string()),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..ContainerCreateBody::default()
+    };
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(name).build()),
+            body,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating container {name}: {e}"));
+    docker
+        .start_container(name, None)
+        .await
+        .unwrap_or_else(|e| panic!("starting container {name}: {e}"));
+    created.id
+}
+
+async fn container_id(docker: &Docker, name: &str) -> Option<String> {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(found) => found.id,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => None,
+        Err(e) => panic!("inspecting {name}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_adopted_or_deleted() {
+    use k8s_openapi::api::core::v1::Event;
+    use kube_client::api::ListParams;
+
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-taken").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let client = cluster.client().await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let docker = docker_at(&host);
+    let name = container_name(&ns, "taken");
+    // Another cluster's VM of the same namespace/name on the same engine: its own uid and its
+    // own managed-by value (so no orphan sweep of ours may take it either).
+    let foreign_id = create_labelled_container(
+        &docker,
+        &name,
+        &[
+            ("kubeloop.dev/vm-namespace", ns.as_str()),
+            ("kubeloop.dev/vm-name", "taken"),
+            ("kubeloop.dev/vm-uid", "uid-in-another-cluster"),
+            (
+                "kubeloop.dev/managed-by",
+                "kubeloop-vm-controller@another-cluster",
+            ),
+        ],
+    )
+    .await;
+
+    let mut controller =
+        Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+    apply_vm(cluster, &ns, "taken", "500m", "64Mi").await;
+    let failed = wait_phase(
+        &api,
+        "taken",
+        Phase::Failed,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    let uid = failed.metadata.uid.clone().unwrap();
+    let reason = failed.status.unwrap().reason;
+    for part in [
+        name.as_str(),
+        foreign_id.as_str(),
+        "uid-in-another-cluster",
+        uid.as_str(),
+    ] {
+        assert!(reason.contains(part), "{part:?} not in reason {reason:?}");
+    }
+
+    let events: Api<Event> = Api::namespaced(client, &ns);
+    let warning = eventually(
+        "a ServerNameTaken Warning event",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("listing events")
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some("taken")
+                        && e.reason.as_deref() == Some("ServerNameTaken")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+        },
+    )
+    .await;
+    assert!(
+        warning
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("uid-in-another-cluster")),
+        "{warning:?}"
+    );
+
+    // A few refreshes later it is still Failed and the container untouched.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(vm(&api, "taken").await.unwrap().phase(), Phase::Failed);
+    assert_eq!(container_id(&docker, &name).await, Some(foreign_id.clone()));
+
+    // Deleting the VM lets the object go without touching the container.
+    let (ok, out, err) = kubectl(
+        cluster,
+        &["delete", "vm", "taken", "-n", &ns, "--wait=false"],
+    );
+    assert!(ok, "{out}{err}");
+    eventually("the object to go", Duration::from_secs(60), || async {
+        vm(&api, "taken").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        container_id(&docker, &name).await,
+        Some(foreign_id),
+        "the other owner's container still exists\n{}",
+        tail(&controller.log_text(), 20)
+    );
+    assert_eq!(controller.terminate(), Some(0));
+}
+
+#[tokio::test]
+async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist() {
+    use kubeloop::cache::{Lister, ThreadSafeStore};
+    use kubeloop::controller::ReconcileContext;
+    use kubeloop::controller::vm::api::KubeVmApi;
+    use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig};
+    use kubeloop::controller::vm::{SweepReport, sweep_orphans};
+
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-sweep").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let client = cluster.client().await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let docker = docker_at(&host);
+
+    // A live VM (no controller runs, so nothing else touches its container) and its container.
+    apply_vm(cluster, &ns, "alive", "500m", "64Mi").await;
+    let alive_uid = vm(&api, "alive").await.unwrap().metadata.uid.unwrap();
+    let managed = "kubeloop-vm-controller";
+    let alive = container_name(&ns, "alive");
+    create_labelled_container(
+        &docker,
+        &alive,
+        &[
+            ("kubeloop.dev/vm-namespace", ns.as_str()),
+            ("kubeloop.dev/vm-name", "alive"),
+            ("kubeloop.dev/vm-uid", alive_uid.as_str()),
+            ("kubeloop.dev/managed-by", managed),
+        ],
+    )
+    .await;
+    // The container of a VM that no longer exists (its maker died mid-create, say).
+    let orphan = container_name(&ns, "gone");
+    create_labelled_container(
+        &docker,
+        &orphan,
+        &[
+            ("kubeloop.dev/vm-namespace", ns.as_str()),
+            ("kubeloop.dev/vm-name", "gone"),
+            ("kubeloop.dev/vm-uid", "uid-of-a-deleted-vm"),
+            ("kubeloop.dev/managed-by", managed),
+        ],
+    )
+    .await;
+    // Someone else's container without our managed-by label.
+    let unmanaged = container_name(&ns, "unmanaged");
+    create_labelled_container(
+        &docker,
+        &unmanaged,
+        &[
+            ("kubeloop.dev/vm-namespace", ns.as_str()),
+            ("kubeloop.dev/vm-name", "unmanaged"),
+            ("kubeloop.dev/vm-uid", "uid-of-someone-else"),
+        ],
+    )
+    .await;
+
+    let driver = DockerDriver::new(DockerDriverConfig {
+        host: host.clone(),
+        ..DockerDriverConfig::default()
+    });
+    // An informer cache that has seen nothing: the sweep must decide from live GETs.
+    let vm_api = KubeVmApi::new(
+        client,
+        Lister::new(ThreadSafeStore::new(Default::default()).reader()),
+    );
+    let report = sweep_orphans(&driver, &vm_api, Some(&ns), &ReconcileContext::detached())
+        .await
+        .expect("the sweep runs");
+    assert_eq!(
+        report,
+        SweepReport {
+            examined: 2,
+            removed: 1,
+            kept: 1
+        }
+    );
+    assert!(
+        !container_exists(&docker, &orphan).await,
+        "the orphan is removed"
+    );
+    assert!(
+        container_exists(&docker, &alive).await,
+        "the live VM's container stays"
+    );
+    assert!(
+        container_exists(&docker, &unmanaged).await,
+        "an unmanaged container stays"
+    );
+}

@@ -10,7 +10,9 @@
 //!   retried, not a lost update ([`set_finalizer`]).
 //!
 //! Every helper returns `Ok(None)` when the object is gone: a deleted VM is not an error and is
-//! not retried.
+//! not retried. Every helper is fenced: it calls [`ReconcileContext::check`] before each write
+//! it sends (a conflict retry is a new write), and sends nothing once that fails
+//! ([`ApiError::NotEntitled`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use thiserror::Error;
 
 use super::types::{FINALIZER, VirtualMachine, VirtualMachineStatus};
 use crate::cache::Lister;
+use crate::controller::context::{NotEntitled, ReconcileContext};
 
 /// How many times a write that hit a 409 is recomputed on fresh data before giving up (the
 /// failure then goes back to the workqueue's rate limiter).
@@ -41,6 +44,26 @@ pub enum ApiError {
     },
     #[error("VirtualMachine {vm}: {operation} still conflicted after {CONFLICT_RETRIES} attempts")]
     ConflictRetriesExhausted { vm: String, operation: &'static str },
+    /// The write was not sent: the reconcile may no longer cause side effects.
+    #[error("VirtualMachine {vm}: {operation} not sent: {reason}")]
+    NotEntitled {
+        vm: String,
+        operation: &'static str,
+        reason: NotEntitled,
+    },
+}
+
+/// `Ok` if `ctx` may still write, else the [`ApiError::NotEntitled`] for `operation` on `vm`.
+fn fence(
+    ctx: &ReconcileContext,
+    vm: &VirtualMachine,
+    operation: &'static str,
+) -> Result<(), ApiError> {
+    ctx.check().map_err(|reason| ApiError::NotEntitled {
+        vm: vm.key(),
+        operation,
+        reason,
+    })
 }
 
 /// Reads and writes of VirtualMachines.
@@ -48,7 +71,8 @@ pub trait VmApi: Send + Sync + 'static {
     /// The informer's copy (may be stale).
     fn cached(&self, namespace: &str, name: &str) -> Option<Arc<VirtualMachine>>;
 
-    /// A fresh GET; `None` if it does not exist.
+    /// A GET from the apiserver, never answered from the informer's cache (conflict retries
+    /// and the orphan sweep decide on it); `None` if it does not exist.
     fn get(
         &self,
         namespace: &str,
@@ -75,10 +99,12 @@ pub async fn write_status<A: VmApi>(
     api: &A,
     vm: &VirtualMachine,
     status: VirtualMachineStatus,
+    ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
     let mut current = vm.clone();
     for _ in 0..CONFLICT_RETRIES {
         current.status = Some(status.clone());
+        fence(ctx, vm, "status update")?;
         match api.replace_status(&current).await {
             Ok(updated) => return Ok(Some(updated)),
             Err(ApiError::NotFound { .. }) => return Ok(None),
@@ -102,6 +128,7 @@ pub async fn set_finalizer<A: VmApi>(
     api: &A,
     vm: &VirtualMachine,
     present: bool,
+    ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
     let mut current = vm.clone();
     for _ in 0..CONFLICT_RETRIES {
@@ -115,6 +142,7 @@ pub async fn set_finalizer<A: VmApi>(
         } else {
             finalizers.retain(|f| f != FINALIZER);
         }
+        fence(ctx, vm, "finalizer patch")?;
         match api.patch_finalizers(&current, finalizers).await {
             Ok(updated) => return Ok(Some(updated)),
             Err(ApiError::NotFound { .. }) => return Ok(None),

@@ -32,6 +32,7 @@ use super::types::VirtualMachine;
 use crate::cache::{
     DeletedObject, FactoryOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
 };
+use crate::controller::context::ReconcileContext;
 use crate::controller::worker::{Action, WorkerConfig, enqueue, key_of_deleted, run_workers};
 use crate::leaderelection::LeaderContext;
 use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
@@ -169,7 +170,11 @@ pub(crate) fn worker_fn<D: Driver, A: VmApi>(
                 // Leadership ended: act no more; the queue is being shut down.
                 return Ok(Action::Done);
             }
-            match reconciler.reconcile(&key).await {
+            // TODO(lead): hand the runtime's per-reconcile context (token + leadership term).
+            match reconciler
+                .reconcile(&key, &ReconcileContext::detached())
+                .await
+            {
                 Err(e) if !e.retry() => {
                     error!(key = %key, error = %e, "dropping key");
                     Ok(Action::Done)

@@ -9,11 +9,19 @@
 //!   (the reconcile returns done), so a deleted object is never requeued forever; an invalid
 //!   spec is recorded in the VM's status and waits for the user to edit the spec (the edit's
 //!   event requeues it).
+//! - [`ReconcileError::NotEntitled`]: the reconcile stopped because its context ended (the
+//!   term is over or the runtime cancelled it) before its next side effect. That says nothing
+//!   about the VM: no Failed status is written, no event recorded, and the error is not a
+//!   failure of the key. [`ReconcileError::retry`] is false (this replica must not act on it
+//!   again in this term); the runtime hands the key to the next leader, whose initial list
+//!   enqueues every VM anyway ([`ReconcileError::not_entitled`] tells it apart from a key to
+//!   drop).
 
 use thiserror::Error;
 
 use super::api::ApiError;
 use super::driver::DriverError;
+use crate::controller::context::NotEntitled;
 
 /// Why one reconcile of a key failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -21,18 +29,46 @@ pub enum ReconcileError {
     #[error("invalid workqueue key {key:?}: expected namespace/name")]
     InvalidKey { key: String },
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Api(ApiError),
     #[error("VirtualMachine {vm}: {source}")]
     Driver { vm: String, source: DriverError },
+    /// The reconcile stopped before a side effect it was no longer entitled to cause.
+    #[error("reconcile stopped: {0}")]
+    NotEntitled(NotEntitled),
 }
 
 impl ReconcileError {
     /// True if the key should go back to the queue with rate-limited backoff.
     pub fn retry(&self) -> bool {
         match self {
-            ReconcileError::InvalidKey { .. } => false,
+            ReconcileError::InvalidKey { .. } | ReconcileError::NotEntitled(_) => false,
             ReconcileError::Api(_) | ReconcileError::Driver { .. } => true,
         }
+    }
+
+    /// Why the reconcile stopped, if it stopped for lack of entitlement (not a failure of the
+    /// VM: requeue the key for the next leader without counting a failure).
+    pub fn not_entitled(&self) -> Option<NotEntitled> {
+        match self {
+            ReconcileError::NotEntitled(reason) => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
+impl From<ApiError> for ReconcileError {
+    /// A write the fence stopped is [`ReconcileError::NotEntitled`], not an apiserver failure.
+    fn from(error: ApiError) -> Self {
+        match error {
+            ApiError::NotEntitled { reason, .. } => ReconcileError::NotEntitled(reason),
+            other => ReconcileError::Api(other),
+        }
+    }
+}
+
+impl From<NotEntitled> for ReconcileError {
+    fn from(reason: NotEntitled) -> Self {
+        ReconcileError::NotEntitled(reason)
     }
 }
 
@@ -67,5 +103,26 @@ mod tests {
             })
             .retry()
         );
+    }
+
+    #[test]
+    fn a_reconcile_that_lost_its_entitlement_is_neither_retried_nor_a_failure() {
+        let fenced = ReconcileError::from(ApiError::NotEntitled {
+            vm: "ns/vm".into(),
+            operation: "status update",
+            reason: NotEntitled::NotLeading,
+        });
+        assert_eq!(fenced, ReconcileError::NotEntitled(NotEntitled::NotLeading));
+        assert!(!fenced.retry());
+        assert_eq!(fenced.not_entitled(), Some(NotEntitled::NotLeading));
+        assert_eq!(
+            fenced.to_string(),
+            "reconcile stopped: this process no longer leads"
+        );
+        let api = ReconcileError::from(ApiError::Conflict {
+            vm: "ns/vm".into(),
+            operation: "status update",
+        });
+        assert_eq!(api.not_entitled(), None);
     }
 }

@@ -27,6 +27,8 @@ struct Inner {
     status_writes: usize,
     /// Informer copies that lag behind `objects` (see [`FakeApi::freeze_cache`]).
     frozen_cache: BTreeMap<String, VirtualMachine>,
+    /// Keys the informer has not seen yet (see [`FakeApi::hide_from_cache`]).
+    hidden_from_cache: std::collections::BTreeSet<String>,
     /// (phase, reason) of every successful status write, in order.
     history: Vec<(Phase, String)>,
 }
@@ -119,6 +121,11 @@ impl FakeApi {
         self.inner.lock().frozen_cache.insert(key.to_string(), vm);
     }
 
+    /// Makes `cached` answer `None` for `key`: an informer that has not seen it yet.
+    pub fn hide_from_cache(&self, key: &str) {
+        self.inner.lock().hidden_from_cache.insert(key.to_string());
+    }
+
     /// The next `n` writes fail with 409 (someone else wrote the object in between).
     pub fn inject_conflicts(&self, n: u32) {
         self.inner.lock().conflicts = n;
@@ -139,6 +146,9 @@ impl VmApi for FakeApi {
     fn cached(&self, namespace: &str, name: &str) -> Option<Arc<VirtualMachine>> {
         let key = format!("{namespace}/{name}");
         let inner = self.inner.lock();
+        if inner.hidden_from_cache.contains(&key) {
+            return None;
+        }
         inner
             .frozen_cache
             .get(&key)
@@ -194,5 +204,45 @@ impl VmApi for FakeApi {
         inner.history.push(entry);
         inner.objects.insert(stored.key(), stored.clone());
         Ok(stored)
+    }
+}
+
+/// Events as a test sees them: (type, reason, message) of each Event written, in order.
+#[derive(Clone, Default)]
+pub struct MemoryEvents {
+    events: Arc<Mutex<Vec<k8s_openapi::api::core::v1::Event>>>,
+}
+
+impl MemoryEvents {
+    /// (type, reason, message) of every Event written so far (a repeat counts once).
+    pub fn seen(&self) -> Vec<(String, String, String)> {
+        self.events
+            .lock()
+            .iter()
+            .map(|e| {
+                (
+                    e.type_.clone().unwrap_or_default(),
+                    e.reason.clone().unwrap_or_default(),
+                    e.message.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl crate::record::EventSink for MemoryEvents {
+    async fn create(
+        &self,
+        event: &k8s_openapi::api::core::v1::Event,
+    ) -> Result<k8s_openapi::api::core::v1::Event, crate::record::RecordError> {
+        self.events.lock().push(event.clone());
+        Ok(event.clone())
+    }
+
+    async fn patch(
+        &self,
+        event: &k8s_openapi::api::core::v1::Event,
+    ) -> Result<k8s_openapi::api::core::v1::Event, crate::record::RecordError> {
+        Ok(event.clone())
     }
 }

@@ -8,6 +8,8 @@
 //! | [`quantity`]             | `resource.Quantity` parsing (apimachinery)               |
 //! | [`driver`]               | `pkg/driver` (`Interface`, `docker.go`, fake)            |
 //! | [`reconcile`]            | `controller.go` `syncHandler` and helpers                |
+//! | [`compensation`]         | (none) undoing a create that completed after the term     |
+//! | [`sweep`]                | (none) removing servers whose VM is gone                  |
 //! | [`error_policy`]         | `controller.go` `handleErr`                              |
 //! | [`api`]                  | its clientset's `Update` / `UpdateStatus` calls           |
 //! | [`controller`]           | `controller.go` `New` / `Run`, informer handlers         |
@@ -16,6 +18,7 @@
 //! `crds/virtualmachine.yaml`.
 
 pub mod api;
+pub mod compensation;
 pub mod controller;
 pub mod driver;
 pub mod error_policy;
@@ -23,8 +26,10 @@ pub mod error_policy;
 mod fake_api;
 pub mod quantity;
 pub mod reconcile;
+pub mod sweep;
 pub mod types;
 
 pub use controller::{VmControllerConfig, run};
 pub use reconcile::{DEFAULT_REFRESH_INTERVAL, Reconciler, ReconcilerConfig};
+pub use sweep::{DEFAULT_SWEEP_INTERVAL, SweepError, SweepReport, sweep_orphans};
 pub use types::{FINALIZER, Phase, VirtualMachine};

@@ -5,14 +5,15 @@
 //!   ""  --finalizer patched--> Creating --create ok--> Active --every refresh_interval--> Active
 //!                                 |                       |  server vanished: Failed(reason) -> Creating
 //!                                 +--create fails--> Failed(reason) --rate-limited retry--> ...
+//!   server of that name with another uid: Failed(ServerNameTaken) --every refresh_interval--> ...
 //!   any phase + deletionTimestamp --> Terminating --server deleted--> finalizer removed (gone)
 //! ```
 //!
 //! Rules (each fixes a bug of controller101, see SPEC.md section 8):
 //! - The finalizer is added by a metadata patch BEFORE anything is created, so a VM deleted in
 //!   any phase, even Creating, gets its server deleted.
-//! - Creation adopts a server that already exists (same name), so a VM is never stuck in
-//!   Creating because an earlier attempt created the container.
+//! - Creation adopts a server that already exists (same name and the VM's uid), so a VM is
+//!   never stuck in Creating because an earlier attempt created the container.
 //! - Every driver error is returned (none ignored), after recording `Failed` with a reason that
 //!   names the engine; the worker retries with backoff (see [`super::error_policy`]).
 //! - An Active VM is requeued after `refresh_interval` to refresh usage and notice a vanished
@@ -20,24 +21,47 @@
 //! - Status writes go through the status subresource with conflict retry ([`super::api`]).
 //! - Beyond controller101: a server whose limits differ from the spec (the spec was edited) is
 //!   recreated with the new limits, since podman's Docker API has no live `update`.
+//!
+//! Safe failover (RUNTIME-NOTES.md, "three defences"):
+//! - Fencing: every side effect the reconcile causes (finalizer patch, status write, server
+//!   create/start/delete) is preceded by [`ReconcileContext::check`]; once it fails the pass
+//!   ends with [`ReconcileError::NotEntitled`], writing nothing more (no Failed status, no
+//!   event). Every driver call is also abandoned when [`ReconcileContext::cancelled`] fires.
+//! - Compensation: a create that completes after the context ended is undone by the task that
+//!   made it ([`super::compensation`], which lists what that covers and what it does not).
+//! - Ownership by uid only: a server is adopted, refreshed or deleted only if its
+//!   `kubeloop.dev/vm-uid` label is the VM's uid. A server of the VM's name with another uid
+//!   (a re-created VM of the same name, another cluster on the same engine) or none is never
+//!   adopted nor deleted: the VM goes Failed with a reason naming the server and both uids and a
+//!   `ServerNameTaken` Warning event, and looks again every `refresh_interval`; finalizing such
+//!   a VM leaves the server, removes the finalizer and says why in a Warning event.
+//! - The orphan sweep ([`super::sweep`]) removes servers whose VM is gone.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{debug, info, warn};
 
 use super::api::{VmApi, set_finalizer, write_status};
+use super::compensation::create_fenced;
 use super::driver::{
-    Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus, server_name,
+    DeleteOutcome, Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus,
+    server_name, uid_label_text,
 };
 use super::error_policy::ReconcileError;
 use super::quantity::{Resources, resources_of};
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
+use crate::controller::context::{NotEntitled, ReconcileContext};
 pub use crate::controller::worker::Action;
 use crate::record::{EventRecorder, EventType};
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
+
+/// The Warning event reason when a server of the VM's name is not the VM's.
+pub const REASON_SERVER_NAME_TAKEN: &str = "ServerNameTaken";
 
 /// Settings of the phase machine.
 #[derive(Clone, Debug)]
@@ -56,17 +80,25 @@ impl Default for ReconcilerConfig {
 
 /// Reconciles VirtualMachines with a driver `D` through an apiserver `A`.
 pub struct Reconciler<D, A> {
-    driver: D,
+    /// Shared with the create tasks, which outlive a cancelled reconcile to undo what they made.
+    driver: Arc<D>,
     api: A,
     config: ReconcilerConfig,
     /// Events for `kubectl describe vm` (none in unit tests).
     recorder: Option<EventRecorder>,
 }
 
+/// A server of the VM's name that is not the VM's.
+struct NameTaken<'a> {
+    server: &'a str,
+    id: &'a str,
+    found_uid: Option<&'a str>,
+}
+
 impl<D: Driver, A: VmApi> Reconciler<D, A> {
     pub fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
         Self {
-            driver,
+            driver: Arc::new(driver),
             api,
             config,
             recorder: None,
@@ -79,8 +111,18 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         self
     }
 
-    fn event(&self, vm: &VirtualMachine, event_type: EventType, reason: &str, message: &str) {
-        if let Some(recorder) = &self.recorder {
+    /// Records an event, unless the reconcile may no longer cause side effects.
+    fn event(
+        &self,
+        ctx: &ReconcileContext,
+        vm: &VirtualMachine,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        if let Some(recorder) = &self.recorder
+            && ctx.is_entitled()
+        {
             recorder.event(vm, event_type, reason, message);
         }
     }
@@ -90,8 +132,12 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         &self.driver
     }
 
-    /// One pass over the VM named by `key`.
-    pub async fn reconcile(&self, key: &str) -> Result<Action, ReconcileError> {
+    /// One pass over the VM named by `key`, entitled to side effects while `ctx` is.
+    pub async fn reconcile(
+        &self,
+        key: &str,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
         let Some((namespace, name)) = key
             .split_once('/')
             .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
@@ -107,45 +153,66 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         };
         let vm = VirtualMachine::clone(&cached);
         if vm.is_deleting() {
-            return self.finalize(vm).await;
+            return self.finalize(vm, ctx).await;
         }
-        let Some(vm) = set_finalizer(&self.api, &vm, true).await? else {
+        let Some(vm) = set_finalizer(&self.api, &vm, true, ctx).await? else {
             return Ok(Action::Done);
         };
         // After a conflict the patch re-read the object, which may be deleting by now.
         if vm.is_deleting() {
-            return self.finalize(vm).await;
+            return self.finalize(vm, ctx).await;
         }
-        self.ensure_server(vm).await
+        self.ensure_server(vm, ctx).await
     }
 
     /// Creates, adopts, restarts or refreshes the VM's server.
-    async fn ensure_server(&self, vm: VirtualMachine) -> Result<Action, ReconcileError> {
+    async fn ensure_server(
+        &self,
+        vm: VirtualMachine,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
         let resources = match resources_of(&vm) {
             Ok(r) => r,
             Err(invalid) => {
                 // The schema should have refused it; say so on the object and wait for an edit.
                 warn!(error = %invalid, "invalid VirtualMachine spec");
-                self.event(&vm, EventType::Warning, "InvalidSpec", &invalid.to_string());
-                self.set_status(&vm, failed(&vm, invalid.to_string()))
+                self.event(
+                    ctx,
+                    &vm,
+                    EventType::Warning,
+                    "InvalidSpec",
+                    &invalid.to_string(),
+                );
+                self.set_status(&vm, failed(&vm, invalid.to_string()), ctx)
                     .await?;
                 return Ok(Action::Done);
             }
         };
         let server = server_name(vm.namespace(), vm.name());
-        let observed = match self.driver.server_status(&server).await {
+        let observed = match until_cancelled(ctx, self.driver.server_status(&server)).await? {
             Ok(observed) => observed,
-            Err(e) => return self.fail(&vm, e).await,
+            Err(e) => return self.fail(&vm, e, ctx).await,
         };
+        if let Some(status) = &observed
+            && status.vm_uid.as_deref() != Some(vm.uid())
+        {
+            let taken = NameTaken {
+                server: &server,
+                id: &status.id,
+                found_uid: status.vm_uid.as_deref(),
+            };
+            return self.name_taken(&vm, taken, ctx).await;
+        }
         let mut vm = vm;
-        let mut recreate = false;
+        // The id of a running server to delete before creating anew.
+        let mut recreate = None;
         let reason = match observed {
             Some(status) if status.running && limits_match(&status, &resources) => {
-                return self.set_active(&vm, &status).await;
+                return self.set_active(&vm, &status, ctx).await;
             }
             Some(status) if status.running => {
                 // podman's Docker API has no `update`: a resize is a cold restart.
-                recreate = true;
+                recreate = Some(status.id.clone());
                 let resize = format!(
                     "server {server} has cpu {}m and memory {} bytes but the spec asks for cpu {}m and memory {} bytes; recreating it",
                     status.cpu_millis,
@@ -154,7 +221,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     resources.memory_bytes
                 );
                 info!(vm = %vm.key(), "{resize}");
-                self.event(&vm, EventType::Normal, "Resizing", &resize);
+                self.event(ctx, &vm, EventType::Normal, "Resizing", &resize);
                 resize
             }
             Some(status) => format!("server {server} is {}; starting it", status.state),
@@ -165,9 +232,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                         previous.id
                     );
                     warn!(vm = %vm.key(), "{vanished}");
-                    self.event(&vm, EventType::Warning, "ServerVanished", &vanished);
+                    self.event(ctx, &vm, EventType::Warning, "ServerVanished", &vanished);
                     let status = failed(&vm, vanished.clone());
-                    let Some(updated) = self.set_status(&vm, status).await? else {
+                    let Some(updated) = self.set_status(&vm, status, ctx).await? else {
                         return Ok(Action::Done);
                     };
                     vm = updated;
@@ -184,14 +251,26 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         };
         // The write may have re-read the object after a conflict: if that fresh copy is being
         // deleted, creating a server now would only leak it; finalize instead.
-        let Some(vm) = self.set_status(&vm, creating).await? else {
+        let Some(vm) = self.set_status(&vm, creating, ctx).await? else {
             return Ok(Action::Done);
         };
         if vm.is_deleting() {
-            return self.finalize(vm).await;
+            return self.finalize(vm, ctx).await;
         }
-        if recreate && let Err(e) = self.driver.delete_server(&server).await {
-            return self.fail(&vm, e).await;
+        if let Some(id) = recreate {
+            ctx.check()?;
+            match until_cancelled(ctx, self.driver.delete_server(&id, vm.uid())).await? {
+                Ok(DeleteOutcome::Deleted { .. } | DeleteOutcome::Absent) => {}
+                Ok(DeleteOutcome::NotOwned { id, found_uid }) => {
+                    let taken = NameTaken {
+                        server: &server,
+                        id: &id,
+                        found_uid: found_uid.as_deref(),
+                    };
+                    return self.name_taken(&vm, taken, ctx).await;
+                }
+                Err(e) => return self.fail(&vm, e, ctx).await,
+            }
         }
         let spec = ServerSpec {
             name: server,
@@ -201,23 +280,80 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             cpu_millis: resources.cpu_millis,
             memory_bytes: resources.memory_bytes,
         };
-        match self.driver.create_server(&spec).await {
-            Ok(status) => {
+        ctx.check()?;
+        match create_fenced(&self.driver, spec.clone(), &vm.key(), ctx).await? {
+            Ok(created) => {
+                let status = created.status;
                 info!(vm = %vm.key(), server = %spec.name, id = %status.id, "server running");
                 self.event(
+                    ctx,
                     &vm,
                     EventType::Normal,
                     "ServerRunning",
                     &format!("server {} (id {}) is running", spec.name, status.id),
                 );
-                self.set_active(&vm, &status).await
+                self.set_active(&vm, &status, ctx).await
             }
-            Err(e) => self.fail(&vm, e).await,
+            // Someone else's server took the name between our look and the create.
+            Err(DriverError::NameTaken { id, found_uid, .. }) => {
+                let taken = NameTaken {
+                    server: &spec.name,
+                    id: &id,
+                    found_uid: found_uid.as_deref(),
+                };
+                self.name_taken(&vm, taken, ctx).await
+            }
+            Err(e) => self.fail(&vm, e, ctx).await,
         }
     }
 
-    /// Deletion requested: Terminating, delete the server, then let the object go.
-    async fn finalize(&self, vm: VirtualMachine) -> Result<Action, ReconcileError> {
+    /// A server of the VM's name is not the VM's: Failed with a reason naming it and both
+    /// uids, a Warning event, and a look again after `refresh_interval` (the name may be freed:
+    /// by its owner, or by the orphan sweep if its VM is gone).
+    async fn name_taken(
+        &self,
+        vm: &VirtualMachine,
+        taken: NameTaken<'_>,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
+        let reason = format!(
+            "server {} (id {}) is not this VirtualMachine's: it has {} but this VirtualMachine's uid is {}; it is neither adopted nor deleted",
+            taken.server,
+            taken.id,
+            uid_label_text(taken.found_uid),
+            vm.uid()
+        );
+        let unchanged = vm
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == Phase::Failed && s.reason == reason);
+        if !unchanged {
+            warn!(vm = %vm.key(), "{reason}");
+            self.event(
+                ctx,
+                vm,
+                EventType::Warning,
+                REASON_SERVER_NAME_TAKEN,
+                &reason,
+            );
+            if self
+                .set_status(vm, failed(vm, reason), ctx)
+                .await?
+                .is_none()
+            {
+                return Ok(Action::Done);
+            }
+        }
+        Ok(Action::RequeueAfter(self.config.refresh_interval))
+    }
+
+    /// Deletion requested: Terminating, delete the server (if it is the VM's), then let the
+    /// object go.
+    async fn finalize(
+        &self,
+        vm: VirtualMachine,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
         if !vm.has_finalizer() {
             return Ok(Action::Done);
         }
@@ -230,31 +366,52 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 server: vm.status.as_ref().and_then(|s| s.server.clone()),
                 last_update_time: Some(now()),
             };
-            let Some(updated) = self.set_status(&vm, terminating).await? else {
+            let Some(updated) = self.set_status(&vm, terminating, ctx).await? else {
                 return Ok(Action::Done);
             };
             vm = updated;
         }
-        if let Err(e) = self.driver.delete_server(&server).await {
-            let mut status = vm.status.clone().unwrap_or_default();
-            status.reason = format!("deleting server {server} failed: {e}");
-            status.last_update_time = Some(now());
-            if vm.status.as_ref().map(|s| &s.reason) != Some(&status.reason) {
-                self.set_status(&vm, status).await?;
+        ctx.check()?;
+        match until_cancelled(ctx, self.driver.delete_server(&server, vm.uid())).await? {
+            Ok(DeleteOutcome::Deleted { .. } | DeleteOutcome::Absent) => {
+                info!(vm = %vm.key(), server = %server, "server deleted; removing the finalizer");
+                self.event(
+                    ctx,
+                    &vm,
+                    EventType::Normal,
+                    "ServerDeleted",
+                    &format!("server {server} deleted"),
+                );
             }
-            return Err(ReconcileError::Driver {
-                vm: vm.key(),
-                source: e,
-            });
+            Ok(DeleteOutcome::NotOwned { id, found_uid }) => {
+                let message = format!(
+                    "server {server} (id {id}) is not this VirtualMachine's: it has {} but this VirtualMachine's uid is {}; it is left in place and the finalizer removed",
+                    uid_label_text(found_uid.as_deref()),
+                    vm.uid()
+                );
+                warn!(vm = %vm.key(), "{message}");
+                self.event(
+                    ctx,
+                    &vm,
+                    EventType::Warning,
+                    REASON_SERVER_NAME_TAKEN,
+                    &message,
+                );
+            }
+            Err(e) => {
+                let mut status = vm.status.clone().unwrap_or_default();
+                status.reason = format!("deleting server {server} failed: {e}");
+                status.last_update_time = Some(now());
+                if vm.status.as_ref().map(|s| &s.reason) != Some(&status.reason) {
+                    self.set_status(&vm, status, ctx).await?;
+                }
+                return Err(ReconcileError::Driver {
+                    vm: vm.key(),
+                    source: e,
+                });
+            }
         }
-        info!(vm = %vm.key(), server = %server, "server deleted; removing the finalizer");
-        self.event(
-            &vm,
-            EventType::Normal,
-            "ServerDeleted",
-            &format!("server {server} deleted"),
-        );
-        set_finalizer(&self.api, &vm, false).await?;
+        set_finalizer(&self.api, &vm, false, ctx).await?;
         Ok(Action::Done)
     }
 
@@ -262,6 +419,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         &self,
         vm: &VirtualMachine,
         server: &DriverServerStatus,
+        ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
         let active = VirtualMachineStatus {
             phase: Phase::Active,
@@ -276,7 +434,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             }),
             last_update_time: Some(now()),
         };
-        match self.set_status(vm, active).await? {
+        match self.set_status(vm, active, ctx).await? {
             Some(_) => Ok(Action::RequeueAfter(self.config.refresh_interval)),
             None => Ok(Action::Done),
         }
@@ -288,6 +446,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         &self,
         vm: &VirtualMachine,
         error: DriverError,
+        ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
         warn!(vm = %vm.key(), %error, "driver call failed");
         let status = failed(vm, error.to_string());
@@ -296,8 +455,8 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             .as_ref()
             .is_some_and(|s| s.phase == Phase::Failed && s.reason == status.reason);
         if !unchanged {
-            self.event(vm, EventType::Warning, "Failed", &status.reason);
-            self.set_status(vm, status).await?;
+            self.event(ctx, vm, EventType::Warning, "Failed", &status.reason);
+            self.set_status(vm, status, ctx).await?;
         }
         Err(ReconcileError::Driver {
             vm: vm.key(),
@@ -309,9 +468,22 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         &self,
         vm: &VirtualMachine,
         status: VirtualMachineStatus,
+        ctx: &ReconcileContext,
     ) -> Result<Option<VirtualMachine>, ReconcileError> {
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
-        Ok(write_status(&self.api, vm, status).await?)
+        Ok(write_status(&self.api, vm, status, ctx).await?)
+    }
+}
+
+/// Awaits `call`, or stops waiting once `ctx` is cancelled (a call that finished wins a tie).
+pub(super) async fn until_cancelled<T>(
+    ctx: &ReconcileContext,
+    call: impl Future<Output = T>,
+) -> Result<T, NotEntitled> {
+    tokio::select! {
+        biased;
+        out = call => Ok(out),
+        () = ctx.cancelled() => Err(NotEntitled::Cancelled),
     }
 }
 
@@ -354,6 +526,11 @@ mod tests {
 
     const REFRESH: Duration = Duration::from_secs(20);
 
+    /// A context that stays entitled.
+    fn ctx() -> ReconcileContext {
+        ReconcileContext::detached()
+    }
+
     fn setup() -> (Reconciler<FakeDriver, FakeApi>, FakeDriver, FakeApi) {
         let driver = FakeDriver::new();
         let api = FakeApi::new();
@@ -390,7 +567,10 @@ mod tests {
     async fn a_new_vm_gets_the_finalizer_then_a_server_and_becomes_active_with_a_timed_requeue() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "2", "4G"));
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let vm = api.object(&key).unwrap();
         assert!(vm.has_finalizer());
         assert_eq!(vm.phase(), Phase::Active);
@@ -409,9 +589,12 @@ mod tests {
     async fn the_refresh_updates_usage_and_keeps_the_same_server() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         driver.set_usage(SERVER, 97.123, 12.5);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let usage = api
             .object(&key)
             .unwrap()
@@ -430,7 +613,7 @@ mod tests {
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         // An engine outage on the first pass: the finalizer must already be there.
         driver.set_unreachable(true);
-        assert!(r.reconcile(&key).await.is_err());
+        assert!(r.reconcile(&key, &ctx()).await.is_err());
         assert!(api.object(&key).unwrap().has_finalizer());
         assert_eq!(driver.calls("create"), 0);
     }
@@ -442,7 +625,7 @@ mod tests {
         // The create fails after the Creating status was written: the VM sits in Creating/Failed
         // with its finalizer; put it back to Creating as a crash mid-create would leave it.
         driver.fail_creates(1);
-        assert!(r.reconcile(&key).await.is_err());
+        assert!(r.reconcile(&key, &ctx()).await.is_err());
         let mut vm = api.object(&key).unwrap();
         vm.status.as_mut().unwrap().phase = Phase::Creating;
         api.replace_status(&vm).await.unwrap();
@@ -461,7 +644,7 @@ mod tests {
             Phase::Creating,
             "the finalizer holds the object"
         );
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert!(driver.server(SERVER).is_none(), "the server is deleted");
         assert!(
             api.object(&key).is_none(),
@@ -473,11 +656,11 @@ mod tests {
     async fn an_active_vm_deleted_goes_terminating_then_its_server_and_object_go() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         api.delete(&key);
         // The engine refuses the delete once: the VM is Terminating with the error as reason.
         driver.set_unreachable(true);
-        assert!(r.reconcile(&key).await.is_err());
+        assert!(r.reconcile(&key, &ctx()).await.is_err());
         assert_eq!(phase(&api, &key), Phase::Terminating);
         assert!(
             reason(&api, &key).contains("fake engine is unreachable"),
@@ -485,7 +668,7 @@ mod tests {
             reason(&api, &key)
         );
         driver.set_unreachable(false);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert!(driver.server_names().is_empty());
         assert!(api.object(&key).is_none());
     }
@@ -495,7 +678,7 @@ mod tests {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         driver.fail_creates(2);
-        let first = r.reconcile(&key).await.unwrap_err();
+        let first = r.reconcile(&key, &ctx()).await.unwrap_err();
         assert!(first.retry(), "driver errors go back to the rate limiter");
         assert_eq!(phase(&api, &key), Phase::Failed);
         assert!(
@@ -503,8 +686,11 @@ mod tests {
             "{}",
             reason(&api, &key)
         );
-        assert!(r.reconcile(&key).await.is_err());
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert!(r.reconcile(&key, &ctx()).await.is_err());
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         assert_eq!(phase(&api, &key), Phase::Active);
         assert_eq!(reason(&api, &key), "");
         assert_eq!(driver.calls("create"), 3);
@@ -514,11 +700,14 @@ mod tests {
     async fn a_vanished_server_says_so_in_phase_and_reason_and_is_recreated() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         let old_id = driver.server(SERVER).unwrap().id;
         assert!(driver.vanish(SERVER));
         let before = api.status_history().len();
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let history = api.status_history()[before..].to_vec();
         let phases: Vec<Phase> = history.iter().map(|(p, _)| *p).collect();
         assert_eq!(phases, vec![Phase::Failed, Phase::Creating, Phase::Active]);
@@ -533,17 +722,20 @@ mod tests {
     async fn a_vanished_server_whose_recreation_fails_stays_failed_and_is_retried() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         driver.vanish(SERVER);
         driver.fail_creates(1);
-        assert!(r.reconcile(&key).await.unwrap_err().retry());
+        assert!(r.reconcile(&key, &ctx()).await.unwrap_err().retry());
         assert_eq!(phase(&api, &key), Phase::Failed);
         assert!(
             reason(&api, &key).contains("injected failure"),
             "{}",
             reason(&api, &key)
         );
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         assert_eq!(phase(&api, &key), Phase::Active);
     }
 
@@ -563,7 +755,10 @@ mod tests {
         api.replace_status(&vm_with_phase(&api, &key, Phase::Creating))
             .await
             .unwrap();
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let vm = api.object(&key).unwrap();
         assert_eq!(vm.phase(), Phase::Active);
         assert_eq!(vm.status.unwrap().server.unwrap().id, id);
@@ -574,11 +769,14 @@ mod tests {
     async fn a_stopped_server_is_started_again() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         let id = driver.server(SERVER).unwrap().id;
         driver.stop(SERVER);
         let before = api.status_history().len();
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let history = api.status_history()[before..].to_vec();
         assert_eq!(
             history[0],
@@ -598,10 +796,13 @@ mod tests {
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         // Give it our finalizer, then let the informer's copy lag behind a deletion.
         let vm = api.object(&key).unwrap();
-        let vm = set_finalizer(&api, &vm, true).await.unwrap().unwrap();
+        let vm = set_finalizer(&api, &vm, true, &ctx())
+            .await
+            .unwrap()
+            .unwrap();
         api.freeze_cache(&key, vm);
         api.delete(&key);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert_eq!(
             driver.calls("create"),
             0,
@@ -614,13 +815,16 @@ mod tests {
     async fn a_spec_change_recreates_the_server_with_the_new_limits() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         let old_id = driver.server(SERVER).unwrap().id;
         let mut vm = api.object(&key).unwrap();
         vm.spec = VirtualMachine::new("ns", "vm", "2", "2Gi").spec;
         api.replace_spec(vm);
         let before = api.status_history().len();
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         let server = driver.server(SERVER).unwrap();
         assert_ne!(server.id, old_id, "a new server");
         assert_eq!(
@@ -637,7 +841,10 @@ mod tests {
         );
         assert_eq!(history[1].0, Phase::Active);
         // Unchanged limits: no more recreation.
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         assert_eq!(driver.server(SERVER).unwrap().id, server.id);
     }
 
@@ -650,7 +857,7 @@ mod tests {
             api.object(&key).is_none(),
             "no finalizer yet, so it is gone at once"
         );
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert_eq!(driver.calls("status") + driver.calls("create"), 0);
     }
 
@@ -661,7 +868,7 @@ mod tests {
         vm.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
         let key = api.create(vm);
         api.delete(&key);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert_eq!(driver.calls("delete"), 0);
         assert_eq!(
             api.object(&key).unwrap().metadata.finalizers,
@@ -673,18 +880,21 @@ mod tests {
     async fn an_unreachable_engine_fails_the_vm_naming_the_engine_and_it_recovers() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        r.reconcile(&key).await.unwrap();
+        r.reconcile(&key, &ctx()).await.unwrap();
         driver.set_unreachable(true);
-        let err = r.reconcile(&key).await.unwrap_err();
+        let err = r.reconcile(&key, &ctx()).await.unwrap_err();
         assert!(err.retry());
         assert_eq!(phase(&api, &key), Phase::Failed);
         assert!(reason(&api, &key).contains("fake engine is unreachable"));
         // The same failure again does not rewrite the status.
         let writes = api.status_writes();
-        assert!(r.reconcile(&key).await.is_err());
+        assert!(r.reconcile(&key, &ctx()).await.is_err());
         assert_eq!(api.status_writes(), writes);
         driver.set_unreachable(false);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         assert_eq!(phase(&api, &key), Phase::Active);
         assert_eq!(
             driver.calls("create"),
@@ -698,7 +908,10 @@ mod tests {
         let (r, _driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         api.inject_conflicts(3);
-        assert_eq!(r.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
         assert_eq!(phase(&api, &key), Phase::Active);
         assert!(api.object(&key).unwrap().has_finalizer());
     }
@@ -708,7 +921,7 @@ mod tests {
         let (r, _driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         api.inject_conflicts(1000);
-        let err = r.reconcile(&key).await.unwrap_err();
+        let err = r.reconcile(&key, &ctx()).await.unwrap_err();
         assert!(err.retry());
         assert!(err.to_string().contains("still conflicted"), "{err}");
     }
@@ -717,7 +930,7 @@ mod tests {
     async fn an_invalid_spec_fails_the_vm_with_a_message_and_creates_nothing() {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "abc", "4G"));
-        assert_eq!(r.reconcile(&key).await, Ok(Action::Done));
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
         assert_eq!(phase(&api, &key), Phase::Failed);
         assert!(
             reason(&api, &key).contains("VirtualMachine ns/vm: spec.resource.cpu \"abc\""),
@@ -731,9 +944,241 @@ mod tests {
     async fn a_bad_key_is_an_error_that_is_not_retried() {
         let (r, _driver, _api) = setup();
         for key in ["nokey", "a/b/c", "/x", "x/"] {
-            let err = r.reconcile(key).await.unwrap_err();
+            let err = r.reconcile(key, &ctx()).await.unwrap_err();
             assert!(!err.retry(), "{key}");
         }
         assert_eq!(FINALIZER, "finalizer.cloudnative.tw");
+    }
+
+    // --- Safe failover: fencing, compensation, ownership by uid. ---
+
+    use std::collections::BTreeMap;
+
+    use tokio_util::sync::CancellationToken;
+
+    use crate::controller::vm::driver::DEFAULT_MANAGED_BY;
+    use crate::controller::vm::driver::{LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE};
+    use crate::controller::vm::fake_api::MemoryEvents;
+    use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource};
+
+    /// A reconciler that records events into memory; `shutdown` the broadcaster to flush them.
+    fn setup_with_events() -> (
+        Reconciler<FakeDriver, FakeApi>,
+        FakeDriver,
+        FakeApi,
+        EventBroadcaster,
+        MemoryEvents,
+    ) {
+        let (r, driver, api) = setup();
+        let events = MemoryEvents::default();
+        let broadcaster = EventBroadcaster::start(events.clone(), BroadcasterConfig::default());
+        let r = r.with_recorder(broadcaster.new_recorder(EventSource {
+            component: "vm-controller".into(),
+            host: None,
+        }));
+        (r, driver, api, broadcaster, events)
+    }
+
+    fn server_spec(uid: &str) -> ServerSpec {
+        ServerSpec {
+            name: SERVER.into(),
+            vm_namespace: "ns".into(),
+            vm_name: "vm".into(),
+            vm_uid: uid.into(),
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+        }
+    }
+
+    /// Lets spawned tasks run (the tests run on one thread).
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_context_causes_no_side_effect_at_all() {
+        let (r, driver, api, broadcaster, events) = setup_with_events();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        let token = CancellationToken::new();
+        token.cancel();
+        let err = r
+            .reconcile(&key, &ReconcileContext::new(token))
+            .await
+            .unwrap_err();
+        assert_eq!(err, ReconcileError::NotEntitled(NotEntitled::Cancelled));
+        assert!(!err.retry());
+        assert!(
+            !api.object(&key).unwrap().has_finalizer(),
+            "no finalizer patch"
+        );
+        assert_eq!(api.status_writes(), 0);
+        assert_eq!(driver.calls("create"), 0);
+        broadcaster.shutdown().await;
+        assert_eq!(events.seen(), vec![]);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_cancelled_during_the_create_writes_nothing_more_and_the_late_server_is_deleted()
+     {
+        let (r, driver, api, broadcaster, events) = setup_with_events();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        let token = CancellationToken::new();
+        let term = ReconcileContext::new(token.clone());
+        driver.hold_creates();
+        let r = Arc::new(r);
+        let pass = tokio::spawn({
+            let (r, key) = (r.clone(), key.clone());
+            async move { r.reconcile(&key, &term).await }
+        });
+        settle().await;
+        assert_eq!(driver.calls("create"), 1, "the create is in flight");
+        token.cancel();
+        assert_eq!(
+            pass.await.unwrap(),
+            Err(ReconcileError::NotEntitled(NotEntitled::Cancelled)),
+            "the reconcile stops waiting at once"
+        );
+        // The create completes after the cancellation: the task that made it deletes it.
+        driver.release_creates();
+        settle().await;
+        assert!(driver.server_names().is_empty(), "the late server is gone");
+        assert_eq!(driver.calls("delete"), 1);
+        // Only the Creating write happened: no Active, and no Failed for a VM that did not fail.
+        let phases: Vec<Phase> = api.status_history().iter().map(|(p, _)| *p).collect();
+        assert_eq!(phases, vec![Phase::Creating]);
+        broadcaster.shutdown().await;
+        assert!(
+            events.seen().iter().all(|(t, _, _)| t != "Warning"),
+            "{:?}",
+            events.seen()
+        );
+        // The next leader creates it afresh.
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
+        assert_eq!(phase(&api, &key), Phase::Active);
+    }
+
+    #[tokio::test]
+    async fn a_server_of_the_vms_name_with_another_uid_is_reported_and_never_adopted_or_deleted() {
+        let (r, driver, api, broadcaster, events) = setup_with_events();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        let id = driver.insert(server_spec("uid-of-an-older-vm"));
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH)),
+            "looked at again later, in case the name is freed"
+        );
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        assert_eq!(
+            reason(&api, &key),
+            format!(
+                "server {SERVER} (id {id}) is not this VirtualMachine's: it has label kubeloop.dev/vm-uid=uid-of-an-older-vm but this VirtualMachine's uid is uid-vm; it is neither adopted nor deleted"
+            )
+        );
+        assert_eq!(
+            driver.server(SERVER).unwrap().spec.vm_uid,
+            "uid-of-an-older-vm"
+        );
+        assert_eq!(driver.calls("create") + driver.calls("delete"), 0);
+        // Once reported, a refresh does not rewrite the status.
+        let writes = api.status_writes();
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(api.status_writes(), writes);
+        broadcaster.shutdown().await;
+        let warnings: Vec<_> = events
+            .seen()
+            .into_iter()
+            .filter(|(t, reason, _)| t == "Warning" && reason == REASON_SERVER_NAME_TAKEN)
+            .collect();
+        assert_eq!(warnings.len(), 1, "{:?}", events.seen());
+        assert!(warnings[0].2.contains(&id), "{warnings:?}");
+
+        // Finalizing the VM leaves the foreign server and still lets the object go.
+        api.delete(&key);
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
+        assert!(api.object(&key).is_none(), "the finalizer was removed");
+        assert_eq!(
+            driver.server(SERVER).unwrap().id,
+            id,
+            "the server is still there"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_of_the_vms_name_without_a_uid_label_is_reported_and_left() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        let labels = BTreeMap::from([
+            (LABEL_NAMESPACE.to_string(), "ns".to_string()),
+            (LABEL_NAME.to_string(), "vm".to_string()),
+            (LABEL_MANAGED_BY.to_string(), DEFAULT_MANAGED_BY.to_string()),
+        ]);
+        let id = driver.insert_with_labels(server_spec("uid-vm"), labels);
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        assert!(
+            reason(&api, &key).contains(&format!(
+                "server {SERVER} (id {id}) is not this VirtualMachine's: it has no kubeloop.dev/vm-uid label but this VirtualMachine's uid is uid-vm"
+            )),
+            "{}",
+            reason(&api, &key)
+        );
+        assert_eq!(driver.calls("create"), 0);
+        assert!(driver.server(SERVER).is_some());
+    }
+
+    #[tokio::test]
+    async fn finalizing_deletes_only_a_server_with_the_vms_uid_and_says_why_it_left_another() {
+        let (r, driver, api, broadcaster, events) = setup_with_events();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        // The VM's own server is replaced behind its back by another owner's of the same name.
+        driver.vanish(SERVER);
+        let foreign = driver.insert(server_spec("uid-elsewhere"));
+        api.delete(&key);
+        assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
+        assert!(api.object(&key).is_none());
+        assert_eq!(driver.server(SERVER).unwrap().id, foreign);
+        broadcaster.shutdown().await;
+        let seen = events.seen();
+        let warning = seen
+            .iter()
+            .find(|(t, reason, _)| t == "Warning" && reason == REASON_SERVER_NAME_TAKEN)
+            .unwrap_or_else(|| panic!("no ServerNameTaken warning in {seen:?}"));
+        assert!(
+            warning.2.contains("uid-elsewhere") && warning.2.contains("left in place"),
+            "{warning:?}"
+        );
+        assert!(
+            !seen.iter().any(|(_, reason, _)| reason == "ServerDeleted"),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_foreign_server_taking_the_name_during_the_create_is_reported_not_adopted() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        driver.hold_creates();
+        let r = Arc::new(r);
+        let pass = tokio::spawn({
+            let (r, key) = (r.clone(), key.clone());
+            async move { r.reconcile(&key, &ctx()).await }
+        });
+        settle().await;
+        let id = driver.insert(server_spec("uid-racer"));
+        driver.release_creates();
+        assert_eq!(pass.await.unwrap(), Ok(Action::RequeueAfter(REFRESH)));
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        assert!(
+            reason(&api, &key).contains("uid-racer"),
+            "{}",
+            reason(&api, &key)
+        );
+        assert_eq!(driver.server(SERVER).unwrap().id, id);
     }
 }

@@ -8,7 +8,10 @@
 //!   (controller101 listed containers with a `name` filter, which matches substrings, so VM
 //!   `web` found `web2`'s container).
 //! - Deleting a missing container (404) succeeds; creating a container whose name is taken
-//!   adopts it (and starts it if it is not running).
+//!   adopts it (and starts it if it is not running) only if its `kubeloop.dev/vm-uid` label is
+//!   the VM's uid. A delete inspects the container, checks that label and removes it by the id
+//!   it found, so a container re-created under the same name in between is never the one
+//!   removed.
 //! - Errors are typed: a transport failure is [`DriverError::Unreachable`] naming the engine's
 //!   address, so the VM's reason says which engine is down.
 //!
@@ -30,22 +33,21 @@ use bollard::models::{
     HostConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
-    StatsOptionsBuilder,
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StatsOptionsBuilder,
 };
 use futures::StreamExt;
 
-use super::{Driver, DriverError, ServerSpec, ServerStatus};
+use super::{
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, ManagedServer, ServerSpec,
+    ServerStatus, labels_for,
+};
+pub use super::{LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID};
 
 /// Socket hack/setup-podman serves the Docker API on.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///run/kubeloop/podman.sock";
 /// The image hack/setup-podman builds (busybox-static running `httpd`).
 pub const DEFAULT_IMAGE: &str = "localhost/kubeloop/vm-busybox:latest";
-/// Labels put on every container, so they can be traced back to their VM.
-pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
-pub const LABEL_NAME: &str = "kubeloop.dev/vm-name";
-pub const LABEL_UID: &str = "kubeloop.dev/vm-uid";
-pub const LABEL_MANAGED_BY: &str = "kubeloop.dev/managed-by";
 
 /// How to reach the engine and what to run.
 #[derive(Clone, Debug)]
@@ -57,6 +59,9 @@ pub struct DockerDriverConfig {
     pub timeout: Duration,
     /// Gap between two stats samples when the engine does not fill `precpu_stats`.
     pub second_sample_after: Duration,
+    /// The value of the `kubeloop.dev/managed-by` label this driver puts on its containers and
+    /// lists by (see [`super::LABEL_MANAGED_BY`]).
+    pub managed_by: String,
 }
 
 impl Default for DockerDriverConfig {
@@ -66,6 +71,7 @@ impl Default for DockerDriverConfig {
             image: DEFAULT_IMAGE.to_string(),
             timeout: Duration::from_secs(30),
             second_sample_after: Duration::from_millis(500),
+            managed_by: DEFAULT_MANAGED_BY.to_string(),
         }
     }
 }
@@ -142,20 +148,31 @@ impl DockerDriver {
 
     /// The container named exactly `name`, or `None`.
     async fn inspect(&self, name: &str) -> Result<Option<ContainerInspectResponse>, DriverError> {
+        self.inspect_exact(name, false).await
+    }
+
+    /// The container named exactly `target` or (with `or_id`) whose full id is `target`.
+    async fn inspect_exact(
+        &self,
+        target: &str,
+        or_id: bool,
+    ) -> Result<Option<ContainerInspectResponse>, DriverError> {
         match self
             .client()?
-            .inspect_container(name, None::<InspectContainerOptions>)
+            .inspect_container(target, None::<InspectContainerOptions>)
             .await
         {
             Ok(found) => {
-                // The engine also resolves ids and id prefixes; only an exact name counts.
+                // The engine also resolves id prefixes and names of other containers by prefix;
+                // only an exact name (or full id) counts.
                 let found_name = found.name.as_deref().unwrap_or("").trim_start_matches('/');
-                Ok((found_name == name).then_some(found))
+                let exact = found_name == target || (or_id && found.id.as_deref() == Some(target));
+                Ok(exact.then_some(found))
             }
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
             }) => Ok(None),
-            Err(e) => Err(self.error("inspect", name, e)),
+            Err(e) => Err(self.error("inspect", target, e)),
         }
     }
 
@@ -205,6 +222,16 @@ impl DockerDriver {
         };
         Ok((cpu, memory))
     }
+}
+
+/// The container's `kubeloop.dev/vm-uid` label.
+fn uid_label(found: &ContainerInspectResponse) -> Option<String> {
+    found
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(LABEL_UID))
+        .cloned()
 }
 
 /// The error and its causes, `outer: inner: innermost` (bollard's transport errors say
@@ -273,16 +300,10 @@ impl Driver for DockerDriver {
         &self.engine
     }
 
-    async fn create_server(&self, spec: &ServerSpec) -> Result<ServerStatus, DriverError> {
-        let labels = HashMap::from([
-            (LABEL_NAMESPACE.to_string(), spec.vm_namespace.clone()),
-            (LABEL_NAME.to_string(), spec.vm_name.clone()),
-            (LABEL_UID.to_string(), spec.vm_uid.clone()),
-            (
-                LABEL_MANAGED_BY.to_string(),
-                "kubeloop-vm-controller".to_string(),
-            ),
-        ]);
+    async fn create_server(&self, spec: &ServerSpec) -> Result<Created, DriverError> {
+        let labels: HashMap<String, String> = labels_for(spec, &self.config.managed_by)
+            .into_iter()
+            .collect();
         let nano_cpus = i64::try_from(spec.cpu_millis)
             .ok()
             .and_then(|m| m.checked_mul(1_000_000));
@@ -308,19 +329,33 @@ impl Driver for DockerDriver {
         let options = CreateContainerOptionsBuilder::new()
             .name(&spec.name)
             .build();
-        match self.client()?.create_container(Some(options), body).await {
-            Ok(_) => {}
-            // The name is taken: a container from an earlier attempt or controller. Adopt it.
+        let adopted = match self.client()?.create_container(Some(options), body).await {
+            Ok(_) => false,
+            // The name is taken: a container from an earlier attempt or controller, which is
+            // adopted only if it carries this VM's uid.
             Err(BollardError::DockerResponseServerError {
                 status_code: 409, ..
             }) => {
+                if let Some(found) = self.inspect(&spec.name).await? {
+                    let found_uid = uid_label(&found);
+                    if found_uid.as_deref() != Some(spec.vm_uid.as_str()) {
+                        return Err(DriverError::NameTaken {
+                            engine: self.engine.clone(),
+                            server: spec.name.clone(),
+                            id: found.id.unwrap_or_default(),
+                            wanted_uid: spec.vm_uid.clone(),
+                            found_uid,
+                        });
+                    }
+                }
                 tracing::info!(server = %spec.name, "server already exists; adopting it");
+                true
             }
             Err(e) => return Err(self.error("create", &spec.name, e)),
-        }
+        };
         self.start(&spec.name).await?;
         match self.server_status(&spec.name).await? {
-            Some(status) => Ok(status),
+            Some(status) => Ok(Created { status, adopted }),
             None => Err(DriverError::Engine {
                 engine: self.engine.clone(),
                 operation: "create",
@@ -330,15 +365,54 @@ impl Driver for DockerDriver {
         }
     }
 
-    async fn delete_server(&self, name: &str) -> Result<(), DriverError> {
-        let options = RemoveContainerOptionsBuilder::new().force(true).build();
-        match self.client()?.remove_container(name, Some(options)).await {
-            Ok(())
-            | Err(BollardError::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(()),
-            Err(e) => Err(self.error("delete", name, e)),
+    async fn delete_server(
+        &self,
+        name_or_id: &str,
+        uid: &str,
+    ) -> Result<DeleteOutcome, DriverError> {
+        let Some(found) = self.inspect_exact(name_or_id, true).await? else {
+            return Ok(DeleteOutcome::Absent);
+        };
+        let found_uid = uid_label(&found);
+        let id = found.id.unwrap_or_default();
+        if found_uid.as_deref() != Some(uid) {
+            return Ok(DeleteOutcome::NotOwned { id, found_uid });
         }
+        let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        match self.client()?.remove_container(&id, Some(options)).await {
+            Ok(()) => Ok(DeleteOutcome::Deleted { id }),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(DeleteOutcome::Absent),
+            Err(e) => Err(self.error("delete", name_or_id, e)),
+        }
+    }
+
+    async fn list_servers(&self) -> Result<Vec<ManagedServer>, DriverError> {
+        let filter = format!("{LABEL_MANAGED_BY}={}", self.config.managed_by);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&HashMap::from([("label", vec![filter.clone()])]))
+            .build();
+        let listed = self
+            .client()?
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.error("list", &format!("labelled {filter}"), e))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                let name = c.names?.first()?.trim_start_matches('/').to_string();
+                Some(ManagedServer {
+                    id: c.id?,
+                    name,
+                    vm_namespace: labels.get(LABEL_NAMESPACE).cloned(),
+                    vm_name: labels.get(LABEL_NAME).cloned(),
+                    vm_uid: labels.get(LABEL_UID).cloned(),
+                })
+            })
+            .collect())
     }
 
     async fn server_exists(&self, name: &str) -> Result<bool, DriverError> {
@@ -360,6 +434,7 @@ impl Driver for DockerDriver {
         } else {
             (0.0, 0.0)
         };
+        let vm_uid = uid_label(&found);
         let limits = found.host_config.as_ref();
         let nano_cpus = limits.and_then(|h| h.nano_cpus).unwrap_or(0);
         let memory = limits.and_then(|h| h.memory).unwrap_or(0);
@@ -371,6 +446,7 @@ impl Driver for DockerDriver {
             memory_percent,
             cpu_millis: u64::try_from(nano_cpus / 1_000_000).unwrap_or(0),
             memory_bytes: u64::try_from(memory).unwrap_or(0),
+            vm_uid,
         }))
     }
 }

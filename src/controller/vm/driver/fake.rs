@@ -2,23 +2,41 @@
 //! controller without an engine (`--vm-driver fake`).
 //!
 //! Failure injection: [`FakeDriver::fail_creates`] makes the next creates fail,
-//! [`FakeDriver::set_unreachable`] makes every call fail as an unreachable engine, and
-//! [`FakeDriver::vanish`] removes a server behind the controller's back.
+//! [`FakeDriver::set_unreachable`] makes every call fail as an unreachable engine,
+//! [`FakeDriver::vanish`] removes a server behind the controller's back, and
+//! [`FakeDriver::hold_creates`] keeps creates in flight until [`FakeDriver::release_creates`].
+//! Servers carry labels like the Docker driver's ([`super::labels_for`]); a server with other
+//! labels (another owner's) is added with [`FakeDriver::insert_with_labels`].
 //!
 //! Invariant: all state sits in one `Inner` behind one lock, never held across an `.await`
-//! (the methods do not await at all).
+//! (only a held create awaits, with the lock released).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
-use super::{Driver, DriverError, ServerSpec, ServerStatus};
+use super::{
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, LABEL_MANAGED_BY, LABEL_NAME,
+    LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec, ServerStatus, labels_for,
+};
 
 /// A cloneable handle to one in-memory engine.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FakeDriver {
     inner: Arc<Mutex<Inner>>,
+    /// True while creates are held in flight ([`FakeDriver::hold_creates`]).
+    creates_held: Arc<watch::Sender<bool>>,
+}
+
+impl Default for FakeDriver {
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            creates_held: Arc::new(watch::Sender::new(false)),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -29,7 +47,7 @@ struct Inner {
     /// Creates still to fail, with the message to fail with.
     failing_creates: u32,
     unreachable: bool,
-    /// Calls made, for tests: ("create" | "delete" | "exists" | "status", server name).
+    /// Calls made, for tests: ("create" | "delete" | "exists" | "status" | "list", server name).
     calls: Vec<(&'static str, String)>,
 }
 
@@ -38,6 +56,8 @@ struct Inner {
 pub struct FakeServer {
     pub id: String,
     pub spec: ServerSpec,
+    /// What the engine would report as the container's labels.
+    pub labels: BTreeMap<String, String>,
     pub running: bool,
     pub cpu_percent: f64,
     pub memory_percent: f64,
@@ -72,8 +92,15 @@ impl FakeDriver {
         }
     }
 
-    /// Adds a server as if someone (or an earlier controller) had created it.
+    /// Adds a server as if an earlier controller had created it for `spec`'s VM (labelled as
+    /// this driver labels them).
     pub fn insert(&self, spec: ServerSpec) -> String {
+        let labels = labels_for(&spec, DEFAULT_MANAGED_BY);
+        self.insert_with_labels(spec, labels)
+    }
+
+    /// Adds a server with exactly `labels` (another owner's server, or an unlabelled one).
+    pub fn insert_with_labels(&self, spec: ServerSpec, labels: BTreeMap<String, String>) -> String {
         let mut inner = self.inner.lock();
         let id = inner.new_id();
         inner.servers.insert(
@@ -81,12 +108,24 @@ impl FakeDriver {
             FakeServer {
                 id: id.clone(),
                 spec,
+                labels,
                 running: true,
                 cpu_percent: 0.0,
                 memory_percent: 0.0,
             },
         );
         id
+    }
+
+    /// Creates from now on stay in flight (recorded as calls, not yet done) until
+    /// [`Self::release_creates`].
+    pub fn hold_creates(&self) {
+        self.creates_held.send_replace(true);
+    }
+
+    /// Lets held creates complete.
+    pub fn release_creates(&self) {
+        self.creates_held.send_replace(false);
     }
 
     /// Sets the usage the next status calls report.
@@ -107,7 +146,7 @@ impl FakeDriver {
         self.inner.lock().servers.keys().cloned().collect()
     }
 
-    /// How many calls of `kind` ("create", "delete", "exists", "status") were made.
+    /// How many calls of `kind` ("create", "delete", "exists", "status", "list") were made.
     pub fn calls(&self, kind: &str) -> usize {
         self.inner
             .lock()
@@ -139,6 +178,17 @@ impl Inner {
         self.next_id += 1;
         format!("fake-{:04}", self.next_id)
     }
+
+    /// The name of the server named or with the id `name_or_id`.
+    fn resolve(&self, name_or_id: &str) -> Option<String> {
+        if self.servers.contains_key(name_or_id) {
+            return Some(name_or_id.to_string());
+        }
+        self.servers
+            .iter()
+            .find(|(_, s)| s.id == name_or_id)
+            .map(|(name, _)| name.clone())
+    }
 }
 
 impl FakeServer {
@@ -151,6 +201,7 @@ impl FakeServer {
             memory_percent: self.memory_percent,
             cpu_millis: self.spec.cpu_millis,
             memory_bytes: self.spec.memory_bytes,
+            vm_uid: self.labels.get(LABEL_UID).cloned(),
         }
     }
 }
@@ -160,8 +211,12 @@ impl Driver for FakeDriver {
         ENGINE
     }
 
-    async fn create_server(&self, spec: &ServerSpec) -> Result<ServerStatus, DriverError> {
-        let mut inner = self.begin("create", &spec.name)?;
+    async fn create_server(&self, spec: &ServerSpec) -> Result<Created, DriverError> {
+        drop(self.begin("create", &spec.name)?);
+        let mut held = self.creates_held.subscribe();
+        // The sender lives in `self`, so this cannot fail while we are borrowed.
+        let _ = held.wait_for(|held| !*held).await;
+        let mut inner = self.inner.lock();
         if inner.failing_creates > 0 {
             inner.failing_creates -= 1;
             return Err(DriverError::Engine {
@@ -172,26 +227,79 @@ impl Driver for FakeDriver {
             });
         }
         if let Some(existing) = inner.servers.get_mut(&spec.name) {
+            let found_uid = existing.labels.get(LABEL_UID);
+            if found_uid != Some(&spec.vm_uid) {
+                return Err(DriverError::NameTaken {
+                    engine: ENGINE.into(),
+                    server: spec.name.clone(),
+                    id: existing.id.clone(),
+                    wanted_uid: spec.vm_uid.clone(),
+                    found_uid: found_uid.cloned(),
+                });
+            }
             existing.running = true;
-            return Ok(existing.status());
+            return Ok(Created {
+                status: existing.status(),
+                adopted: true,
+            });
         }
         let id = inner.new_id();
         let server = FakeServer {
             id,
             spec: spec.clone(),
+            labels: labels_for(spec, DEFAULT_MANAGED_BY),
             running: true,
             cpu_percent: 0.0,
             memory_percent: 0.0,
         };
         let status = server.status();
         inner.servers.insert(spec.name.clone(), server);
-        Ok(status)
+        Ok(Created {
+            status,
+            adopted: false,
+        })
     }
 
-    async fn delete_server(&self, name: &str) -> Result<(), DriverError> {
-        let mut inner = self.begin("delete", name)?;
-        inner.servers.remove(name);
-        Ok(())
+    async fn delete_server(
+        &self,
+        name_or_id: &str,
+        uid: &str,
+    ) -> Result<DeleteOutcome, DriverError> {
+        let mut inner = self.begin("delete", name_or_id)?;
+        let Some(name) = inner.resolve(name_or_id) else {
+            return Ok(DeleteOutcome::Absent);
+        };
+        let server = &inner.servers[&name];
+        if server.labels.get(LABEL_UID).map(String::as_str) != Some(uid) {
+            return Ok(DeleteOutcome::NotOwned {
+                id: server.id.clone(),
+                found_uid: server.labels.get(LABEL_UID).cloned(),
+            });
+        }
+        let removed = inner
+            .servers
+            .remove(&name)
+            .map(|s| s.id)
+            .unwrap_or_default();
+        Ok(DeleteOutcome::Deleted { id: removed })
+    }
+
+    async fn list_servers(&self) -> Result<Vec<ManagedServer>, DriverError> {
+        let inner = self.begin("list", "")?;
+        Ok(inner
+            .servers
+            .iter()
+            .filter(|(_, s)| {
+                s.labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(DEFAULT_MANAGED_BY)
+            })
+            .map(|(name, s)| ManagedServer {
+                id: s.id.clone(),
+                name: name.clone(),
+                vm_namespace: s.labels.get(LABEL_NAMESPACE).cloned(),
+                vm_name: s.labels.get(LABEL_NAME).cloned(),
+                vm_uid: s.labels.get(LABEL_UID).cloned(),
+            })
+            .collect())
     }
 
     async fn server_exists(&self, name: &str) -> Result<bool, DriverError> {
@@ -225,12 +333,67 @@ mod tests {
         let driver = FakeDriver::new();
         let first = driver.create_server(&spec("a")).await.unwrap();
         let again = driver.create_server(&spec("a")).await.unwrap();
-        assert_eq!(first.id, again.id);
+        assert_eq!(first.status.id, again.status.id);
+        assert_eq!((first.adopted, again.adopted), (false, true));
         assert_eq!(driver.server_names(), vec!["a".to_string()]);
-        driver.delete_server("a").await.unwrap();
-        driver.delete_server("a").await.unwrap();
+        assert_eq!(
+            driver.delete_server("a", "u").await.unwrap(),
+            DeleteOutcome::Deleted {
+                id: first.status.id
+            }
+        );
+        assert_eq!(
+            driver.delete_server("a", "u").await.unwrap(),
+            DeleteOutcome::Absent
+        );
         assert!(!driver.server_exists("a").await.unwrap());
         assert_eq!(driver.server_status("a").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_server_of_another_uid_or_none_is_neither_adopted_nor_deleted() {
+        let driver = FakeDriver::new();
+        let foreign = driver.insert(ServerSpec {
+            vm_uid: "other".into(),
+            ..spec("a")
+        });
+        let unlabelled = driver.insert_with_labels(spec("b"), BTreeMap::new());
+        match driver.create_server(&spec("a")).await {
+            Err(DriverError::NameTaken { id, found_uid, .. }) => {
+                assert_eq!((id, found_uid), (foreign.clone(), Some("other".into())));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            driver.create_server(&spec("b")).await,
+            Err(DriverError::NameTaken {
+                found_uid: None,
+                ..
+            })
+        ));
+        assert_eq!(
+            driver.delete_server(&foreign, "u").await.unwrap(),
+            DeleteOutcome::NotOwned {
+                id: foreign.clone(),
+                found_uid: Some("other".into())
+            }
+        );
+        assert!(matches!(
+            driver.delete_server("b", "u").await.unwrap(),
+            DeleteOutcome::NotOwned {
+                found_uid: None,
+                ..
+            }
+        ));
+        assert_eq!(driver.server_names(), vec!["a".to_string(), "b".into()]);
+        // Only the labelled one is listed as managed.
+        let listed = driver.list_servers().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].id.as_str(), listed[0].vm_uid.as_deref()),
+            (foreign.as_str(), Some("other"))
+        );
+        assert_ne!(unlabelled, foreign);
     }
 
     #[tokio::test]

@@ -7,16 +7,36 @@
 //! that already exists adopts it (starting it if stopped) instead of failing, so a VM whose
 //! container survived a controller crash is not stuck in Creating; servers are named by
 //! [`server_name`], which is injective over (namespace, name).
+//!
+//! Ownership is by uid, never by name: every server carries its VM's uid in the
+//! [`LABEL_UID`] label. `create_server` adopts an existing server only if that label is the
+//! VM's uid (else [`DriverError::NameTaken`]), and `delete_server` removes a server only if it
+//! is (else [`DeleteOutcome::NotOwned`]). A server of the same name with another uid or none
+//! belongs to a re-created VM of the same name, to another cluster on the same engine, or to
+//! someone by hand, and is never touched. [`Driver::list_servers`] lists the servers carrying
+//! [`LABEL_MANAGED_BY`], for the orphan sweep (`super::sweep`).
 
 pub mod docker;
 pub mod fake;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use thiserror::Error;
 
 pub use docker::{DockerDriver, DockerDriverConfig};
 pub use fake::FakeDriver;
+
+/// Labels put on every server, so they can be traced back to their VM.
+pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
+pub const LABEL_NAME: &str = "kubeloop.dev/vm-name";
+/// The VM's `metadata.uid`: the only proof that a server belongs to a VM.
+pub const LABEL_UID: &str = "kubeloop.dev/vm-uid";
+/// Marks servers the VM controller manages; its value is [`DEFAULT_MANAGED_BY`] unless the
+/// driver is configured otherwise (two clusters sharing one engine must use two values, or
+/// each one's orphan sweep would take the other's servers for orphans).
+pub const LABEL_MANAGED_BY: &str = "kubeloop.dev/managed-by";
+pub const DEFAULT_MANAGED_BY: &str = "kubeloop-vm-controller";
 
 /// What to create for one VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +69,46 @@ pub struct ServerStatus {
     pub cpu_millis: u64,
     /// The server's memory limit in bytes (0: the engine did not say / unlimited).
     pub memory_bytes: u64,
+    /// Its [`LABEL_UID`] label: the uid of the VM it belongs to (`None`: unlabelled).
+    pub vm_uid: Option<String>,
+}
+
+/// What [`Driver::create_server`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Created {
+    /// The server, running.
+    pub status: ServerStatus,
+    /// True if the server already existed (with this VM's uid) and was adopted, not created:
+    /// undoing this call must then not delete it.
+    pub adopted: bool,
+}
+
+/// What [`Driver::delete_server`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The server (this engine id) was removed.
+    Deleted { id: String },
+    /// There was no such server.
+    Absent,
+    /// The server exists but its [`LABEL_UID`] is not the given uid (`None`: no such label); it
+    /// was left alone.
+    NotOwned {
+        id: String,
+        found_uid: Option<String>,
+    },
+}
+
+/// One server carrying [`LABEL_MANAGED_BY`], as [`Driver::list_servers`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagedServer {
+    /// The engine's id.
+    pub id: String,
+    /// The server's name.
+    pub name: String,
+    /// [`LABEL_NAMESPACE`], [`LABEL_NAME`] and [`LABEL_UID`] (`None` where the label is missing).
+    pub vm_namespace: Option<String>,
+    pub vm_name: Option<String>,
+    pub vm_uid: Option<String>,
 }
 
 /// A driver call that failed.
@@ -65,6 +125,37 @@ pub enum DriverError {
         server: String,
         message: String,
     },
+    /// A server of that name exists but does not carry the VM's uid (`found_uid: None`: no
+    /// uid label at all); it was neither adopted nor changed.
+    #[error(
+        "{engine}: server {server} (id {id}) has {} but the VirtualMachine's uid is {wanted_uid}",
+        uid_label_text(found_uid.as_deref())
+    )]
+    NameTaken {
+        engine: String,
+        server: String,
+        id: String,
+        wanted_uid: String,
+        found_uid: Option<String>,
+    },
+}
+
+/// `label kubeloop.dev/vm-uid=<uid>` or `no kubeloop.dev/vm-uid label`, for messages.
+pub fn uid_label_text(found_uid: Option<&str>) -> String {
+    match found_uid {
+        Some(uid) => format!("label {LABEL_UID}={uid}"),
+        None => format!("no {LABEL_UID} label"),
+    }
+}
+
+/// The labels a server for `spec` is created with.
+pub fn labels_for(spec: &ServerSpec, managed_by: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAMESPACE.to_string(), spec.vm_namespace.clone()),
+        (LABEL_NAME.to_string(), spec.vm_name.clone()),
+        (LABEL_UID.to_string(), spec.vm_uid.clone()),
+        (LABEL_MANAGED_BY.to_string(), managed_by.to_string()),
+    ])
 }
 
 /// controller101's driver interface. Implementations are cheap to share (`&self` methods).
@@ -72,14 +163,26 @@ pub trait Driver: Send + Sync + 'static {
     /// Names the engine in messages and VM reasons (e.g. `docker engine at unix:///run/x.sock`).
     fn engine(&self) -> &str;
 
-    /// Creates and starts the server, or adopts (and starts) an existing one of that name.
+    /// Creates and starts the server labelled with `spec`'s VM, or adopts (and starts) an
+    /// existing one of that name if its [`LABEL_UID`] is `spec.vm_uid`; one with another uid or
+    /// none is [`DriverError::NameTaken`] and left as it is.
     fn create_server(
         &self,
         spec: &ServerSpec,
-    ) -> impl Future<Output = Result<ServerStatus, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Created, DriverError>> + Send;
 
-    /// Deletes the server; a server that does not exist is not an error.
-    fn delete_server(&self, name: &str) -> impl Future<Output = Result<(), DriverError>> + Send;
+    /// Deletes the server named `name_or_id` (a name, or the engine's full id) if its
+    /// [`LABEL_UID`] is `uid`, by the id it was found with, so a server created under the same
+    /// name in between is never the one removed. A missing server is [`DeleteOutcome::Absent`],
+    /// not an error.
+    fn delete_server(
+        &self,
+        name_or_id: &str,
+        uid: &str,
+    ) -> impl Future<Output = Result<DeleteOutcome, DriverError>> + Send;
+
+    /// Every server carrying [`LABEL_MANAGED_BY`] with this driver's value, running or not.
+    fn list_servers(&self) -> impl Future<Output = Result<Vec<ManagedServer>, DriverError>> + Send;
 
     /// True if a server of exactly that name exists.
     fn server_exists(&self, name: &str) -> impl Future<Output = Result<bool, DriverError>> + Send;
