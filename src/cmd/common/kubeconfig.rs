@@ -108,7 +108,8 @@ impl Environment {
 }
 
 impl ClusterArgs {
-    /// The client for the configuration [`ClusterArgs::config`] finds.
+    /// A client for the configuration [`ClusterArgs::resolve`] finds in this process's
+    /// environment (logged with where it came from).
     pub async fn client(&self) -> anyhow::Result<Client> {
         let (config, source) = self
             .resolve(&Environment::from_process(), Config::incluster)
