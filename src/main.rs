@@ -2,17 +2,16 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 /// client-go's controller machinery rebuilt in Rust: run the sample controller or the
 /// VirtualMachine controller against a Kubernetes cluster, or a local control plane to try
 /// them on.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "kubeloop", version, about, long_about = None)]
 struct Cli {
-    /// Log verbosity: -v for debug, -vv for trace (RUST_LOG overrides).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    verbose: u8,
+    #[command(flatten)]
+    log: cmd::common::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -32,8 +31,11 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    cmd::init_logging(cli.verbose);
+    // Go's flag spellings (`-kubeconfig=...`, `-v=3`) first become clap's (`--kubeconfig=...`).
+    let command = Cli::command();
+    let args = cmd::common::normalize_args(&command, std::env::args_os());
+    let cli = Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|e| e.exit());
+    cmd::common::init_logging(&cli.log);
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         match cli.command {

@@ -1,19 +1,7 @@
-//! The binary's subcommands, one file each.
+//! The binary's subcommands, one file each, and the flags and plumbing they share (`common`).
 
 #[cfg(feature = "testenv")]
 pub mod cluster;
+pub mod common;
 pub mod sample_controller;
 pub mod vm_controller;
-
-/// Logs to stderr; `RUST_LOG` wins over `-v`. Colours only when stderr is a terminal, so log
-/// files and test captures stay plain text.
-pub fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
-}

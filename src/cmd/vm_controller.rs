@@ -6,40 +6,41 @@
 //! the Lease exits 1 (the process manager restarts it; client-go's `Run` also does not
 //! re-contend).
 //!
+//! A second SIGINT / SIGTERM exits at once with status 1 (client-go's `SetupSignalHandler`).
+//!
 //! Differences from controller101 on purpose: the holder identity is never empty ($POD_NAME,
-//! then the hostname, else an error); `--refresh-interval` drives the usage refresh; the
-//! driver's engine is `$DOCKER_HOST` (default hack/setup-podman's socket).
+//! then hostname + "_" + a random suffix); `--refresh-interval` drives the usage refresh; the
+//! driver's engine is `$DOCKER_HOST` (default hack/setup-podman's socket). Flags take one dash
+//! or two and durations are Go's (see `common`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
-use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig, Driver, FakeDriver};
 use kubeloop::controller::vm::{self, VmControllerConfig};
 use kubeloop::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock, StopReason,
 };
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
+
+use super::common::{self, ClusterArgs};
 
 /// Flags of `kubeloop vm-controller`.
 #[derive(clap::Args, Debug)]
 #[command(version)]
 pub struct Args {
-    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Number of worker threads reconciling VMs concurrently.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Run under leader election (`--leader-elect=false` to run unconditionally).
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
-    /// Identity written into the Lease (default: $POD_NAME, then the hostname).
+    /// Identity written into the Lease (default: $POD_NAME, then hostname_<random suffix>).
     #[arg(long)]
     pub holder_identity: Option<String>,
     /// Name of the Lease.
@@ -48,20 +49,20 @@ pub struct Args {
     /// Namespace of the Lease (default: $POD_NAMESPACE, then "default").
     #[arg(long)]
     pub lease_lock_namespace: Option<String>,
-    /// Lease duration (seconds).
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    /// Lease duration, in Go's duration syntax (15s, 1m).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub lease_duration: Duration,
     /// How long the leader retries renewing before it gives up.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub renew_deadline: Duration,
     /// Interval between election attempts.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub retry_period: Duration,
     /// Where VMs run: docker ($DOCKER_HOST, default unix:///run/kubeloop/podman.sock) or fake (in memory).
     #[arg(long, value_enum, default_value_t = VmDriver::Docker)]
     pub vm_driver: VmDriver,
-    /// How often the usage of Active VMs is refreshed (e.g. 20s, 500ms).
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    /// How often the usage of Active VMs is refreshed (e.g. 20s, 500ms, 1m30s).
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub refresh_interval: Duration,
     /// Only watch VMs in this namespace (default: all namespaces).
     #[arg(long)]
@@ -79,7 +80,9 @@ pub enum VmDriver {
 
 /// Runs the controller until a signal (or a lost lease).
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = client(args.kubeconfig.as_deref()).await?;
+    // Handlers first, before any await: a SIGTERM during start-up must stop us cleanly.
+    let shutdown = common::shutdown_on_signals().context("installing SIGINT/SIGTERM handlers")?;
+    let client = args.cluster.client().await?;
     let config = VmControllerConfig {
         workers: args.threads.max(1),
         refresh_interval: args.refresh_interval,
@@ -94,10 +97,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 client,
                 DockerDriver::new(DockerDriverConfig::from_env()),
                 config,
+                shutdown,
             )
             .await
         }
-        VmDriver::Fake => run_with(args, client, FakeDriver::new(), config).await,
+        VmDriver::Fake => run_with(args, client, FakeDriver::new(), config, shutdown).await,
     }
 }
 
@@ -106,9 +110,8 @@ async fn run_with<D: Driver + Clone>(
     client: Client,
     driver: D,
     config: VmControllerConfig,
+    shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let shutdown = CancellationToken::new();
-    stop_on_signals(shutdown.clone())?;
     info!(
         driver = driver.engine(),
         leader_elect = args.leader_elect,
@@ -121,7 +124,7 @@ async fn run_with<D: Driver + Clone>(
         return Ok(());
     }
 
-    let identity = holder_identity(args.holder_identity.as_deref())?;
+    let identity = common::holder_identity(args.holder_identity.as_deref());
     let namespace = args
         .lease_lock_namespace
         .clone()
@@ -224,114 +227,4 @@ async fn serve_ops(
         )
         .await?;
     Ok(())
-}
-
-async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube_client::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube_client::Config::infer()
-            .await
-            .context("finding a kubeconfig (use --kubeconfig)")?,
-    };
-    Client::try_from(config).context("building the Kubernetes client")
-}
-
-fn stop_on_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: stopping"),
-            _ = int.recv() => info!("SIGINT: stopping"),
-        }
-        shutdown.cancel();
-    });
-    Ok(())
-}
-
-/// `--holder-identity`, else $POD_NAME, else the hostname; never empty.
-fn holder_identity(flag: Option<&str>) -> anyhow::Result<String> {
-    let candidates = [
-        flag.map(str::to_string),
-        std::env::var("POD_NAME").ok(),
-        hostname(),
-    ];
-    match candidates
-        .into_iter()
-        .flatten()
-        .map(|s| s.trim().to_string())
-        .find(|s| !s.is_empty())
-    {
-        Some(identity) => Ok(identity),
-        None => bail!(
-            "no leader-election identity: --holder-identity, $POD_NAME and the hostname are all empty"
-        ),
-    }
-}
-
-fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into the buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec()).ok()
-}
-
-/// `20s`, `500ms`, `2m`, or plain seconds (`20`).
-fn parse_duration(value: &str) -> Result<Duration, String> {
-    let value = value.trim();
-    let (number, unit) = match value.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => value.split_at(i),
-        None => (value, "s"),
-    };
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{value:?} is not a duration like 20s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "{value:?}: unknown unit {unit:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        return Err(format!("{value:?} must be greater than zero"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units_and_refuse_zero_and_garbage() {
-        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
-
-    #[test]
-    fn the_identity_is_the_flag_then_never_empty() {
-        assert_eq!(holder_identity(Some("pod-a")).unwrap(), "pod-a");
-        let fallback = holder_identity(Some("  ")).unwrap();
-        assert!(!fallback.trim().is_empty());
-    }
 }
