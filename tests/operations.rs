@@ -859,7 +859,7 @@ async fn vm_replica(
 ) {
     use kubeloop::controller::vm::{self, VmControllerConfig, driver::FakeDriver};
     use kubeloop::leaderelection::{
-        HealthzAdaptor, LeaderCallbacks, LeaderElectionConfig, LeaderElector,
+        HealthzAdaptor, LeaderElectionConfig, LeaderElector,
         LeaderMetricsProvider, LeaseLock,
     };
     use kubeloop::ops::{Check, CheckFn, OpsArgs};
@@ -905,23 +905,13 @@ async fn vm_replica(
         refresh_interval: Duration::from_secs(1),
         ..Default::default()
     };
-    let callbacks = LeaderCallbacks::new(
-        move |ctx| {
-            let (client, config) = (client.clone(), vm_config.clone());
-            async move {
-                let _ = vm::run(
-                    client,
-                    FakeDriver::new(),
-                    config,
-                    ctx.token().clone(),
-                    Some(ctx),
-                )
-                .await;
-            }
-        },
-        || {},
-    );
-    let run = tokio::spawn(async move { elector.run(callbacks, stop).await });
+    let run = tokio::spawn(async move {
+        match vm::run(client, FakeDriver::new(), vm_config, stop, Some(elector)).await {
+            Ok(()) => kubeloop::leaderelection::StopReason::Shutdown,
+            Err(vm::VmControllerError::LeadershipLost(reason)) => reason,
+            Err(e) => panic!("the VM controller failed: {e}"),
+        }
+    });
     (serving.metrics.unwrap().to_string(), run)
 }
 

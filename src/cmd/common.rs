@@ -35,27 +35,53 @@ pub fn holder_identity(flag: Option<&str>) -> String {
         .unwrap_or_else(default_identity)
 }
 
-// TODO(lead): use leaderelection::default_identity once merged
-fn default_identity() -> String {
-    use rand::distr::{Alphanumeric, SampleString};
-    let host = hostname().unwrap_or_else(|| "kubeloop".to_string());
-    let suffix = Alphanumeric
-        .sample_string(&mut rand::rng(), 8)
-        .to_ascii_lowercase();
-    format!("{host}_{suffix}")
-}
+use kubeloop::leaderelection::default_identity;
 
-fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into the buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
+/// Serves `--metrics-bind-address` / `--health-probe-bind-address` for a controller: the
+/// workqueue, reconcile and cache series (plus leader election's, if given); `/healthz` with
+/// `ping` (plus leader election's check); `/readyz` with one check named `ready_check`
+/// that passes while `ready` is set (caches synced, not shutting down).
+pub async fn serve_controller_ops(
+    ops: &kubeloop::ops::OpsArgs,
+    cache_metrics: &kubeloop::cache::CacheMetrics,
+    ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ready_check: (&'static str, &'static str),
+    leader: Option<(kubeloop::leaderelection::LeaderMetricsProvider, kubeloop::leaderelection::HealthzAdaptor)>,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    use kubeloop::ops::{Check, CheckFn};
+    use std::sync::Arc;
+    let (check_name, not_ready) = ready_check;
+    let mut healthz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
+    let leader_metrics = leader.as_ref().map(|(m, _)| m.clone());
+    if let Some((_, health)) = leader {
+        healthz.push(Arc::new(health));
     }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec())
-        .ok()
-        .filter(|h| !h.is_empty())
+    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new(check_name, move || {
+        if ready.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(not_ready.to_string())
+        }
+    }))];
+    let cache_metrics = cache_metrics.clone();
+    ops.serve(
+        || {
+            let mut registry = prometheus_client::registry::Registry::default();
+            kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
+            kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
+            cache_metrics.register(&mut registry);
+            if let Some(m) = &leader_metrics {
+                m.register(&mut registry);
+            }
+            registry
+        },
+        healthz,
+        readyz,
+        shutdown,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Held by every test that reads or writes the process environment (process-wide state).
@@ -87,12 +113,12 @@ mod tests {
 
         assert_eq!(with_flag, "pod-a");
         assert_eq!(from_env, "pod-from-env");
-        let host = hostname().unwrap_or_else(|| "kubeloop".to_string());
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
         for id in [&first, &second] {
             let suffix = id
                 .strip_prefix(&format!("{host}_"))
                 .unwrap_or_else(|| panic!("{id} starts with {host}_"));
-            assert_eq!(suffix.len(), 8, "{id}");
+            assert!(!suffix.is_empty(), "{id}");
         }
         assert_ne!(first, second, "each process gets its own suffix");
     }

@@ -5,16 +5,11 @@
 //! SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
 //! (client-go's `SetupSignalHandler`).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
 use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
-use kubeloop::ops::{Check, CheckFn, OpsArgs};
-use kubeloop::workqueue::MetricsProvider;
-use prometheus_client::registry::Registry;
-use tokio_util::sync::CancellationToken;
+use kubeloop::ops::OpsArgs;
 
 use super::common::{self, ClusterArgs};
 
@@ -46,41 +41,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         ..Default::default()
     };
-    start_ops_servers(&args.ops, &config, &shutdown).await?;
+    common::serve_controller_ops(
+        &args.ops,
+        &config.cache_metrics,
+        config.ready.clone(),
+        ("informers-synced", "caches not synced yet, or shutting down"),
+        None,
+        &shutdown,
+    )
+    .await?;
     run_controller(client, config, shutdown)
         .await
         .context("running the sample controller")?;
     Ok(())
 }
 
-/// `/metrics`, `/healthz` and `/readyz`, on one server or two, if asked for.
-async fn start_ops_servers(
-    ops: &OpsArgs,
-    config: &ControllerConfig,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    let cache_metrics = config.cache_metrics.clone();
-    let ready = config.ready.clone();
-    let healthz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
-    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("informers-synced", move || {
-        if ready.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err("caches not synced yet, or shutting down".to_string())
-        }
-    }))];
-    ops.serve(
-        || {
-            let mut registry = Registry::default();
-            MetricsProvider::global().register(&mut registry);
-            kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
-            cache_metrics.register(&mut registry);
-            registry
-        },
-        healthz,
-        readyz,
-        shutdown,
-    )
-    .await?;
-    Ok(())
-}

@@ -19,12 +19,10 @@ use anyhow::{Context, bail};
 use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
 use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig, Driver, FakeDriver};
-use kubeloop::controller::vm::{self, VmControllerConfig};
-use kubeloop::leaderelection::{
-    LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock, StopReason,
-};
+use kubeloop::controller::vm::{self, VmControllerConfig, VmControllerError};
+use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::info;
 
 use super::common::{self, ClusterArgs};
 
@@ -87,8 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         workers: args.threads.max(1),
         refresh_interval: args.refresh_interval,
         namespace: args.namespace.clone(),
-        cache_metrics: kubeloop::cache::CacheMetrics::default(),
-        ready: Default::default(),
+        ..VmControllerConfig::default()
     };
     match args.vm_driver {
         VmDriver::Docker => {
@@ -105,7 +102,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-async fn run_with<D: Driver + Clone>(
+async fn run_with<D: Driver>(
     args: Args,
     client: Client,
     driver: D,
@@ -117,10 +114,11 @@ async fn run_with<D: Driver + Clone>(
         leader_elect = args.leader_elect,
         "kubeloop vm-controller starting"
     );
-
+    // A standby keeps its informer synced, so every replica is ready once its cache is.
+    let ready_check = ("informer-sync", "the VirtualMachine informer has not synced");
     if !args.leader_elect {
-        serve_ops(&args, &config, None, || false, &shutdown).await?;
-        vm::run(client, driver, config, shutdown, None).await?;
+        common::serve_controller_ops(&args.ops, &config.cache_metrics, config.ready.clone(), ready_check, None, &shutdown).await?;
+        vm::run(client, driver, config, shutdown, None::<LeaderElector<LeaseLock>>).await?;
         return Ok(());
     }
 
@@ -148,83 +146,22 @@ async fn run_with<D: Driver + Clone>(
     elector.report_metrics_to(&leader_metrics);
     let health = kubeloop::leaderelection::HealthzAdaptor::new(Duration::from_secs(20));
     health.set_leader_election(&elector);
-    let standby = elector.clone();
-    serve_ops(&args, &config, Some((leader_metrics, health)), move || !standby.is_leader(), &shutdown).await?;
-    info!(identity = %identity, lease = %format!("{namespace}/{}", args.lease_lock_name), "contending for the lease");
-
-    let me = identity.clone();
-    let callbacks = LeaderCallbacks::new(
-        move |ctx| {
-            let (client, driver, config) = (client.clone(), driver.clone(), config.clone());
-            async move {
-                info!("became the leader; starting the controller");
-                if let Err(e) =
-                    vm::run(client, driver, config, ctx.token().clone(), Some(ctx)).await
-                {
-                    error!(error = %e, "the controller stopped with an error");
-                }
-            }
-        },
-        || info!("stopped leading"),
+    common::serve_controller_ops(
+        &args.ops,
+        &config.cache_metrics,
+        config.ready.clone(),
+        ready_check,
+        Some((leader_metrics, health)),
+        &shutdown,
     )
-    .on_new_leader(move |holder| {
-        if holder != me {
-            info!(leader = %holder, "new leader elected");
-        }
-    });
-    match elector.run(callbacks, shutdown).await {
-        StopReason::Shutdown => {
+    .await?;
+    info!(identity = %identity, lease = %format!("{namespace}/{}", args.lease_lock_name), "contending for the lease");
+    match vm::run(client, driver, config, shutdown, Some(elector)).await {
+        Ok(()) => {
             info!("shut down; lease released");
             Ok(())
         }
-        other => bail!("leader election lost: {other:?}"),
+        Err(VmControllerError::LeadershipLost(reason)) => bail!("leader election lost: {reason:?}"),
+        Err(e) => Err(e.into()),
     }
-}
-
-/// `--metrics-bind-address` / `--health-probe-bind-address`: workqueue, reflector/informer,
-/// reconcile and leader-election series; /healthz with the leaderElection check.
-async fn serve_ops(
-    args: &Args,
-    config: &VmControllerConfig,
-    leader: Option<(kubeloop::leaderelection::LeaderMetricsProvider, kubeloop::leaderelection::HealthzAdaptor)>,
-    leader_is_standby: impl Fn() -> bool + Send + Sync + 'static,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    use kubeloop::ops::{Check, CheckFn};
-    use std::sync::Arc;
-    let mut healthz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
-    let metrics = leader.as_ref().map(|(m, _)| m.clone());
-    let cache_metrics = config.cache_metrics.clone();
-    if let Some((_, health)) = leader {
-        healthz.push(Arc::new(health));
-    }
-    // A standby runs no informer, so it is ready by standing by; the leader (or a controller
-    // without leader election) is ready once its informer has synced.
-    let ready = config.ready.clone();
-    let standby = leader_is_standby;
-    let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("informer-sync", move || {
-        if ready.load(std::sync::atomic::Ordering::SeqCst) || standby() {
-            Ok(())
-        } else {
-            Err("the VirtualMachine informer has not synced".into())
-        }
-    }))];
-    args.ops
-        .serve(
-            || {
-                let mut registry = prometheus_client::registry::Registry::default();
-                kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
-                kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
-                cache_metrics.register(&mut registry);
-                if let Some(m) = &metrics {
-                    m.register(&mut registry);
-                }
-                registry
-            },
-            healthz,
-            readyz,
-            shutdown,
-        )
-        .await?;
-    Ok(())
 }

@@ -257,6 +257,13 @@ impl<K: CacheObject> Controller<K> {
         self.ready.clone()
     }
 
+    /// Report readiness into `flag` (shared with a `/readyz` check built before the
+    /// controller) instead of a flag of the controller's own.
+    pub fn with_readiness(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.ready = flag;
+        self
+    }
+
     /// The primary cache.
     pub fn primary_lister(&self) -> Lister<K> {
         self.primary.lister()

@@ -113,6 +113,21 @@ impl EventBroadcaster {
         }
     }
 
+    /// A broadcaster writing to the apiserver through `client` with the default settings, and a
+    /// recorder reporting as `component` (what a controller's wiring needs; client-go:
+    /// `NewBroadcaster` + `StartRecordingToSink` + `NewRecorder`).
+    pub fn for_component(client: kube_client::Client, component: &str) -> (Self, EventRecorder) {
+        let broadcaster = Self::start(
+            super::KubeEventSink::new(client),
+            BroadcasterConfig::default(),
+        );
+        let recorder = broadcaster.new_recorder(EventSource {
+            component: component.to_string(),
+            host: None,
+        });
+        (broadcaster, recorder)
+    }
+
     /// A recorder reporting as `source`. client-go: `NewRecorder`.
     pub fn new_recorder(&self, source: EventSource) -> EventRecorder {
         EventRecorder {

@@ -68,13 +68,7 @@ pub fn controller_reference(foo: &Foo) -> OwnerReference {
     }
 }
 
-/// The ownerReference marked `controller: true`, if any. client-go: `metav1.GetControllerOf`.
-pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_deref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-}
+pub use crate::controller::controller_of;
 
 /// Whether `meta`'s controller is `foo` (same UID). client-go: `metav1.IsControlledBy`.
 pub fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {

@@ -10,9 +10,12 @@
 //! gone reconciles to `Done` and is forgotten. Periodic work comes from
 //! [`Action::RequeueAfter`], not from resyncs.
 //!
-//! Under leader election, [`run`] is handed the leader's [`LeaderContext`]: each reconcile first
-//! checks [`LeaderContext::still_leading`], so no step starts after leadership ended, and the
-//! context's cancellation stops the controller.
+//! Everything else is the runtime's ([`crate::controller::Controller`]): informer start and
+//! sync, readiness, workers, leader election (the informer stays warm on a standby; only the
+//! workers wait), the fence when leadership ends, and shutdown with drain. Each reconcile gets
+//! its [`ReconcileContext`] and checks it before every side effect; while leading, a leader
+//! task sweeps orphaned containers ([`super::sweep`]) at the start of each term and every
+//! [`DEFAULT_SWEEP_INTERVAL`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,23 +23,19 @@ use std::time::Duration;
 use kube_client::Client;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
-
-use futures::future::BoxFuture;
+use tracing::{info, warn};
 
 use super::api::{KubeVmApi, VmApi};
 use super::driver::Driver;
 use super::error_policy::ReconcileError;
 use super::reconcile::{Reconciler, ReconcilerConfig};
+use super::sweep::{DEFAULT_SWEEP_INTERVAL, sweep_orphans};
 use super::types::VirtualMachine;
-use crate::cache::{
-    DeletedObject, FactoryOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
-};
+use crate::cache::{FactoryOptions, SharedInformerFactory};
 use crate::controller::context::ReconcileContext;
-use crate::controller::worker::{Action, WorkerConfig, enqueue, key_of_deleted, run_workers};
-use crate::leaderelection::LeaderContext;
-use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
-use crate::workqueue::{QueueConfig, RateLimitingQueue, default_controller_rate_limiter};
+use crate::controller::{Action, Controller, ControllerError, ErrorAction};
+use crate::leaderelection::{LeaderElector, ResourceLock, StopReason};
+use crate::record::EventBroadcaster;
 
 /// Settings of one controller instance.
 #[derive(Clone, Debug)]
@@ -49,9 +48,11 @@ pub struct VmControllerConfig {
     pub namespace: Option<String>,
     /// Where the informer's reflector and handlers report (`--metrics-bind-address` serves it).
     pub cache_metrics: crate::cache::CacheMetrics,
-    /// Set once the informer has synced and the workers run; cleared when shutdown starts
-    /// (what `/readyz` reports for a leader).
+    /// Set once the informer has synced (standbys included); cleared when shutdown starts
+    /// (what `/readyz` reports).
     pub ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How often the leader sweeps orphaned containers (also once at the start of each term).
+    pub sweep_interval: Duration,
 }
 
 impl Default for VmControllerConfig {
@@ -62,27 +63,33 @@ impl Default for VmControllerConfig {
             namespace: None,
             cache_metrics: crate::cache::CacheMetrics::default(),
             ready: Default::default(),
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
         }
     }
 }
 
-/// The controller could not run.
+/// The controller could not run, or stopped for another reason than shutdown.
 #[derive(Debug, Error)]
 pub enum VmControllerError {
     #[error("the VirtualMachine informer did not sync before shutdown")]
     CacheNotSynced,
     #[error("registering the VirtualMachine event handler: {0}")]
     Handler(#[from] crate::cache::InformerError),
+    #[error("leader election lost: {0:?}")]
+    LeadershipLost(StopReason),
 }
 
-/// Runs the controller until `stop` is cancelled (or, with `leader`, until leadership ends),
-/// then drains the workers and stops the informer.
-pub async fn run<D: Driver>(
+/// The controller's name: queue metrics label, event source, log field.
+pub const CONTROLLER_NAME: &str = "vm-controller";
+
+/// Runs the controller until `stop` is cancelled (or, with an `elector` that does not contend
+/// again, until leadership is lost), then drains the workers and stops the informer.
+pub async fn run<D: Driver, L: ResourceLock>(
     client: Client,
     driver: D,
     config: VmControllerConfig,
     stop: CancellationToken,
-    leader: Option<LeaderContext>,
+    elector: Option<LeaderElector<L>>,
 ) -> Result<(), VmControllerError> {
     let factory = SharedInformerFactory::new(
         client.clone(),
@@ -92,116 +99,85 @@ pub async fn run<D: Driver>(
             ..FactoryOptions::default()
         },
     );
-    let informer = factory.informer::<VirtualMachine>();
-    let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
-        default_controller_rate_limiter(),
-        QueueConfig::named("virtualmachines"),
-    );
-    informer.add_event_handler(handlers(queue.clone()))?;
-
-    let events = EventBroadcaster::start(
-        KubeEventSink::new(client.clone()),
-        BroadcasterConfig::default(),
-    );
-    let recorder = events.new_recorder(EventSource {
-        component: "vm-controller".into(),
-        host: None,
-    });
+    let (events, recorder) = EventBroadcaster::for_component(client.clone(), CONTROLLER_NAME);
+    let mut controller = Controller::new(CONTROLLER_NAME, factory.informer::<VirtualMachine>())
+        .update_filter(needs_reconcile)
+        .queue_name("virtualmachines")
+        .workers(config.workers)
+        .with_readiness(config.ready.clone());
     let reconciler = Arc::new(
         Reconciler::new(
             driver,
-            KubeVmApi::new(client, informer.lister()),
+            KubeVmApi::new(client, controller.primary_lister()),
             ReconcilerConfig {
                 refresh_interval: config.refresh_interval,
             },
         )
         .with_recorder(recorder),
     );
+    let sweeper = Arc::clone(&reconciler);
+    let (namespace, interval) = (config.namespace.clone(), config.sweep_interval);
+    controller = controller.leader_task("orphan-sweep", move |ctx| {
+        sweep_every(Arc::clone(&sweeper), namespace.clone(), interval, ctx)
+    });
+    if let Some(elector) = elector {
+        controller = controller.leader_election(elector);
+    }
     info!(
         engine = reconciler.driver().engine(),
         workers = config.workers,
         "starting the VirtualMachine controller"
     );
-    factory.start();
-    let synced = tokio::select! {
-        synced = informer.wait_for_cache_sync() => synced,
-        _ = stop.cancelled() => false,
-    };
-    if !synced {
-        queue.shutdown();
-        factory.shutdown().await;
-        events.shutdown().await;
-        return Err(VmControllerError::CacheNotSynced);
-    }
-    info!("VirtualMachine informer synced; workers starting");
-    config.ready.store(true, std::sync::atomic::Ordering::SeqCst);
-
-    let workers = tokio::spawn(run_workers(
-        queue.clone(),
-        WorkerConfig {
-            workers: config.workers,
-            name: "vm-controller".into(),
-        },
-        worker_fn(reconciler, leader),
-    ));
-    stop.cancelled().await;
-    config.ready.store(false, std::sync::atomic::Ordering::SeqCst);
-    info!("stopping the VirtualMachine controller");
-    queue.shutdown_with_drain().await;
-    if let Err(e) = workers.await {
-        error!(error = %e, "worker loop ended abnormally");
-    }
-    factory.shutdown().await;
+    let result = controller
+        .run(reconcile_fn(reconciler), error_policy, stop)
+        .await;
     events.shutdown().await;
-    Ok(())
+    result.map_err(|e| match e {
+        ControllerError::Handler(e) => VmControllerError::Handler(e),
+        ControllerError::CacheSync { .. } => VmControllerError::CacheNotSynced,
+        ControllerError::LeadershipLost(reason) => VmControllerError::LeadershipLost(reason),
+    })
 }
 
-/// What each worker calls with a key: the reconcile, unless leadership has ended; errors that
-/// must not be retried (see [`super::error_policy`]) are logged and the key dropped.
-pub(crate) fn worker_fn<D: Driver, A: VmApi>(
+/// What each worker calls with a key and its context.
+pub(crate) fn reconcile_fn<D: Driver, A: VmApi>(
     reconciler: Arc<Reconciler<D, A>>,
-    leader: Option<LeaderContext>,
-) -> impl Fn(String) -> BoxFuture<'static, Result<Action, ReconcileError>> + Send + Sync + 'static {
-    move |key: String| {
+) -> impl Fn(String, ReconcileContext) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
++ Send
++ Sync
++ 'static {
+    move |key: String, ctx: ReconcileContext| {
         let reconciler = Arc::clone(&reconciler);
-        let leader = leader.clone();
-        Box::pin(async move {
-            if leader.as_ref().is_some_and(|l| !l.still_leading()) {
-                // Leadership ended: act no more; the queue is being shut down.
-                return Ok(Action::Done);
-            }
-            // TODO(lead): hand the runtime's per-reconcile context (token + leadership term).
-            match reconciler
-                .reconcile(&key, &ReconcileContext::detached())
-                .await
-            {
-                Err(e) if !e.retry() => {
-                    error!(key = %key, error = %e, "dropping key");
-                    Ok(Action::Done)
-                }
-                other => other,
-            }
-        })
+        Box::pin(async move { reconciler.reconcile(&key, &ctx).await })
     }
 }
 
-/// Adds and deletes always; updates only when something the controller acts on changed.
-fn handlers(queue: RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<VirtualMachine> {
-    let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
-    ResourceEventHandlerFuncs::new()
-        .on_add(move |vm: &Arc<VirtualMachine>, _| enqueue(&q_add, vm.as_ref()))
-        .on_update(
-            move |old: &Arc<VirtualMachine>, new: &Arc<VirtualMachine>| {
-                if needs_reconcile(old, new) {
-                    enqueue(&q_update, new.as_ref());
-                }
-            },
-        )
-        .on_delete(move |deleted: &DeletedObject<VirtualMachine>| {
-            if let Some(key) = key_of_deleted(deleted) {
-                q_delete.add(key);
-            }
-        })
+/// Errors a retry cannot fix (see [`super::error_policy`]) drop the key; the rest back off.
+pub fn error_policy(error: &ReconcileError, _key: &str, _retries: u32) -> ErrorAction {
+    if error.retry() {
+        ErrorAction::RateLimited
+    } else {
+        ErrorAction::Drop
+    }
+}
+
+/// The leader task: one sweep at the start of the term, then one every `interval`.
+async fn sweep_every<D: Driver, A: VmApi>(
+    reconciler: Arc<Reconciler<D, A>>,
+    namespace: Option<String>,
+    interval: Duration,
+    ctx: ReconcileContext,
+) {
+    loop {
+        match sweep_orphans(reconciler.driver(), reconciler.api(), namespace.as_deref(), &ctx).await {
+            Ok(report) => info!(?report, "orphan sweep done"),
+            Err(e) => warn!(error = %e, "orphan sweep did not finish"),
+        }
+        tokio::select! {
+            _ = ctx.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
 }
 
 /// False for the controller's own status writes (only status and resourceVersion changed).
@@ -220,7 +196,19 @@ mod tests {
     use crate::controller::vm::driver::FakeDriver;
     use crate::controller::vm::fake_api::FakeApi;
     use crate::controller::vm::types::{Phase, VirtualMachineStatus};
-    use crate::workqueue::ItemExponentialFailureRateLimiter;
+    use crate::controller::worker::{WorkerConfig, run_workers};
+    use crate::workqueue::{ItemExponentialFailureRateLimiter, RateLimitingQueue};
+
+    /// The reconcile as the key-only worker loop takes it, with a context that never ends.
+    fn worker_fn<D: Driver, A: VmApi>(
+        reconciler: Arc<Reconciler<D, A>>,
+    ) -> impl Fn(String) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
+    + Send
+    + Sync
+    + 'static {
+        let reconcile = reconcile_fn(reconciler);
+        move |key| reconcile(key, ReconcileContext::detached())
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_vm_that_keeps_failing_is_retried_with_exponential_backoff_not_in_a_hot_loop() {
@@ -245,7 +233,7 @@ mod tests {
                 workers: 2,
                 name: "test".into(),
             },
-            worker_fn(reconciler, None),
+            worker_fn(reconciler),
         ));
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -286,7 +274,7 @@ mod tests {
         let workers = tokio::spawn(run_workers(
             queue.clone(),
             WorkerConfig::default(),
-            worker_fn(reconciler, None),
+            worker_fn(reconciler),
         ));
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -128,6 +128,11 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     }
 
     /// The driver (for tests and wiring).
+    pub fn api(&self) -> &A {
+        &self.api
+    }
+
+    /// The driver (for tests and wiring).
     pub fn driver(&self) -> &D {
         &self.driver
     }
