@@ -11,6 +11,7 @@
 //! | [`controller`]        | `k8s.io/sample-controller`, controller101        |
 //! | [`ops`]               | component-base metrics registry, apiserver healthz |
 //! | [`testenv`]           | controller-runtime's `envtest`, plus kwok nodes  |
+//! | [`testing`]           | `tools/cache/testing`, fake clientset reactors   |
 //!
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
 //! stream into work for a controller is in this crate.
@@ -22,4 +23,10 @@ pub mod ops;
 pub mod record;
 #[cfg(feature = "testenv")]
 pub mod testenv;
+pub mod testing;
 pub mod workqueue;
+
+/// The README's Rust examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -384,6 +384,7 @@ mod tests {
     use crate::controller::default_error_policy;
     use crate::leaderelection::fake_lock::{FakeLockStore, Reach};
     use crate::leaderelection::{LeaderElectionConfig, LeaderElector};
+    use crate::testing::settle;
 
     fn cm(name: &str) -> ConfigMap {
         ConfigMap {
@@ -449,12 +450,6 @@ mod tests {
                 result
             })
         }
-    }
-
-    /// Lets every ready task run (paused time only advances when all are idle); longer than
-    /// the 100 ms poll of `wait_for_cache_sync`.
-    async fn settle() {
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
     #[tokio::test(start_paused = true)]
