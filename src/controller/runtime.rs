@@ -294,10 +294,14 @@ where
         return Next::TermOver;
     }
     let ctx = term.reconcile_context();
+    // The start and end of every reconcile, for tests that check that no two replicas'
+    // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
+    debug!(controller = name, key = %key, "reconcile started");
     let span = tracing::info_span!("reconcile", controller = %name, key = %key);
     let started = std::time::Instant::now();
     let reconcile = AssertUnwindSafe((shared.reconcile)(key.clone(), ctx.clone())).catch_unwind();
     let outcome = term.run(reconcile.instrument(span)).await;
+    debug!(controller = name, key = %key, dropped = outcome.is_none(), "reconcile ended");
 
     // A reconcile ended by the loss of leadership (dropped at the fence, or failing after its
     // context lost entitlement) is not the key's failure: the next leader takes it again.
@@ -407,7 +411,10 @@ mod tests {
 
     /// Every reconcile: (key, start, end) on the paused clock.
     #[derive(Clone, Default)]
-    struct Log(Arc<Mutex<Vec<(String, Instant, Option<Instant>)>>>);
+    struct Log(Arc<Mutex<Vec<Entry>>>);
+
+    /// (key, started, ended).
+    type Entry = (String, Instant, Option<Instant>);
 
     impl Log {
         fn keys(&self) -> Vec<String> {

@@ -126,12 +126,15 @@ where
     !matches!(process_next(&shared, &term).await, Next::QueueDone)
 }
 
+/// The error policy of the key-only loop.
+type Policy<E> = fn(&E, &str, u32) -> ErrorAction;
+
 /// A key-only reconcile as the runtime's worker state, with the default error policy.
 fn shared<F, Fut, E>(
     queue: RateLimitingQueue<String>,
     name: String,
     reconcile: F,
-) -> WorkerShared<impl Fn(String, ReconcileContext) -> Fut, fn(&E, &str, u32) -> ErrorAction>
+) -> WorkerShared<impl Fn(String, ReconcileContext) -> Fut, Policy<E>>
 where
     F: Fn(String) -> Fut,
 {
