@@ -275,7 +275,7 @@ async fn vm_controller_takes_go_style_flags_and_a_second_sigterm_exits_1() {
         ],
     );
     controller
-        .wait_for("workers starting", Duration::from_secs(60))
+        .wait_for("starting workers", Duration::from_secs(60))
         .await;
     started_from_the_kubeconfig_flag(&controller.log_text(), cluster.kubeconfig_path());
 
