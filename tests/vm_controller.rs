@@ -1461,6 +1461,47 @@ async fn start_replica(cluster: &Cluster, ns: &str, host: &str, identity: String
     }
 }
 
+/// What still differs from the wanted state, `None` once every wanted VM is Active on a
+/// container of its uid with its CPU and no other labelled container exists.
+async fn chaos_problem(
+    vms: &Api<VirtualMachine>,
+    wanted: &std::collections::BTreeMap<String, &str>,
+    docker: &Docker,
+    ns: &str,
+) -> Option<String> {
+    for (name, cpu) in wanted {
+        let Ok(Some(vm)) = vms.get_opt(name).await else {
+            return Some(format!("{name}: not found"));
+        };
+        let phase = vm.phase();
+        if phase != Phase::Active {
+            let reason = vm.status.as_ref().map(|s| s.reason.clone()).unwrap_or_default();
+            return Some(format!("{name}: phase {phase:?} ({reason})"));
+        }
+        let Ok(inspected) = docker
+            .inspect_container(&container_name(ns, name), None::<InspectContainerOptions>)
+            .await
+        else {
+            return Some(format!("{name}: no container"));
+        };
+        let nano = inspected.host_config.as_ref().and_then(|h| h.nano_cpus);
+        let want = cpu.trim_end_matches('m').parse::<i64>().unwrap() * 1_000_000;
+        let uid = inspected
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get("kubeloop.dev/vm-uid").cloned());
+        if nano != Some(want) || uid != vm.metadata.uid {
+            return Some(format!("{name}: container nano_cpus {nano:?} (want {want}), uid {uid:?} (want {:?})", vm.metadata.uid));
+        }
+    }
+    let mut containers = labelled_containers(ns);
+    containers.sort();
+    let mut expected: Vec<String> = wanted.keys().map(|n| container_name(ns, n)).collect();
+    expected.sort();
+    (containers != expected).then(|| format!("containers {containers:?}, expected {expected:?}"))
+}
+
 /// (start, end) of every reconcile in a replica's log, each end `None` if it never ended.
 fn reconcile_intervals(log: &str) -> Vec<(String, jiff_now::Stamp, Option<jiff_now::Stamp>)> {
     let mut open: std::collections::HashMap<String, Vec<usize>> = Default::default();
@@ -1610,38 +1651,21 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
 
     // Convergence: every wanted VM Active on a running container with its CPU; no other
     // labelled container; every deleted VM gone.
-    let converged = eventually("convergence", Duration::from_secs(180), || {
-        let (vms, wanted, docker, ns) = (vms.clone(), wanted.clone(), docker.clone(), ns.clone());
-        async move {
-            for (name, cpu) in &wanted {
-                let vm = vms.get_opt(name).await.ok()??;
-                let status = vm.status.as_ref()?;
-                if status.phase != Phase::Active {
-                    return None;
-                }
-                let inspected = docker
-                    .inspect_container(&container_name(&ns, name), None::<InspectContainerOptions>)
-                    .await
-                    .ok()?;
-                let nano = inspected.host_config.as_ref()?.nano_cpus?;
-                let want: i64 = cpu.trim_end_matches('m').parse::<i64>().ok()? * 1_000_000;
-                let uid = inspected.config.as_ref()?.labels.as_ref()?.get("kubeloop.dev/vm-uid")?.clone();
-                if nano != want || Some(uid) != vm.metadata.uid {
-                    return None;
-                }
-            }
-            let mut containers = labelled_containers(&ns);
-            containers.sort();
-            let mut expected: Vec<String> = wanted.keys().map(|n| container_name(&ns, n)).collect();
-            expected.sort();
-            if containers != expected {
-                return None;
-            }
-            Some(())
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let problem = chaos_problem(&vms, &wanted, &docker, &ns).await;
+        let Some(problem) = problem else { break };
+        if Instant::now() > deadline {
+            let leader = lease_holder(cluster, &ns).await.unwrap_or_default();
+            let log = replicas
+                .iter()
+                .find(|r| r.identity == leader)
+                .map(|r| tail(&r.controller.log_text(), 40))
+                .unwrap_or_default();
+            panic!("no convergence in 240 s: {problem}; leader {leader:?}, its log:\n{log}");
         }
-    })
-    .await;
-    let _ = converged;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     for name in &deleted {
         assert!(vms.get_opt(name).await.unwrap().is_none(), "{name} was deleted");
     }

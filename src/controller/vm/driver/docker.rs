@@ -329,29 +329,51 @@ impl Driver for DockerDriver {
         let options = CreateContainerOptionsBuilder::new()
             .name(&spec.name)
             .build();
-        let adopted = match self.client()?.create_container(Some(options), body).await {
-            Ok(_) => false,
+        let mut evicted = false;
+        let adopted = loop {
+            let err = match self
+                .client()?
+                .create_container(Some(options.clone()), body.clone())
+                .await
+            {
+                Ok(_) => break false,
+                Err(e) => e,
+            };
+            if !name_in_use(&err) {
+                return Err(self.error("create", &spec.name, err));
+            }
             // The name is taken: a container from an earlier attempt or controller, which is
             // adopted only if it carries this VM's uid.
-            Err(BollardError::DockerResponseServerError {
-                status_code: 409, ..
-            }) => {
-                if let Some(found) = self.inspect(&spec.name).await? {
-                    let found_uid = uid_label(&found);
-                    if found_uid.as_deref() != Some(spec.vm_uid.as_str()) {
-                        return Err(DriverError::NameTaken {
-                            engine: self.engine.clone(),
-                            server: spec.name.clone(),
-                            id: found.id.unwrap_or_default(),
-                            wanted_uid: spec.vm_uid.clone(),
-                            found_uid,
-                        });
-                    }
+            if let Some(found) = self.inspect(&spec.name).await? {
+                let found_uid = uid_label(&found);
+                if found_uid.as_deref() != Some(spec.vm_uid.as_str()) {
+                    return Err(DriverError::NameTaken {
+                        engine: self.engine.clone(),
+                        server: spec.name.clone(),
+                        id: found.id.unwrap_or_default(),
+                        wanted_uid: spec.vm_uid.clone(),
+                        found_uid,
+                    });
                 }
                 tracing::info!(server = %spec.name, "server already exists; adopting it");
-                true
+                break true;
             }
-            Err(e) => return Err(self.error("create", &spec.name, e)),
+            // Taken by nothing the engine lists: podman's storage keeps the name of a create
+            // that was cut off half way (its client killed mid-request) until that storage
+            // container is evicted, which a forced remove by name does. Once, then retry.
+            if evicted {
+                return Err(self.error("create", &spec.name, err));
+            }
+            tracing::warn!(server = %spec.name, error = %err, "the name is held by a container the engine does not list; evicting it");
+            let force = RemoveContainerOptionsBuilder::new().force(true).build();
+            match self.client()?.remove_container(&spec.name, Some(force)).await {
+                Ok(())
+                | Err(BollardError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {}
+                Err(e) => return Err(self.error("create", &spec.name, e)),
+            }
+            evicted = true;
         };
         self.start(&spec.name).await?;
         match self.server_status(&spec.name).await? {
@@ -451,11 +473,41 @@ impl Driver for DockerDriver {
     }
 }
 
+/// Docker answers a taken name with 409; podman 4 also with 500 "... is already in use" when
+/// the name is held in its container storage.
+fn name_in_use(err: &BollardError) -> bool {
+    match err {
+        BollardError::DockerResponseServerError {
+            status_code: 409, ..
+        } => true,
+        BollardError::DockerResponseServerError {
+            status_code: 500,
+            message,
+        } => message.contains("already in use"),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bollard::models::{ContainerCpuUsage, ContainerMemoryStats};
 
     use super::*;
+
+    #[test]
+    fn a_taken_name_is_409_or_podmans_500_already_in_use_and_nothing_else() {
+        let err = |status_code, message: &str| BollardError::DockerResponseServerError {
+            status_code,
+            message: message.to_string(),
+        };
+        assert!(name_in_use(&err(409, "Conflict")));
+        assert!(name_in_use(&err(
+            500,
+            "creating container storage: the container name \"x\" is already in use by 6005bd"
+        )));
+        assert!(!name_in_use(&err(500, "no such image")));
+        assert!(!name_in_use(&err(404, "already in use")));
+    }
 
     fn cpu(total: u64, system: u64, online: u32) -> ContainerCpuStats {
         ContainerCpuStats {
