@@ -1,8 +1,8 @@
 //! What both controller subcommands share on the command line, so `sample-controller` and
 //! `vm-controller` read their flags alike:
 //!
-//! - [`ClusterArgs`]: `--kubeconfig` / `--master`, resolved as controller-runtime's
-//!   `GetConfig` does (flag, `$KUBECONFIG`, in-cluster, `~/.kube/config`).
+//! - [`ClusterArgs`]: `--kubeconfig` / `--master`, resolved as client-go's clientcmd
+//!   loading rules do (flag, `$KUBECONFIG`, `~/.kube/config`, in-cluster).
 //! - [`duration`]: every duration flag in Go's `time.ParseDuration` grammar.
 //! - [`shutdown_on_signals`]: client-go's `SetupSignalHandler` (first signal graceful, second
 //!   exits 1).

@@ -1,7 +1,7 @@
 //! `kubeloop sample-controller`: sample-controller's main.go. Flags as there (`--kubeconfig`,
 //! `--master`, one dash or two) plus `--workers`, `--resync`, `--namespace` and
 //! controller-runtime's `--metrics-bind-address` / `--health-probe-bind-address`; the cluster
-//! is found as controller-runtime's `GetConfig` finds it (see `common::ClusterArgs`).
+//! is found as client-go's clientcmd loading rules find it (see `common::ClusterArgs`).
 //! SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
 //! (client-go's `SetupSignalHandler`).
 
