@@ -26,7 +26,9 @@ fn cm(i: usize) -> ConfigMap {
 }
 
 fn delta_fifo(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let objects: Vec<ConfigMap> = (0..1000).map(cm).collect();
     c.bench_function("delta_fifo_add_then_pop_1000", |b| {
         b.iter(|| {

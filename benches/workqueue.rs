@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kubeloop::workqueue::{DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter};
+use kubeloop::workqueue::{
+    DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter,
+};
 
 fn config() -> Criterion {
     Criterion::default()
@@ -33,7 +35,9 @@ fn current_thread(paused: bool) -> tokio::runtime::Runtime {
 }
 
 fn static_keys(n: usize) -> Vec<&'static str> {
-    (0..n).map(|i| &*Box::leak(format!("key-{i}").into_boxed_str())).collect()
+    (0..n)
+        .map(|i| &*Box::leak(format!("key-{i}").into_boxed_str()))
+        .collect()
 }
 
 /// client-go's BenchmarkQueue body: a new queue, then add, get, done for each key.
@@ -46,17 +50,29 @@ async fn add_get_done_round<K: Hash + Eq + Clone + Send + 'static>(keys: &[K]) {
     }
 }
 
-fn bench_add_get_done<K: Hash + Eq + Clone + Send + 'static>(c: &mut Criterion, label: &str, keys: Vec<K>) {
+fn bench_add_get_done<K: Hash + Eq + Clone + Send + 'static>(
+    c: &mut Criterion,
+    label: &str,
+    keys: Vec<K>,
+) {
     let rt = current_thread(false);
     let mut g = c.benchmark_group("queue/add_get_done");
     g.throughput(Throughput::Elements(keys.len() as u64));
-    g.bench_function(label, |b| b.to_async(&rt).iter(|| add_get_done_round(&keys)));
+    g.bench_function(label, |b| {
+        b.to_async(&rt).iter(|| add_get_done_round(&keys))
+    });
     g.finish();
 }
 
 fn single_threaded(c: &mut Criterion) {
     bench_add_get_done(c, "static_str", static_keys(100));
-    bench_add_get_done(c, "arc_str", (0..100).map(|i| Arc::<str>::from(format!("key-{i}"))).collect());
+    bench_add_get_done(
+        c,
+        "arc_str",
+        (0..100)
+            .map(|i| Arc::<str>::from(format!("key-{i}")))
+            .collect(),
+    );
     bench_add_get_done(c, "string", (0..100).map(|i| format!("key-{i}")).collect());
     bench_add_get_done(c, "u64", (0..100u64).collect());
 }
@@ -99,7 +115,10 @@ async fn produce_and_work(keys: Arc<Vec<&'static str>>, producers: usize, worker
 
 fn contended(c: &mut Criterion) {
     const N: usize = 20_000;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let keys = Arc::new(static_keys(N));
     let mut g = c.benchmark_group("contended");
     g.throughput(Throughput::Elements(N as u64));
@@ -185,7 +204,9 @@ fn delaying(c: &mut Criterion) {
                     let q: DelayingQueue<&'static str> = DelayingQueue::new();
                     let mut seed: u64 = 42;
                     for k in &keys {
-                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         q.add_after(k, Duration::from_millis(1 + (seed >> 33) % 600_000));
                     }
                     tokio::time::advance(Duration::from_secs(11 * 60)).await;
@@ -209,7 +230,8 @@ fn delaying(c: &mut Criterion) {
             rt.block_on(async {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let q: RateLimitingQueue<&'static str> = RateLimitingQueue::new(default_controller_rate_limiter());
+                    let q: RateLimitingQueue<&'static str> =
+                        RateLimitingQueue::new(default_controller_rate_limiter());
                     let start = Instant::now();
                     for k in &keys {
                         q.add_rate_limited(k);

@@ -22,7 +22,9 @@ use std::hash::Hash;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use kubeloop::workqueue::{DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter};
+use kubeloop::workqueue::{
+    DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter,
+};
 
 /// A key type the workloads run with.
 trait Key: Clone + Hash + Eq + Send + Sync + 'static {
@@ -73,12 +75,18 @@ fn main() {
 }
 
 fn run_all<K: Key>() {
-    let runs: usize = std::env::var("KUBELOOP_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    let runs: usize = std::env::var("KUBELOOP_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
     let only: Option<String> = std::env::var("KUBELOOP_BENCH_ONLY").ok();
     let best = std::env::var("KUBELOOP_BENCH_STAT").is_ok_and(|s| s == "best");
     // Worker threads default to the number of cores, as GOMAXPROCS does in Go.
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("KUBELOOP_BENCH_THREADS").ok().and_then(|n| n.parse().ok()) {
+    if let Some(n) = std::env::var("KUBELOOP_BENCH_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
         builder.worker_threads(n);
     }
     let rt = builder.enable_all().build().unwrap();
@@ -90,7 +98,11 @@ fn run_all<K: Key>() {
         }
         let mut results: Vec<(f64, Option<u64>)> = (0..runs).map(|_| f()).collect();
         results.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (ops, handed_out) = if best { results[results.len() - 1] } else { results[results.len() / 2] };
+        let (ops, handed_out) = if best {
+            results[results.len() - 1]
+        } else {
+            results[results.len() / 2]
+        };
         println!("{} {name} {ops:.0}", K::LABEL);
         if let Some(handed_out) = handed_out {
             println!("{} {name} {handed_out}", K::HANDED_OUT_LABEL);
@@ -98,19 +110,29 @@ fn run_all<K: Key>() {
     };
     let report = |name: &str, f: &mut dyn FnMut() -> f64| counted(name, &mut || (f(), None));
 
-    report("client-go/BenchmarkQueue", &mut || client_go_benchmark_queue::<K>());
-    report("client-go/BenchmarkDelayingQueue_AddAfter", &mut || client_go_benchmark_add_after::<K>(100_000));
+    report("client-go/BenchmarkQueue", &mut || {
+        client_go_benchmark_queue::<K>()
+    });
+    report("client-go/BenchmarkDelayingQueue_AddAfter", &mut || {
+        client_go_benchmark_add_after::<K>(100_000)
+    });
     report("single/add-get-done", &mut || single_add_get_done::<K>());
     report("single/batch-1000", &mut || single_batch::<K>());
     for (p, w) in [(1, 1), (2, 2), (4, 4), (16, 16)] {
-        report(&format!("contended/{p}x{w}"), &mut || rt.block_on(contended::<K>(p, w)));
+        report(&format!("contended/{p}x{w}"), &mut || {
+            rt.block_on(contended::<K>(p, w))
+        });
     }
     counted("dedup/4x4-100-keys", &mut || {
         let (ops, handed_out) = rt.block_on(dedup::<K>());
         (ops, Some(handed_out))
     });
-    report("delaying/add-after-drain-10k", &mut || add_after_drain::<K>());
-    report("rate-limited/add-10k-default", &mut || rate_limited_add::<K>());
+    report("delaying/add-after-drain-10k", &mut || {
+        add_after_drain::<K>()
+    });
+    report("rate-limited/add-10k-default", &mut || {
+        rate_limited_add::<K>()
+    });
 }
 
 /// The delay generator the Go side uses too: the same seed gives the same delays.
@@ -118,7 +140,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -218,7 +243,8 @@ async fn cooperate() {
     }
 }
 
-static GREEDY: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("KUBELOOP_BENCH_GREEDY").is_some());
+static GREEDY: std::sync::LazyLock<bool> =
+    std::sync::LazyLock::new(|| std::env::var_os("KUBELOOP_BENCH_GREEDY").is_some());
 
 /// Spawns `workers` tasks that Get and Done until the queue is shut down and empty; each
 /// returns how many items it was handed (a local count: no shared counter to contend on).
@@ -294,7 +320,10 @@ async fn dedup<K: Key>() -> (f64, u64) {
     for t in workers {
         handed_out += t.await.unwrap();
     }
-    ((PRODUCERS * ADDS_EACH) as f64 / start.elapsed().as_secs_f64(), handed_out)
+    (
+        (PRODUCERS * ADDS_EACH) as f64 / start.elapsed().as_secs_f64(),
+        handed_out,
+    )
 }
 
 fn add_after_drain<K: Key>() -> f64 {
@@ -328,7 +357,11 @@ fn rate_limited_add<K: Key>() -> f64 {
             q.add_rate_limited(key.clone());
         }
         let elapsed = start.elapsed();
-        assert_eq!(q.num_requeues(&k[0]), 1, "rate limiter did not count the add");
+        assert_eq!(
+            q.num_requeues(&k[0]),
+            1,
+            "rate limiter did not count the add"
+        );
         q.shutdown();
         N as f64 / elapsed.as_secs_f64()
     })

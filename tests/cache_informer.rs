@@ -261,7 +261,11 @@ async fn crd_objects_flow_through_dynamic_and_typed_informers() {
     let by_key = |log: &[String]| -> BTreeMap<String, Vec<String>> {
         let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for line in log {
-            let key = line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+            let key = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
             keys.entry(key).or_default().push(line.clone());
         }
         keys
@@ -427,7 +431,13 @@ async fn a_namespaced_factory_still_lists_cluster_scoped_types_cluster_wide() {
             .await
             .unwrap();
     }
-    let factory = SharedInformerFactory::new(client.clone(), FactoryOptions { namespace: Some(ns.clone()), ..Default::default() });
+    let factory = SharedInformerFactory::new(
+        client.clone(),
+        FactoryOptions {
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+    );
     let namespaces = factory.informer::<Namespace>();
     let configmaps = factory.informer::<ConfigMap>();
     factory.start();
@@ -438,7 +448,10 @@ async fn a_namespaced_factory_still_lists_cluster_scoped_types_cluster_wide() {
 
     let namespace_names = names(&namespaces.lister().list(&LabelSelector::everything()));
     for expected in ["default", "kube-system", ns.as_str(), other.as_str()] {
-        assert!(namespace_names.contains(expected), "{expected} missing from {namespace_names:?}");
+        assert!(
+            namespace_names.contains(expected),
+            "{expected} missing from {namespace_names:?}"
+        );
     }
     let configmap_names: BTreeSet<String> = configmaps
         .lister()
@@ -447,7 +460,16 @@ async fn a_namespaced_factory_still_lists_cluster_scoped_types_cluster_wide() {
         .filter(|c| c.metadata.namespace.as_deref() == Some(other.as_str()))
         .map(|c| c.name_any())
         .collect();
-    assert!(configmap_names.is_empty(), "a factory for {ns} cached ConfigMaps of {other}: {configmap_names:?}");
-    assert!(configmaps.lister().list(&LabelSelector::everything()).iter().any(|c| c.name_any() == "mine"));
+    assert!(
+        configmap_names.is_empty(),
+        "a factory for {ns} cached ConfigMaps of {other}: {configmap_names:?}"
+    );
+    assert!(
+        configmaps
+            .lister()
+            .list(&LabelSelector::everything())
+            .iter()
+            .any(|c| c.name_any() == "mine")
+    );
     factory.shutdown().await;
 }

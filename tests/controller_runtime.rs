@@ -42,21 +42,28 @@ fn slow_reconcile(
     effects: Effects,
     work: Duration,
     obedient: bool,
-) -> impl Fn(String, ReconcileContext) -> futures::future::BoxFuture<'static, Result<Action, NotEntitled>>
+) -> impl Fn(
+    String,
+    ReconcileContext,
+) -> futures::future::BoxFuture<'static, Result<Action, NotEntitled>>
 + Send
 + Sync
 + 'static {
     move |_key, ctx| {
         let effects = effects.clone();
         Box::pin(async move {
-            effects.lock().push((replica, "reconcile started", Instant::now()));
+            effects
+                .lock()
+                .push((replica, "reconcile started", Instant::now()));
             let until = Instant::now() + work;
             while Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 if obedient {
                     ctx.check()?;
                 }
-                effects.lock().push((replica, "side effect", Instant::now()));
+                effects
+                    .lock()
+                    .push((replica, "side effect", Instant::now()));
             }
             Ok(Action::Done)
         })
@@ -91,7 +98,8 @@ async fn slow_reconcile_is_cut_off_before_the_successor(obedient: bool) {
                 ..Default::default()
             },
         );
-        let elector = LeaderElector::new(election(&ns), LeaseLock::new(client, &ns, "slow", name)).unwrap();
+        let elector =
+            LeaderElector::new(election(&ns), LeaseLock::new(client, &ns, "slow", name)).unwrap();
         let stop = CancellationToken::new();
         let run = tokio::spawn(
             Controller::new("slow", factory.informer::<ConfigMap>())
@@ -107,7 +115,11 @@ async fn slow_reconcile_is_cut_off_before_the_successor(obedient: bool) {
     // a starts first and leads; its reconcile would act for a minute.
     let (stop_a, run_a) = replica("a", client_a, Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !effects.lock().iter().any(|(r, what, _)| *r == "a" && *what == "side effect") {
+    while !effects
+        .lock()
+        .iter()
+        .any(|(r, what, _)| *r == "a" && *what == "side effect")
+    {
         assert!(Instant::now() < deadline, "replica a never started acting");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

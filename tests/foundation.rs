@@ -19,7 +19,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -29,9 +32,19 @@ async fn apiserver_lists_namespaces_and_reports_the_pinned_version() {
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let names: Vec<String> = namespaces.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
     for expected in ["default", "kube-system", "kube-public"] {
-        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
     }
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.git_version, testenv::versions::kubernetes());
@@ -46,7 +59,11 @@ async fn configmap_is_created_watched_and_deleted() {
 
     let list = api.list(&ListParams::default()).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
-    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
 
     let cm: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "hello"}, "data": {"greeting": "hi"}
@@ -57,7 +74,11 @@ async fn configmap_is_created_watched_and_deleted() {
 
     let mut seen = Vec::new();
     while seen.len() < 2 {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.try_next()).await.expect("watch event").unwrap().expect("watch open");
+        let event = tokio::time::timeout(Duration::from_secs(30), events.try_next())
+            .await
+            .expect("watch event")
+            .unwrap()
+            .expect("watch open");
         match event {
             WatchEvent::Added(o) => seen.push(("ADDED", o.metadata.name.unwrap())),
             WatchEvent::Deleted(o) => seen.push(("DELETED", o.metadata.name.unwrap())),
@@ -66,7 +87,13 @@ async fn configmap_is_created_watched_and_deleted() {
             WatchEvent::Error(e) => panic!("watch error {e:?}"),
         }
     }
-    assert_eq!(seen, vec![("ADDED", "hello".to_owned()), ("DELETED", "hello".to_owned())]);
+    assert_eq!(
+        seen,
+        vec![
+            ("ADDED", "hello".to_owned()),
+            ("DELETED", "hello".to_owned())
+        ]
+    );
     assert!(api.get_opt("hello").await.unwrap().is_none());
 }
 
@@ -91,7 +118,11 @@ async fn crd_becomes_established() {
         let crds = crds.clone();
         async move {
             let crd = crds.get("gadgets.foundation.kubeloop.dev").await.unwrap();
-            crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True")
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
         }
     })
     .await;
@@ -100,12 +131,24 @@ async fn crd_becomes_established() {
 #[tokio::test]
 async fn fault_proxy_cuts_a_watch_and_refuses_while_blocked() {
     let cluster = testenv::shared().await;
-    let proxy = testenv::FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
+    let proxy = testenv::FaultProxy::start(cluster.apiserver_addr())
+        .await
+        .unwrap();
     let client = kube_client::Client::try_from(cluster.client_config_via(proxy.addr())).unwrap();
     let ns = cluster.new_namespace("proxy").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
-    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
-    let mut events = api.watch(&WatchParams::default().timeout(290), &rv).await.unwrap().boxed();
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .unwrap()
+        .boxed();
 
     proxy.cut_all();
     // The watch stream ends (or errors) instead of hanging: the connection was reset.
@@ -122,9 +165,14 @@ async fn fault_proxy_cuts_a_watch_and_refuses_while_blocked() {
 
     proxy.set_blocked(true);
     let refused = api.list(&ListParams::default()).await;
-    assert!(refused.is_err(), "a blocked proxy should refuse the request");
+    assert!(
+        refused.is_err(),
+        "a blocked proxy should refuse the request"
+    );
     proxy.set_blocked(false);
-    api.list(&ListParams::default()).await.expect("requests pass again once unblocked");
+    api.list(&ListParams::default())
+        .await
+        .expect("requests pass again once unblocked");
 }
 
 #[tokio::test]
@@ -148,7 +196,10 @@ async fn deployment_runs_on_kwok_and_is_garbage_collected() {
         }
     }))
     .unwrap();
-    deployments.create(&PostParams::default(), &deployment).await.unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
 
     eventually("2 available replicas", Duration::from_secs(120), || {
         let deployments = deployments.clone();
@@ -163,16 +214,45 @@ async fn deployment_runs_on_kwok_and_is_garbage_collected() {
     for pod in &running.items {
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some(testenv::KWOK_NODE));
+        assert_eq!(
+            pod.spec.as_ref().unwrap().node_name.as_deref(),
+            Some(testenv::KWOK_NODE)
+        );
     }
-    assert_eq!(replicasets.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    assert_eq!(
+        replicasets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
 
-    deployments.delete("web", &DeleteParams::background()).await.unwrap();
-    eventually("the ReplicaSet and Pods to be garbage-collected", Duration::from_secs(120), || {
-        let (replicasets, pods) = (replicasets.clone(), pods.clone());
-        async move {
-            replicasets.list(&ListParams::default()).await.unwrap().items.is_empty() && pods.list(&ListParams::default()).await.unwrap().items.is_empty()
-        }
-    })
+    deployments
+        .delete("web", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the ReplicaSet and Pods to be garbage-collected",
+        Duration::from_secs(120),
+        || {
+            let (replicasets, pods) = (replicasets.clone(), pods.clone());
+            async move {
+                replicasets
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty()
+                    && pods
+                        .list(&ListParams::default())
+                        .await
+                        .unwrap()
+                        .items
+                        .is_empty()
+            }
+        },
+    )
     .await;
 }

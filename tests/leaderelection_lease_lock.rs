@@ -1,7 +1,9 @@
 //! `LeaseLock` against the real apiserver: resourceVersion preconditions turn a lost race into
 //! a typed error, and a record survives the round trip through the API unchanged.
 
-use kubeloop::leaderelection::{Clock, LeaderElectionRecord, LeaseLock, LockError, ResourceLock, SystemClock};
+use kubeloop::leaderelection::{
+    Clock, LeaderElectionRecord, LeaseLock, LockError, ResourceLock, SystemClock,
+};
 use kubeloop::testenv;
 
 fn record(holder: &str, transitions: i32) -> LeaderElectionRecord {
@@ -49,13 +51,21 @@ async fn lease_lock_reports_lost_races_as_typed_errors() {
     let err = a.update(&record("a", 0)).await.unwrap_err();
     assert!(matches!(err, LockError::Conflict { .. }), "{err}");
     let now = a.get().await.unwrap().unwrap();
-    assert_eq!((now.holder_identity.as_str(), now.leader_transitions), ("b", 1));
+    assert_eq!(
+        (now.holder_identity.as_str(), now.leader_transitions),
+        ("b", 1)
+    );
 }
 
 #[tokio::test]
 async fn lease_lock_errors_name_the_lease_when_the_namespace_is_missing() {
     let cluster = testenv::shared().await;
-    let lock = LeaseLock::new(cluster.client().await.unwrap(), "no-such-namespace", "lock", "a");
+    let lock = LeaseLock::new(
+        cluster.client().await.unwrap(),
+        "no-such-namespace",
+        "lock",
+        "a",
+    );
     let err = lock.create(&record("a", 0)).await.unwrap_err();
     assert!(matches!(err, LockError::Create { .. }), "{err}");
     assert!(err.to_string().contains("no-such-namespace/lock"), "{err}");

@@ -42,7 +42,10 @@ const SCHEDULING: Duration = Duration::from_secs(1);
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
@@ -116,7 +119,10 @@ impl Candidate {
     }
 
     fn ticks(&self) -> Vec<Event> {
-        self.events().into_iter().filter(|e| e.kind == "tick").collect()
+        self.events()
+            .into_iter()
+            .filter(|e| e.kind == "tick")
+            .collect()
     }
 
     /// True if alive and the last work event is a start (the work runs, or the process is frozen).
@@ -131,7 +137,9 @@ impl Candidate {
     }
 
     fn first(&self, kind: &str, after: u64) -> Option<Event> {
-        self.events().into_iter().find(|e| e.kind == kind && e.at >= after)
+        self.events()
+            .into_iter()
+            .find(|e| e.kind == kind && e.at >= after)
     }
 
     /// What the process wrote to stderr (its tracing log).
@@ -163,11 +171,19 @@ impl Election {
     /// one identity).
     fn spawn_as(&mut self, id: &str, identity: &str, extra: &[&str]) {
         let log = self.dir.join(format!("{id}.events"));
-        let stderr = std::fs::File::create(self.dir.join(format!("{id}.stderr"))).expect("stderr file");
+        let stderr =
+            std::fs::File::create(self.dir.join(format!("{id}.stderr"))).expect("stderr file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_le-candidate"));
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--namespace", &self.namespace, "--name", &self.lease, "--identity", identity])
+            .args([
+                "--namespace",
+                &self.namespace,
+                "--name",
+                &self.lease,
+                "--identity",
+                identity,
+            ])
             .args(["--lease-ms", &LEASE.as_millis().to_string()])
             .args(["--renew-ms", &RENEW.as_millis().to_string()])
             .args(["--retry-ms", &RETRY.as_millis().to_string()])
@@ -181,22 +197,39 @@ impl Election {
             cmd.args(["--server", server]);
         }
         let child = cmd.spawn().expect("spawning le-candidate");
-        self.candidates.push(Candidate { id: id.to_string(), child, log, killed: std::cell::Cell::new(false) });
+        self.candidates.push(Candidate {
+            id: id.to_string(),
+            child,
+            log,
+            killed: std::cell::Cell::new(false),
+        });
     }
 
     fn candidate(&self, id: &str) -> &Candidate {
-        self.candidates.iter().find(|c| c.id == id).expect("known candidate")
+        self.candidates
+            .iter()
+            .find(|c| c.id == id)
+            .expect("known candidate")
     }
 
     fn working(&self) -> Vec<String> {
-        self.candidates.iter().filter(|c| c.working()).map(|c| c.id.clone()).collect()
+        self.candidates
+            .iter()
+            .filter(|c| c.working())
+            .map(|c| c.id.clone())
+            .collect()
     }
 
     /// The first tick logged at or after `after` by anyone, with who logged it.
     fn first_tick_after(&self, after: u64) -> Option<(String, u64)> {
         self.candidates
             .iter()
-            .filter_map(|c| c.ticks().into_iter().find(|e| e.at >= after).map(|e| (c.id.clone(), e.at)))
+            .filter_map(|c| {
+                c.ticks()
+                    .into_iter()
+                    .find(|e| e.at >= after)
+                    .map(|e| (c.id.clone(), e.at))
+            })
             .min_by_key(|(_, at)| *at)
     }
 
@@ -204,9 +237,17 @@ impl Election {
         let mut terms: Vec<Term> = Vec::new();
         for c in &self.candidates {
             for e in c.ticks() {
-                match terms.iter_mut().find(|t| t.id == c.id && t.term == e.detail) {
+                match terms
+                    .iter_mut()
+                    .find(|t| t.id == c.id && t.term == e.detail)
+                {
                     Some(t) => t.last = t.last.max(e.at),
-                    None => terms.push(Term { id: c.id.clone(), term: e.detail.clone(), first: e.at, last: e.at }),
+                    None => terms.push(Term {
+                        id: c.id.clone(),
+                        term: e.detail.clone(),
+                        first: e.at,
+                        last: e.at,
+                    }),
                 }
             }
         }
@@ -236,14 +277,19 @@ impl Election {
     async fn wait_for(&self, what: &str, timeout: Duration, check: impl Fn(&Self) -> bool) {
         let deadline = tokio::time::Instant::now() + timeout;
         while !check(self) {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}\n{}", self.dump());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.dump()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Waits until exactly one candidate works, and returns it.
     async fn one_leader(&self, timeout: Duration) -> String {
-        self.wait_for("exactly one leader", timeout, |e| e.working().len() == 1).await;
+        self.wait_for("exactly one leader", timeout, |e| e.working().len() == 1)
+            .await;
         self.working().remove(0)
     }
 
@@ -258,7 +304,13 @@ impl Election {
             }
         }
         for t in self.terms() {
-            out.push_str(&format!("term {} #{}: {:.1} .. {:.1} ms\n", t.id, t.term, ms(t.first), ms(t.last)));
+            out.push_str(&format!(
+                "term {} #{}: {:.1} .. {:.1} ms\n",
+                t.id,
+                t.term,
+                ms(t.first),
+                ms(t.last)
+            ));
         }
         out
     }
@@ -270,7 +322,11 @@ impl Election {
 }
 
 fn holder(lease: &Lease) -> String {
-    lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default()
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,14 +340,21 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     let first = election.one_leader(Duration::from_secs(20)).await;
     // Let the three settle into leader + followers, then check nobody else started.
     tokio::time::sleep(LEASE).await;
-    assert_eq!(election.working(), vec![first.clone()], "{}", election.dump());
+    assert_eq!(
+        election.working(),
+        vec![first.clone()],
+        "{}",
+        election.dump()
+    );
     assert_eq!(holder(&election.lease_object(cluster).await), first);
 
     // SIGKILL the leader: no release, the others must wait for the lease to expire.
     let killed_at = mono_ns();
     election.candidate(&first).signal(libc::SIGKILL);
     election
-        .wait_for("a new leader after SIGKILL", Duration::from_secs(20), |e| e.first_tick_after(killed_at).is_some())
+        .wait_for("a new leader after SIGKILL", Duration::from_secs(20), |e| {
+            e.first_tick_after(killed_at).is_some()
+        })
         .await;
     let (second, took_over) = election.first_tick_after(killed_at).unwrap();
     let kill_failover = Duration::from_nanos(took_over - killed_at);
@@ -307,38 +370,68 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
 
     // Graceful stop: SIGTERM releases the lease, the last one takes over about one retry later.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let third = ["a", "b", "c"].into_iter().find(|id| *id != first && *id != second).unwrap().to_string();
+    let third = ["a", "b", "c"]
+        .into_iter()
+        .find(|id| *id != first && *id != second)
+        .unwrap()
+        .to_string();
     let termed_at = mono_ns();
     election.candidate(&second).signal(libc::SIGTERM);
     election
         .wait_for("a new leader after SIGTERM", Duration::from_secs(20), |e| {
-            e.candidate(&third).ticks().iter().any(|t| t.at >= termed_at)
+            e.candidate(&third)
+                .ticks()
+                .iter()
+                .any(|t| t.at >= termed_at)
         })
         .await;
     let (who, took_over) = election.first_tick_after(termed_at).unwrap();
     // `second` may tick once more between the signal and the cancellation.
     let took_over = if who == second {
-        election.candidate(&third).ticks().into_iter().find(|t| t.at >= termed_at).unwrap().at
+        election
+            .candidate(&third)
+            .ticks()
+            .into_iter()
+            .find(|t| t.at >= termed_at)
+            .unwrap()
+            .at
     } else {
         took_over
     };
     let graceful_failover = Duration::from_nanos(took_over - termed_at);
-    println!("MEASURED failover after SIGTERM of {second}: {graceful_failover:?} ({third} took over)");
+    println!(
+        "MEASURED failover after SIGTERM of {second}: {graceful_failover:?} ({third} took over)"
+    );
     assert!(
         graceful_failover <= MAX_JITTERED_RETRY + SCHEDULING,
         "graceful hand-over took {graceful_failover:?}, as if the lease had not been released\n{}",
         election.dump()
     );
-    let stopped = &mut election.candidates.iter_mut().find(|c| c.id == second).unwrap().child;
-    let status = tokio::time::timeout(Duration::from_secs(10), stopped.wait()).await.expect("exits").unwrap();
+    let stopped = &mut election
+        .candidates
+        .iter_mut()
+        .find(|c| c.id == second)
+        .unwrap()
+        .child;
+    let status = tokio::time::timeout(Duration::from_secs(10), stopped.wait())
+        .await
+        .expect("exits")
+        .unwrap();
     assert!(status.success(), "{second} exited with {status}");
     let second_events = election.candidate(&second).events();
     let order: Vec<&str> = second_events
         .iter()
-        .filter(|e| e.at >= termed_at && ["work-end", "stopped-leading", "exit"].contains(&e.kind.as_str()))
+        .filter(|e| {
+            e.at >= termed_at && ["work-end", "stopped-leading", "exit"].contains(&e.kind.as_str())
+        })
         .map(|e| e.kind.as_str())
         .collect();
-    assert_eq!(order, ["work-end", "stopped-leading", "exit"], "{}", election.dump());
+    assert_eq!(
+        order,
+        ["work-end", "stopped-leading", "exit"],
+        "{}",
+        election.dump()
+    );
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(election.working(), vec![third.clone()]);
@@ -346,15 +439,27 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
     election.assert_no_overlap();
 
     // Each new leader got a larger fencing token (the Lease's leaseTransitions).
-    let mut starts: Vec<Event> =
-        election.candidates.iter().flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start")).collect();
+    let mut starts: Vec<Event> = election
+        .candidates
+        .iter()
+        .flat_map(|c| c.events().into_iter().filter(|e| e.kind == "work-start"))
+        .collect();
     starts.sort_by_key(|e| e.at);
     let tokens: Vec<i32> = starts
         .iter()
-        .map(|e| e.detail.split("fencing=").nth(1).and_then(|t| t.parse().ok()).expect("fencing token logged"))
+        .map(|e| {
+            e.detail
+                .split("fencing=")
+                .nth(1)
+                .and_then(|t| t.parse().ok())
+                .expect("fencing token logged")
+        })
         .collect();
     assert_eq!(tokens.len(), 3, "{}", election.dump());
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens {tokens:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,9 +476,16 @@ async fn a_paused_leader_stops_its_work_without_overwriting_the_new_holder() {
     let stopped_at = mono_ns();
     election.candidate(&paused).signal(libc::SIGSTOP);
     election
-        .wait_for("the other candidate to take over", Duration::from_secs(20), |e| {
-            e.candidate(&other).ticks().iter().any(|t| t.at >= stopped_at)
-        })
+        .wait_for(
+            "the other candidate to take over",
+            Duration::from_secs(20),
+            |e| {
+                e.candidate(&other)
+                    .ticks()
+                    .iter()
+                    .any(|t| t.at >= stopped_at)
+            },
+        )
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let taken = election.lease_object(cluster).await;
@@ -383,37 +495,73 @@ async fn a_paused_leader_stops_its_work_without_overwriting_the_new_holder() {
     let resumed_at = mono_ns();
     election.candidate(&paused).signal(libc::SIGCONT);
     election
-        .wait_for("the resumed leader to step down", Duration::from_secs(10), |e| {
-            e.candidate(&paused).first("stopped-leading", resumed_at).is_some()
-        })
+        .wait_for(
+            "the resumed leader to step down",
+            Duration::from_secs(10),
+            |e| {
+                e.candidate(&paused)
+                    .first("stopped-leading", resumed_at)
+                    .is_some()
+            },
+        )
         .await;
     // With re-contend on it is now a follower that knows the new leader.
     election
-        .wait_for("the resumed candidate to report the new leader", Duration::from_secs(10), |e| {
-            e.candidate(&paused).first("new-leader", resumed_at).is_some_and(|ev| ev.detail == other)
-        })
+        .wait_for(
+            "the resumed candidate to report the new leader",
+            Duration::from_secs(10),
+            |e| {
+                e.candidate(&paused)
+                    .first("new-leader", resumed_at)
+                    .is_some_and(|ev| ev.detail == other)
+            },
+        )
         .await;
     // Its lease could already have passed on, so the elector does not wait for the work: it is
     // cancelled, or aborted outright ("work-end <term> aborted"), then on_stopped_leading runs.
-    let ended =
-        election.candidate(&paused).first("work-end", resumed_at).unwrap_or_else(|| panic!("{}", election.dump()));
+    let ended = election
+        .candidate(&paused)
+        .first("work-end", resumed_at)
+        .unwrap_or_else(|| panic!("{}", election.dump()));
     println!("MEASURED resumed leader's work ended: {:?}", ended.detail);
-    let stepped_down = election.candidate(&paused).first("stopped-leading", resumed_at).unwrap().at;
+    let stepped_down = election
+        .candidate(&paused)
+        .first("stopped-leading", resumed_at)
+        .unwrap()
+        .at;
     println!(
         "MEASURED resumed leader stepped down {:?} after SIGCONT",
         Duration::from_nanos(stepped_down.saturating_sub(resumed_at))
     );
     assert!(
-        election.candidate(&paused).ticks().iter().all(|t| t.at < resumed_at),
+        election
+            .candidate(&paused)
+            .ticks()
+            .iter()
+            .all(|t| t.at < resumed_at),
         "the paused leader logged work after it was resumed\n{}",
         election.dump()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = election.lease_object(cluster).await;
-    assert_eq!(holder(&after), other, "the resumed leader overwrote the new holder");
-    assert_eq!(after.spec.as_ref().and_then(|s| s.lease_transitions), transitions);
+    assert_eq!(
+        holder(&after),
+        other,
+        "the resumed leader overwrote the new holder"
+    );
+    assert_eq!(
+        after.spec.as_ref().and_then(|s| s.lease_transitions),
+        transitions
+    );
     assert_eq!(election.working(), vec![other.clone()]);
-    assert!(election.candidate(&other).first("stopped-leading", 0).is_none(), "{}", election.dump());
+    assert!(
+        election
+            .candidate(&other)
+            .first("stopped-leading", 0)
+            .is_none(),
+        "{}",
+        election.dump()
+    );
     election.assert_no_overlap();
 }
 
@@ -421,7 +569,9 @@ async fn a_paused_leader_stops_its_work_without_overwriting_the_new_holder() {
 async fn an_unreachable_apiserver_cancels_the_work_within_the_renew_deadline() {
     let _serial = SERIAL.lock().await;
     let cluster = testenv::shared().await;
-    let proxy = FaultProxy::start(cluster.apiserver_addr()).await.expect("proxy");
+    let proxy = FaultProxy::start(cluster.apiserver_addr())
+        .await
+        .expect("proxy");
     let mut election = Election::new(cluster, "le-outage").await;
     election.server = Some(format!("https://{}", proxy.addr()));
     election.spawn("a", &["--recontend"]);
@@ -433,11 +583,17 @@ async fn an_unreachable_apiserver_cancels_the_work_within_the_renew_deadline() {
     proxy.set_blocked(true);
     proxy.cut_all();
     election
-        .wait_for("the leader to cancel its work", Duration::from_secs(15), |e| {
-            e.candidate(&leader).first("work-end", cut_at).is_some()
-        })
+        .wait_for(
+            "the leader to cancel its work",
+            Duration::from_secs(15),
+            |e| e.candidate(&leader).first("work-end", cut_at).is_some(),
+        )
         .await;
-    let work_end = election.candidate(&leader).first("work-end", cut_at).unwrap().at;
+    let work_end = election
+        .candidate(&leader)
+        .first("work-end", cut_at)
+        .unwrap()
+        .at;
     let last_tick = election.candidate(&leader).ticks().last().unwrap().at;
     println!(
         "MEASURED outage: work cancelled {:?} after the cut, last tick {:?} after the cut",
@@ -446,19 +602,33 @@ async fn an_unreachable_apiserver_cancels_the_work_within_the_renew_deadline() {
     );
     // Guaranteed: a tick is logged only before last successful renewal + renew_deadline, and
     // that renewal was sent before the cut.
-    assert!(last_tick < cut_at + RENEW.as_nanos() as u64, "{}", election.dump());
-    assert!(work_end < cut_at + (RENEW + SCHEDULING).as_nanos() as u64, "{}", election.dump());
+    assert!(
+        last_tick < cut_at + RENEW.as_nanos() as u64,
+        "{}",
+        election.dump()
+    );
+    assert!(
+        work_end < cut_at + (RENEW + SCHEDULING).as_nanos() as u64,
+        "{}",
+        election.dump()
+    );
     // Nobody can lead while the apiserver is unreachable.
     tokio::time::sleep(LEASE).await;
     assert!(election.working().is_empty(), "{}", election.dump());
-    assert!(election.first_tick_after(work_end).is_none(), "{}", election.dump());
+    assert!(
+        election.first_tick_after(work_end).is_none(),
+        "{}",
+        election.dump()
+    );
 
     let healed_at = mono_ns();
     proxy.set_blocked(false);
     election
-        .wait_for("a leader after the apiserver returns", Duration::from_secs(20), |e| {
-            e.first_tick_after(healed_at).is_some()
-        })
+        .wait_for(
+            "a leader after the apiserver returns",
+            Duration::from_secs(20),
+            |e| e.first_tick_after(healed_at).is_some(),
+        )
         .await;
     let new_leader = election.one_leader(Duration::from_secs(5)).await;
     println!(
@@ -474,7 +644,10 @@ async fn an_unreachable_apiserver_cancels_the_work_within_the_renew_deadline() {
 async fn ghost_lease(cluster: &Cluster, election: &Election, renew: Timestamp) {
     let api: Api<Lease> = Api::namespaced(cluster.client().await.unwrap(), &election.namespace);
     let lease = Lease {
-        metadata: ObjectMeta { name: Some(election.lease.clone()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(election.lease.clone()),
+            ..Default::default()
+        },
         spec: Some(LeaseSpec {
             holder_identity: Some("ghost".into()),
             lease_duration_seconds: Some(LEASE.as_secs() as i32),
@@ -484,7 +657,9 @@ async fn ghost_lease(cluster: &Cluster, election: &Election, renew: Timestamp) {
             ..Default::default()
         }),
     };
-    api.create(&PostParams::default(), &lease).await.expect("creating the ghost lease");
+    api.create(&PostParams::default(), &lease)
+        .await
+        .expect("creating the ghost lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,23 +667,34 @@ async fn skewed_renew_times_neither_cause_an_early_takeover_nor_an_endless_wait(
     let _serial = SERIAL.lock().await;
     let cluster = testenv::shared().await;
     // renewTime written by a clock 26 years behind, and one 74 years ahead.
-    for (label, renew) in [("past", "2000-01-01T00:00:00Z"), ("future", "2100-01-01T00:00:00Z")] {
+    for (label, renew) in [
+        ("past", "2000-01-01T00:00:00Z"),
+        ("future", "2100-01-01T00:00:00Z"),
+    ] {
         let mut election = Election::new(cluster, &format!("le-skew-{label}")).await;
         ghost_lease(cluster, &election, renew.parse().unwrap()).await;
         let started = mono_ns();
         election.spawn("a", &[]);
         election
-            .wait_for("the candidate to take over the dead holder's lease", Duration::from_secs(20), |e| {
-                e.first_tick_after(0).is_some()
-            })
+            .wait_for(
+                "the candidate to take over the dead holder's lease",
+                Duration::from_secs(20),
+                |e| e.first_tick_after(0).is_some(),
+            )
             .await;
         let took = Duration::from_nanos(election.first_tick_after(0).unwrap().1 - started);
         println!("MEASURED takeover of a lease with renewTime in the {label}: {took:?}");
         // The candidate saw the record no earlier than `started`; it must wait a full lease.
-        assert!(took >= LEASE, "took over after {took:?} with renewTime in the {label}");
+        assert!(
+            took >= LEASE,
+            "took over after {took:?} with renewTime in the {label}"
+        );
         // Not forever: it first saw the record right after starting and wakes when that expires
         // (allowance: process start-up and scheduling).
-        assert!(took <= LEASE + 2 * SCHEDULING, "took over after {took:?} with renewTime in the {label}");
+        assert!(
+            took <= LEASE + 2 * SCHEDULING,
+            "took over after {took:?} with renewTime in the {label}"
+        );
         let lease = election.lease_object(cluster).await;
         assert_eq!(holder(&lease), "a");
         assert_eq!(lease.spec.and_then(|s| s.lease_transitions), Some(1));
@@ -521,10 +707,23 @@ async fn skewed_renew_times_neither_cause_an_early_takeover_nor_an_endless_wait(
     election.spawn("exact", &["--recontend"]);
     let leader = election.one_leader(Duration::from_secs(20)).await;
     tokio::time::sleep(3 * LEASE).await;
-    assert_eq!(election.working(), vec![leader.clone()], "{}", election.dump());
-    let starts: usize =
-        election.candidates.iter().map(|c| c.events().iter().filter(|e| e.kind == "work-start").count()).sum();
-    assert_eq!(starts, 1, "leadership changed hands without a failure\n{}", election.dump());
+    assert_eq!(
+        election.working(),
+        vec![leader.clone()],
+        "{}",
+        election.dump()
+    );
+    let starts: usize = election
+        .candidates
+        .iter()
+        .map(|c| c.events().iter().filter(|e| e.kind == "work-start").count())
+        .sum();
+    assert_eq!(
+        starts,
+        1,
+        "leadership changed hands without a failure\n{}",
+        election.dump()
+    );
     election.assert_no_overlap();
 }
 
@@ -542,10 +741,20 @@ async fn bad_durations_and_an_empty_identity_are_rejected_by_the_binary() {
             .args(extra);
         cmd.output().expect("running le-candidate")
     };
-    let out = run(&["--identity", "x", "--lease-ms", "3000", "--renew-ms", "3000"]);
+    let out = run(&[
+        "--identity",
+        "x",
+        "--lease-ms",
+        "3000",
+        "--renew-ms",
+        "3000",
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("must be greater than renew_deadline"), "{stderr}");
+    assert!(
+        stderr.contains("must be greater than renew_deadline"),
+        "{stderr}"
+    );
     let out = run(&["--identity", ""]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("lock identity is empty"));
@@ -565,14 +774,28 @@ async fn without_recontend_a_paused_leader_exits_after_resuming() {
     election.candidate("oneshot").signal(libc::SIGSTOP);
     election
         .wait_for("the standby to take over", Duration::from_secs(20), |e| {
-            e.candidate("standby").ticks().iter().any(|t| t.at >= stopped_at)
+            e.candidate("standby")
+                .ticks()
+                .iter()
+                .any(|t| t.at >= stopped_at)
         })
         .await;
     election.candidate("oneshot").signal(libc::SIGCONT);
-    let child = &mut election.candidates.iter_mut().find(|c| c.id == "oneshot").unwrap().child;
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits").unwrap();
+    let child = &mut election
+        .candidates
+        .iter_mut()
+        .find(|c| c.id == "oneshot")
+        .unwrap()
+        .child;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
     assert!(status.success(), "{status}");
-    let exit = election.candidate("oneshot").first("exit", 0).expect("exit logged");
+    let exit = election
+        .candidate("oneshot")
+        .first("exit", 0)
+        .expect("exit logged");
     assert_eq!(exit.detail, "RenewDeadlineExceeded");
     assert_eq!(holder(&election.lease_object(cluster).await), "standby");
     election.assert_no_overlap();
@@ -583,7 +806,9 @@ async fn without_recontend_a_paused_leader_exits_after_resuming() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_apiserver_cancels_the_work_and_one_leader_returns_with_it() {
     let _serial = SERIAL.lock().await;
-    let cluster = Cluster::start(testenv::ClusterOptions::apiserver_only()).await.expect("own cluster");
+    let cluster = Cluster::start(testenv::ClusterOptions::apiserver_only())
+        .await
+        .expect("own cluster");
     let mut election = Election::new(&cluster, "le-apiserver-down").await;
     election.spawn("a", &["--recontend"]);
     election.spawn("b", &["--recontend"]);
@@ -594,26 +819,38 @@ async fn a_stopped_apiserver_cancels_the_work_and_one_leader_returns_with_it() {
     cluster.stop_apiserver().await;
     let stopped = Duration::from_nanos(mono_ns() - stop_at);
     election
-        .wait_for("the leader to cancel its work", Duration::from_secs(20), |e| {
-            e.candidate(&leader).first("work-end", stop_at).is_some()
-        })
+        .wait_for(
+            "the leader to cancel its work",
+            Duration::from_secs(20),
+            |e| e.candidate(&leader).first("work-end", stop_at).is_some(),
+        )
         .await;
-    let work_end = election.candidate(&leader).first("work-end", stop_at).unwrap().at;
+    let work_end = election
+        .candidate(&leader)
+        .first("work-end", stop_at)
+        .unwrap()
+        .at;
     let last_tick = election.candidate(&leader).ticks().last().unwrap().at;
     println!(
         "MEASURED apiserver stop (took {stopped:?}): work cancelled {:?} after the stop began",
         Duration::from_nanos(work_end - stop_at)
     );
-    assert!(last_tick < stop_at + RENEW.as_nanos() as u64, "{}", election.dump());
+    assert!(
+        last_tick < stop_at + RENEW.as_nanos() as u64,
+        "{}",
+        election.dump()
+    );
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(election.working().is_empty(), "{}", election.dump());
     let restart_at = mono_ns();
     cluster.start_apiserver().await.expect("apiserver restarts");
     election
-        .wait_for("a leader after the apiserver restarts", Duration::from_secs(30), |e| {
-            e.first_tick_after(restart_at).is_some()
-        })
+        .wait_for(
+            "a leader after the apiserver restarts",
+            Duration::from_secs(30),
+            |e| e.first_tick_after(restart_at).is_some(),
+        )
         .await;
     let new_leader = election.one_leader(Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -636,24 +873,39 @@ async fn two_processes_with_one_identity_never_lead_at_once() {
     election.spawn_as("test2", "test2", &["--recontend"]);
     election.spawn_as("test1-second", "test1", &["--recontend"]);
     election
-        .wait_for("both newcomers to start contending", Duration::from_secs(20), |e| {
-            ["test2", "test1-second"].iter().all(|id| e.candidate(id).first("new-leader", 0).is_some())
-        })
+        .wait_for(
+            "both newcomers to start contending",
+            Duration::from_secs(20),
+            |e| {
+                ["test2", "test1-second"]
+                    .iter()
+                    .all(|id| e.candidate(id).first("new-leader", 0).is_some())
+            },
+        )
         .await;
     // A few renewals with all three up: the first keeps leading alone.
     tokio::time::sleep(LEASE + RENEW).await;
-    assert_eq!(election.working(), vec![first.clone()], "{}", election.dump());
+    assert_eq!(
+        election.working(),
+        vec![first.clone()],
+        "{}",
+        election.dump()
+    );
     let duplicate_line = r#"another process is using the leader-election identity "test1""#;
     let second_log = election.candidate("test1-second").stderr();
     assert!(
-        second_log.lines().any(|l| l.contains("ERROR") && l.contains(duplicate_line)),
+        second_log
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains(duplicate_line)),
         "test1-second did not report the duplicate identity:\n{second_log}"
     );
 
     let killed_at = mono_ns();
     election.candidate(&first).signal(libc::SIGKILL);
     election
-        .wait_for("a new leader after SIGKILL", Duration::from_secs(20), |e| e.first_tick_after(killed_at).is_some())
+        .wait_for("a new leader after SIGKILL", Duration::from_secs(20), |e| {
+            e.first_tick_after(killed_at).is_some()
+        })
         .await;
     let (next, took_over) = election.first_tick_after(killed_at).unwrap();
     println!(
@@ -661,7 +913,15 @@ async fn two_processes_with_one_identity_never_lead_at_once() {
         Duration::from_nanos(took_over - killed_at)
     );
     tokio::time::sleep(LEASE).await;
-    assert_eq!(election.working(), vec![next.clone()], "{}", election.dump());
-    assert_eq!(holder(&election.lease_object(cluster).await), if next == "test2" { "test2" } else { "test1" });
+    assert_eq!(
+        election.working(),
+        vec![next.clone()],
+        "{}",
+        election.dump()
+    );
+    assert_eq!(
+        holder(&election.lease_object(cluster).await),
+        if next == "test2" { "test2" } else { "test1" }
+    );
     election.assert_no_overlap();
 }

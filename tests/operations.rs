@@ -114,10 +114,17 @@ fn restricted_identity(
 }
 
 /// An edit that replaces one rule's verb list, failing loudly if deploy/ no longer has it.
-fn replace_verbs(file: &'static str, from: &'static str, to: &'static str) -> impl Fn(String) -> String {
+fn replace_verbs(
+    file: &'static str,
+    from: &'static str,
+    to: &'static str,
+) -> impl Fn(String) -> String {
     move |text: String| {
         let edited = text.replace(from, to);
-        assert_ne!(edited, text, "deploy/{file} no longer has the rule `{from}` this test edits");
+        assert_ne!(
+            edited, text,
+            "deploy/{file} no longer has the rule `{from}` this test edits"
+        );
         edited
     }
 }
@@ -637,7 +644,11 @@ async fn the_sample_controller_without_foos_list_names_the_missing_right() {
         "sample-controller-rbac.yaml",
         "sample-controller",
         "-no-list",
-        replace_verbs("sample-controller-rbac.yaml", r#"verbs: ["get", "list", "watch"]"#, r#"verbs: ["get", "watch"]"#),
+        replace_verbs(
+            "sample-controller-rbac.yaml",
+            r#"verbs: ["get", "list", "watch"]"#,
+            r#"verbs: ["get", "watch"]"#,
+        ),
     );
     let mut controller = Controller::start(&[
         "sample-controller",
@@ -682,7 +693,14 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "127.0.0.1:0",
     ]);
     let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
-    let addr = line.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
     eventually(
         "Lease kubeloop-system/controller101 held by the test replica",
         Duration::from_secs(30),
@@ -728,7 +746,11 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
     );
     // The leader's probes and series: ready once its informer synced, healthy while it renews,
     // and every family issue 8 names present for the VM controller too.
-    assert_eq!(http_get(&addr, "/readyz").0, 200, "/readyz of the leader with a synced informer");
+    assert_eq!(
+        http_get(&addr, "/readyz").0,
+        200,
+        "/readyz of the leader with a synced informer"
+    );
     let (status, health) = http_get(&addr, "/healthz?verbose");
     assert_eq!(status, 200, "{health}");
     assert!(health.contains("[+]leaderElection ok"), "{health}");
@@ -740,7 +762,10 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "kubeloop_informer_handler_backlog",
         "leader_election_master_status",
     ] {
-        assert!(metrics.lines().any(|l| l.starts_with(series)), "{series} missing from:\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(series)),
+            "{series} missing from:\n{metrics}"
+        );
     }
     assert!(
         sample(&metrics, r#"workqueue_adds_total{name="virtualmachines"}"#).unwrap_or(0.0) >= 1.0,
@@ -859,8 +884,7 @@ async fn vm_replica(
 ) {
     use kubeloop::controller::vm::{self, VmControllerConfig, driver::FakeDriver};
     use kubeloop::leaderelection::{
-        HealthzAdaptor, LeaderElectionConfig, LeaderElector,
-        LeaderMetricsProvider, LeaseLock,
+        HealthzAdaptor, LeaderElectionConfig, LeaderElector, LeaderMetricsProvider, LeaseLock,
     };
     use kubeloop::ops::{Check, CheckFn, OpsArgs};
 

@@ -10,7 +10,12 @@ use std::time::{Duration, Instant};
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry but is gone for our purpose.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
@@ -42,7 +47,10 @@ fn start_cluster_process(args: &[&str]) -> (KillOnDrop, Vec<u32>, std::path::Pat
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap();
         if let Some(logs) = line.strip_prefix("LOGS ") {
-            dir = std::path::Path::new(logs.trim()).parent().unwrap().to_owned();
+            dir = std::path::Path::new(logs.trim())
+                .parent()
+                .unwrap()
+                .to_owned();
         }
         if let Some(pid) = line.strip_prefix("PID ") {
             pids.push(pid.trim().parse::<u32>().unwrap());
@@ -58,8 +66,15 @@ fn start_cluster_process(args: &[&str]) -> (KillOnDrop, Vec<u32>, std::path::Pat
 fn components_die_with_a_sigkilled_parent() {
     let (mut child, pids, _) = start_cluster_process(&["--full"]);
     // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
-    assert_eq!(pids.len(), 5, "kubeloop cluster --full should report five components: {pids:?}");
-    assert!(pids.iter().all(|&p| alive(p)), "every component runs before the kill");
+    assert_eq!(
+        pids.len(),
+        5,
+        "kubeloop cluster --full should report five components: {pids:?}"
+    );
+    assert!(
+        pids.iter().all(|&p| alive(p)),
+        "every component runs before the kill"
+    );
 
     child.0.kill().unwrap(); // SIGKILL: no Drop, no atexit.
     child.0.wait().unwrap();
@@ -67,7 +82,10 @@ fn components_die_with_a_sigkilled_parent() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while pids.iter().any(|&p| alive(p)) {
         let left: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
-        assert!(Instant::now() < deadline, "components still alive after their parent died: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "components still alive after their parent died: {left:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -76,11 +94,25 @@ fn components_die_with_a_sigkilled_parent() {
 fn sigterm_stops_the_cluster_and_its_components() {
     let (mut child, pids, dir) = start_cluster_process(&[]);
     assert_eq!(pids.len(), 2, "etcd and kube-apiserver: {pids:?}");
-    assert!(dir.join("pki/ca.crt").is_file(), "the cluster's directory {} holds its certificates", dir.display());
+    assert!(
+        dir.join("pki/ca.crt").is_file(),
+        "the cluster's directory {} holds its certificates",
+        dir.display()
+    );
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
     let status = child.0.wait().unwrap();
-    assert!(status.success(), "kubeloop cluster exits cleanly on SIGTERM: {status}");
-    assert!(pids.iter().all(|&p| !alive(p)), "components are stopped before the process exits");
-    assert!(!dir.exists(), "the cluster's directory {} is removed", dir.display());
+    assert!(
+        status.success(),
+        "kubeloop cluster exits cleanly on SIGTERM: {status}"
+    );
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "components are stopped before the process exits"
+    );
+    assert!(
+        !dir.exists(),
+        "the cluster's directory {} is removed",
+        dir.display()
+    );
 }

@@ -1449,7 +1449,9 @@ const CHAOS_TIMING: [&str; 10] = [
 ];
 
 async fn start_replica(cluster: &Cluster, ns: &str, host: &str, identity: String) -> Replica {
-    let proxy = testenv::FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
+    let proxy = testenv::FaultProxy::start(cluster.apiserver_addr())
+        .await
+        .unwrap();
     let kubeconfig = kubeconfig_via(cluster, &proxy, &identity);
     let controller = Controller::spawn_as(cluster, &kubeconfig, ns, host, &identity, &CHAOS_TIMING);
     Replica {
@@ -1475,7 +1477,11 @@ async fn chaos_problem(
         };
         let phase = vm.phase();
         if phase != Phase::Active {
-            let reason = vm.status.as_ref().map(|s| s.reason.clone()).unwrap_or_default();
+            let reason = vm
+                .status
+                .as_ref()
+                .map(|s| s.reason.clone())
+                .unwrap_or_default();
             return Some(format!("{name}: phase {phase:?} ({reason})"));
         }
         let Ok(inspected) = docker
@@ -1492,7 +1498,10 @@ async fn chaos_problem(
             .and_then(|c| c.labels.as_ref())
             .and_then(|l| l.get("kubeloop.dev/vm-uid").cloned());
         if nano != Some(want) || uid != vm.metadata.uid {
-            return Some(format!("{name}: container nano_cpus {nano:?} (want {want}), uid {uid:?} (want {:?})", vm.metadata.uid));
+            return Some(format!(
+                "{name}: container nano_cpus {nano:?} (want {want}), uid {uid:?} (want {:?})",
+                vm.metadata.uid
+            ));
         }
     }
     let mut containers = labelled_containers(ns);
@@ -1514,7 +1523,11 @@ fn reconcile_intervals(log: &str) -> Vec<(String, jiff_now::Stamp, Option<jiff_n
         let Some(at) = line.split_whitespace().next().and_then(|t| t.parse().ok()) else {
             continue;
         };
-        let Some(key) = line.split("key=").nth(1).and_then(|k| k.split_whitespace().next()) else {
+        let Some(key) = line
+            .split("key=")
+            .nth(1)
+            .and_then(|k| k.split_whitespace().next())
+        else {
             continue;
         };
         if started {
@@ -1531,7 +1544,9 @@ fn reconcile_intervals(log: &str) -> Vec<(String, jiff_now::Stamp, Option<jiff_n
 fn side_effects(log: &str) -> Vec<(jiff_now::Stamp, String)> {
     log.lines()
         .filter(|l| {
-            l.contains("writing status") || l.contains("server running") || l.contains("server deleted")
+            l.contains("writing status")
+                || l.contains("server running")
+                || l.contains("server deleted")
         })
         .filter_map(|l| Some((l.split_whitespace().next()?.parse().ok()?, l.to_string())))
         .collect()
@@ -1545,7 +1560,9 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
     engine_ready(&host).await;
     let docker = docker_at(&host);
     let ns = cluster.new_namespace("chaos").await.unwrap();
-    let _cleanup = ContainerCleanup { namespace: ns.clone() };
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let vms: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
 
     let mut generation = 0;
@@ -1572,17 +1589,26 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
     let started = Instant::now();
     let mut failovers = 0;
     let mut longest_without_leader = Duration::ZERO;
-    let actions = ["kill", "stop", "cut", "kill", "stop", "cut", "kill", "stop", "cut"];
+    let actions = [
+        "kill", "stop", "cut", "kill", "stop", "cut", "kill", "stop", "cut",
+    ];
     for (round, action) in actions.iter().enumerate() {
         // Churn: resize two, delete one, create one.
         let names: Vec<String> = wanted.keys().cloned().collect();
         for name in names.iter().skip(round * 3).take(2) {
-            let cpu = if wanted[name] == "100m" { "200m" } else { "100m" };
+            let cpu = if wanted[name] == "100m" {
+                "200m"
+            } else {
+                "100m"
+            };
             apply_vm(cluster, &ns, name, cpu, "32Mi").await;
             wanted.insert(name.clone(), cpu);
         }
         let victim = names[names.len() - 1 - round].clone();
-        kubectl(cluster, &["delete", "vm", &victim, "-n", &ns, "--wait=false"]);
+        kubectl(
+            cluster,
+            &["delete", "vm", &victim, "-n", &ns, "--wait=false"],
+        );
         wanted.remove(&victim);
         deleted.push(victim);
         let fresh = format!("vm-{next_vm}");
@@ -1637,10 +1663,14 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             _ => {}
         }
         if *action != "kill" {
-            let exited = eventually("the deposed leader to exit", Duration::from_secs(30), || {
-                let status = replicas[slot].controller.child.try_wait().unwrap();
-                async move { status }
-            })
+            let exited = eventually(
+                "the deposed leader to exit",
+                Duration::from_secs(30),
+                || {
+                    let status = replicas[slot].controller.child.try_wait().unwrap();
+                    async move { status }
+                },
+            )
             .await;
             assert_eq!(exited.code(), Some(1), "a lost lease exits 1");
         }
@@ -1667,7 +1697,10 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for name in &deleted {
-        assert!(vms.get_opt(name).await.unwrap().is_none(), "{name} was deleted");
+        assert!(
+            vms.get_opt(name).await.unwrap().is_none(),
+            "{name} was deleted"
+        );
     }
 
     // No two replicas' reconciles overlapped; a resumed replica acted no more.
@@ -1687,8 +1720,15 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             intervals.push((replica.identity.clone(), key, start, end));
         }
         if let Some(resumed) = replica.resumed_at {
-            let late: Vec<_> = side_effects(&log).into_iter().filter(|(at, _)| *at > resumed).collect();
-            assert!(late.is_empty(), "{} acted after it was resumed: {late:?}", replica.identity);
+            let late: Vec<_> = side_effects(&log)
+                .into_iter()
+                .filter(|(at, _)| *at > resumed)
+                .collect();
+            assert!(
+                late.is_empty(),
+                "{} acted after it was resumed: {late:?}",
+                replica.identity
+            );
         }
     }
     intervals.sort_by_key(|(_, _, start, _)| *start);
@@ -1712,6 +1752,10 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
         overlaps.len(),
         started.elapsed()
     );
-    assert!(overlaps.is_empty(), "reconciles of two replicas overlapped: {:?}", &overlaps[..overlaps.len().min(5)]);
+    assert!(
+        overlaps.is_empty(),
+        "reconciles of two replicas overlapped: {:?}",
+        &overlaps[..overlaps.len().min(5)]
+    );
     assert_eq!(orphans, 0);
 }

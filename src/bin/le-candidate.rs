@@ -22,7 +22,8 @@ use anyhow::Context;
 use clap::Parser;
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::leaderelection::{
-    Clock, LeaderCallbacks, LeaderContext, LeaderElectionConfig, LeaderElector, LeaseLock, SkewedClock, SystemClock,
+    Clock, LeaderCallbacks, LeaderContext, LeaderElectionConfig, LeaderElector, LeaseLock,
+    SkewedClock, SystemClock,
 };
 use parking_lot::Mutex;
 use tokio::signal::unix::{SignalKind, signal};
@@ -88,7 +89,10 @@ impl EventLog {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
@@ -116,7 +120,10 @@ async fn leader_work(ctx: LeaderContext, log: EventLog, term: u64, tick: Duratio
         }
     }
     let mut guard = AbortGuard(Some((log.clone(), term)));
-    log.now("work-start", &format!("{term} fencing={}", ctx.fencing_token()));
+    log.now(
+        "work-start",
+        &format!("{term} fencing={}", ctx.fencing_token()),
+    );
     loop {
         let at = monotonic_ns();
         if !ctx.still_leading() {
@@ -137,7 +144,9 @@ async fn main() -> anyhow::Result<()> {
     die_with_parent();
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let file = OpenOptions::new()
@@ -149,18 +158,27 @@ async fn main() -> anyhow::Result<()> {
 
     let kubeconfig = Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading kubeconfig {}", args.kubeconfig.display()))?;
-    let mut config = kube_client::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("loading kubeconfig {}", args.kubeconfig.display()))?;
+    let mut config =
+        kube_client::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading kubeconfig {}", args.kubeconfig.display()))?;
     if let Some(server) = &args.server {
-        config.cluster_url = server.parse().with_context(|| format!("--server {server:?} is not a URL"))?;
+        config.cluster_url = server
+            .parse()
+            .with_context(|| format!("--server {server:?} is not a URL"))?;
     }
     let client = kube_client::Client::try_from(config).context("building the client")?;
 
     let clock: Arc<dyn Clock> = match args.clock_skew_secs {
         0 => Arc::new(SystemClock),
-        s if s > 0 => Arc::new(SkewedClock { ahead: Duration::from_secs(s as u64), behind: Duration::ZERO }),
-        s => Arc::new(SkewedClock { ahead: Duration::ZERO, behind: Duration::from_secs(s.unsigned_abs()) }),
+        s if s > 0 => Arc::new(SkewedClock {
+            ahead: Duration::from_secs(s as u64),
+            behind: Duration::ZERO,
+        }),
+        s => Arc::new(SkewedClock {
+            ahead: Duration::ZERO,
+            behind: Duration::from_secs(s.unsigned_abs()),
+        }),
     };
     let election = LeaderElectionConfig {
         lease_duration: Duration::from_millis(args.lease_ms),
@@ -171,7 +189,8 @@ async fn main() -> anyhow::Result<()> {
         name: format!("{}/{}", args.namespace, args.name),
     };
     let lock = LeaseLock::new(client, &args.namespace, &args.name, &args.identity);
-    let elector = LeaderElector::with_clock(election, lock, clock).context("invalid leader election settings")?;
+    let elector = LeaderElector::with_clock(election, lock, clock)
+        .context("invalid leader election settings")?;
 
     let tick = Duration::from_millis(args.tick_ms);
     let terms = Arc::new(Mutex::new(0u64));
@@ -190,8 +209,10 @@ async fn main() -> anyhow::Result<()> {
     .on_new_leader(move |holder| leader_log.now("new-leader", holder));
 
     let shutdown = CancellationToken::new();
-    let mut term_signal = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int_signal = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term_signal =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int_signal =
+        signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let stopper = shutdown.clone();
     let signal_log = log.clone();
     tokio::spawn(async move {

@@ -114,8 +114,13 @@ impl SharedInformerFactory {
     where
         K: CacheObject + Resource<DynamicType = ()>,
     {
-        let cluster_scoped = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::ClusterResourceScope>();
-        let namespace = if cluster_scoped { None } else { self.options.namespace.as_deref() };
+        let cluster_scoped =
+            TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::ClusterResourceScope>();
+        let namespace = if cluster_scoped {
+            None
+        } else {
+            self.options.namespace.as_deref()
+        };
         self.get_or_create(InformerKey::Typed(TypeId::of::<K>()), &(), namespace)
     }
 

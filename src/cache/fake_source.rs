@@ -186,8 +186,7 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
     fn watch(
         &self,
         options: &WatchOptions,
-    ) -> impl std::future::Future<Output = Result<WatchStream<K>, ListWatchError>> + Send
-    {
+    ) -> impl std::future::Future<Output = Result<WatchStream<K>, ListWatchError>> + Send {
         let from: u64 = options.resource_version.parse().unwrap_or(0);
         let mut inner = self.inner.lock();
         let (tx, rx) = mpsc::unbounded_channel();

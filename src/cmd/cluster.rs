@@ -19,11 +19,18 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives right after READY must stop us cleanly, not kill us.
     let stop = stop_signal()?;
-    let options = if args.full { ClusterOptions::full() } else { ClusterOptions::apiserver_only() };
-    let cluster = Cluster::start(options).await.context("starting the local control plane")?;
+    let options = if args.full {
+        ClusterOptions::full()
+    } else {
+        ClusterOptions::apiserver_only()
+    };
+    let cluster = Cluster::start(options)
+        .await
+        .context("starting the local control plane")?;
     let kubeconfig = match &args.kubeconfig_out {
         Some(out) => {
-            std::fs::copy(cluster.kubeconfig_path(), out).with_context(|| format!("writing the kubeconfig to {}", out.display()))?;
+            std::fs::copy(cluster.kubeconfig_path(), out)
+                .with_context(|| format!("writing the kubeconfig to {}", out.display()))?;
             out.clone()
         }
         None => cluster.kubeconfig_path().to_owned(),

@@ -46,7 +46,10 @@ pub async fn serve_controller_ops(
     cache_metrics: &kubeloop::cache::CacheMetrics,
     ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ready_check: (&'static str, &'static str),
-    leader: Option<(kubeloop::leaderelection::LeaderMetricsProvider, kubeloop::leaderelection::HealthzAdaptor)>,
+    leader: Option<(
+        kubeloop::leaderelection::LeaderMetricsProvider,
+        kubeloop::leaderelection::HealthzAdaptor,
+    )>,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     use kubeloop::ops::{Check, CheckFn};

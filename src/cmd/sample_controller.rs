@@ -45,7 +45,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &args.ops,
         &config.cache_metrics,
         config.ready.clone(),
-        ("informers-synced", "caches not synced yet, or shutting down"),
+        (
+            "informers-synced",
+            "caches not synced yet, or shutting down",
+        ),
         None,
         &shutdown,
     )
@@ -55,4 +58,3 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("running the sample controller")?;
     Ok(())
 }
-

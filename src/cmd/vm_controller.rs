@@ -115,10 +115,28 @@ async fn run_with<D: Driver>(
         "kubeloop vm-controller starting"
     );
     // A standby keeps its informer synced, so every replica is ready once its cache is.
-    let ready_check = ("informer-sync", "the VirtualMachine informer has not synced");
+    let ready_check = (
+        "informer-sync",
+        "the VirtualMachine informer has not synced",
+    );
     if !args.leader_elect {
-        common::serve_controller_ops(&args.ops, &config.cache_metrics, config.ready.clone(), ready_check, None, &shutdown).await?;
-        vm::run(client, driver, config, shutdown, None::<LeaderElector<LeaseLock>>).await?;
+        common::serve_controller_ops(
+            &args.ops,
+            &config.cache_metrics,
+            config.ready.clone(),
+            ready_check,
+            None,
+            &shutdown,
+        )
+        .await?;
+        vm::run(
+            client,
+            driver,
+            config,
+            shutdown,
+            None::<LeaderElector<LeaseLock>>,
+        )
+        .await?;
         return Ok(());
     }
 

@@ -94,7 +94,9 @@ pub(super) struct LeaderTask {
 /// Leader election, with the lock type erased.
 pub(super) struct LeaderElection {
     pub run: Box<
-        dyn FnOnce(LeaderCallbacks, CancellationToken) -> BoxFuture<'static, StopReason> + Send + Sync,
+        dyn FnOnce(LeaderCallbacks, CancellationToken) -> BoxFuture<'static, StopReason>
+            + Send
+            + Sync,
     >,
 }
 
@@ -186,7 +188,10 @@ impl<K: CacheObject> Controller<K> {
 
     /// Enqueue a primary update only if `filter(old, new)` (default: every update, resyncs
     /// included). controller-runtime: an update predicate.
-    pub fn update_filter(mut self, filter: impl Fn(&K, &K) -> bool + Send + Sync + 'static) -> Self {
+    pub fn update_filter(
+        mut self,
+        filter: impl Fn(&K, &K) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.update_filter = Some(Arc::new(filter));
         self
     }
@@ -282,7 +287,10 @@ impl<K: CacheObject> Controller<K> {
     }
 
     /// The primary's handlers.
-    pub(super) fn primary_handler(&self, queue: &RateLimitingQueue<String>) -> ResourceEventHandlerFuncs<K> {
+    pub(super) fn primary_handler(
+        &self,
+        queue: &RateLimitingQueue<String>,
+    ) -> ResourceEventHandlerFuncs<K> {
         let (q_add, q_update) = (queue.clone(), queue.clone());
         let filter = self.update_filter.clone();
         let handler = ResourceEventHandlerFuncs::new()
@@ -324,7 +332,9 @@ where
     let owner_of = Arc::new(move |meta: &ObjectMeta| -> Option<String> {
         let owner = controller_of(meta)?;
         let group = K::group(&());
-        if owner.kind != K::kind(&()) || owner.api_version.rsplit_once('/').map_or("", |(g, _)| g) != group {
+        if owner.kind != K::kind(&())
+            || owner.api_version.rsplit_once('/').map_or("", |(g, _)| g) != group
+        {
             return None;
         }
         let namespace = meta.namespace.as_deref().unwrap_or("");

@@ -61,7 +61,9 @@ pub mod sample;
 pub mod vm;
 pub mod worker;
 
-pub use builder::{Controller, ControllerOptions, ErrorAction, controller_of, default_error_policy};
+pub use builder::{
+    Controller, ControllerOptions, ErrorAction, controller_of, default_error_policy,
+};
 pub use context::{NotEntitled, ReconcileContext};
 pub use leadership::Term;
 pub use runtime::ControllerError;

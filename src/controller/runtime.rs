@@ -239,8 +239,11 @@ fn start_leader_tasks(name: &str, term: &Term, tasks: &Arc<Vec<LeaderTask>>) {
 
 /// One worker: wait for a term, take keys while it lasts; return when the queue is shut down
 /// and drained or the gate closes.
-pub(super) async fn worker_loop<F, Fut, E, P>(shared: Arc<WorkerShared<F, P>>, mut gate: GateWatch, id: usize)
-where
+pub(super) async fn worker_loop<F, Fut, E, P>(
+    shared: Arc<WorkerShared<F, P>>,
+    mut gate: GateWatch,
+    id: usize,
+) where
     F: Fn(String, ReconcileContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: Display + Send + 'static,
@@ -436,7 +439,10 @@ mod tests {
         log: Log,
         work: Duration,
         honours_cancel: bool,
-    ) -> impl Fn(String, ReconcileContext) -> futures::future::BoxFuture<'static, Result<Action, String>>
+    ) -> impl Fn(
+        String,
+        ReconcileContext,
+    ) -> futures::future::BoxFuture<'static, Result<Action, String>>
     + Send
     + Sync
     + 'static {
@@ -488,7 +494,11 @@ mod tests {
         assert!(ready.load(Ordering::SeqCst), "ready once the caches synced");
         let mut first = log.keys();
         first.sort();
-        assert_eq!(first, ["ns/a", "ns/b"], "the initial list reconciles every primary");
+        assert_eq!(
+            first,
+            ["ns/a", "ns/b"],
+            "the initial list reconciles every primary"
+        );
 
         // An owned Secret whose controller is ConfigMap a: a's key.
         let mut secret = Secret {
@@ -540,7 +550,10 @@ mod tests {
 
         shutdown.cancel();
         run.await.unwrap().unwrap();
-        assert!(!ready.load(Ordering::SeqCst), "not ready once shutdown started");
+        assert!(
+            !ready.load(Ordering::SeqCst),
+            "not ready once shutdown started"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -562,7 +575,11 @@ mod tests {
         labelled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
         primary.modify(labelled.clone());
         settle().await;
-        assert_eq!(log.keys(), ["ns/a"], "a label change does not pass the filter");
+        assert_eq!(
+            log.keys(),
+            ["ns/a"],
+            "a label change does not pass the filter"
+        );
         labelled.data = Some(BTreeMap::from([("k".into(), "v".into())]));
         primary.modify(labelled.clone());
         settle().await;
@@ -585,7 +602,10 @@ mod tests {
         let reconcile = move |key: String, _ctx: ReconcileContext| {
             let c = c.clone();
             async move {
-                c.lock().entry(key.clone()).or_default().push(Instant::now());
+                c.lock()
+                    .entry(key.clone())
+                    .or_default()
+                    .push(Instant::now());
                 Err::<Action, _>(key)
             }
         };
@@ -607,7 +627,11 @@ mod tests {
         assert_eq!(calls["ns/drop"].len(), 1, "dropped after one failure");
         assert_eq!(calls["ns/fixed"].len(), 3, "at 0, 10 and 20 s");
         // 5 ms doubling: 0, 5, 15, 35, ... ms; 13 attempts by 25 s (5 ms * 2^12 = 20 s).
-        assert!((12..=14).contains(&calls["ns/backoff"].len()), "{:?}", calls["ns/backoff"].len());
+        assert!(
+            (12..=14).contains(&calls["ns/backoff"].len()),
+            "{:?}",
+            calls["ns/backoff"].len()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -628,8 +652,15 @@ mod tests {
         shutdown.cancel();
         run.await.unwrap().unwrap();
         let log = log.0.lock();
-        assert_eq!(log.len(), 10, "every queued key was reconciled before stopping");
-        assert!(log.iter().all(|(_, _, end)| end.is_some()), "none was cut off");
+        assert_eq!(
+            log.len(),
+            10,
+            "every queued key was reconciled before stopping"
+        );
+        assert!(
+            log.iter().all(|(_, _, end)| end.is_some()),
+            "none was cut off"
+        );
     }
 
     /// lease 4 s, renew deadline 3 s, retry 0.5 s: fence = last renew + 3.5 s.
@@ -656,7 +687,10 @@ mod tests {
             let stop = other_stop.clone();
             async move {
                 other
-                    .run(crate::leaderelection::LeaderCallbacks::new(|_| async {}, || {}), stop)
+                    .run(
+                        crate::leaderelection::LeaderCallbacks::new(|_| async {}, || {}),
+                        stop,
+                    )
                     .await
             }
         });
@@ -675,7 +709,10 @@ mod tests {
             shutdown.clone(),
         ));
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(ready.load(Ordering::SeqCst), "a standby is ready once its caches synced");
+        assert!(
+            ready.load(Ordering::SeqCst),
+            "a standby is ready once its caches synced"
+        );
         assert!(lister.get("ns", "a").is_some(), "and its cache is warm");
         assert!(log.keys().is_empty(), "but it reconciles nothing");
 
@@ -685,7 +722,10 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(6)).await;
         assert_eq!(store.holder(), "me");
         let first = log.0.lock()[0].1;
-        assert!(first - died <= Duration::from_millis(5000), "took over within lease + retry");
+        assert!(
+            first - died <= Duration::from_millis(5000),
+            "took over within lease + retry"
+        );
         assert_eq!(log.keys(), ["ns/a"]);
         other_stop.cancel();
         let _ = other_run.await;
@@ -757,12 +797,23 @@ mod tests {
         let log = log.0.lock().clone();
         let obeys = log.iter().find(|(k, _, _)| k == "ns/obeys").unwrap();
         let end = obeys.2.expect("the cancelled reconcile returned");
-        assert!(end - cut <= Duration::from_secs(3), "cancelled by the renew deadline: {:?}", end - cut);
+        assert!(
+            end - cut <= Duration::from_secs(3),
+            "cancelled by the renew deadline: {:?}",
+            end - cut
+        );
         let ignores = log.iter().find(|(k, _, _)| k == "ns/ignores").unwrap();
-        assert!(ignores.2.is_none(), "the stubborn one was dropped, never finished");
+        assert!(
+            ignores.2.is_none(),
+            "the stubborn one was dropped, never finished"
+        );
         assert!(rival_led > end, "no successor before every reconcile ended");
         // Nothing of ours runs after the rival leads: the dropped future is gone.
-        assert!(rival_led - cut >= Duration::from_secs(3), "{:?}", rival_led - cut);
+        assert!(
+            rival_led - cut >= Duration::from_secs(3),
+            "{:?}",
+            rival_led - cut
+        );
         rival_stop.cancel();
         let _ = rival_run.await;
         shutdown.cancel();

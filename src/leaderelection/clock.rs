@@ -49,7 +49,11 @@ pub(crate) fn to_micro_timestamp(t: SystemTime) -> Timestamp {
         Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
     };
-    Timestamp::from_microsecond(micros).unwrap_or(if micros < 0 { Timestamp::MIN } else { Timestamp::MAX })
+    Timestamp::from_microsecond(micros).unwrap_or(if micros < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
 }
 
 #[cfg(test)]
@@ -64,9 +68,17 @@ mod tests {
 
     #[test]
     fn skewed_clock_is_off_by_its_offset() {
-        let behind = SkewedClock { ahead: Duration::ZERO, behind: Duration::from_secs(3600) }.now();
+        let behind = SkewedClock {
+            ahead: Duration::ZERO,
+            behind: Duration::from_secs(3600),
+        }
+        .now();
         let real = SystemClock.now();
-        let ahead = SkewedClock { ahead: Duration::from_secs(3600), behind: Duration::ZERO }.now();
+        let ahead = SkewedClock {
+            ahead: Duration::from_secs(3600),
+            behind: Duration::ZERO,
+        }
+        .now();
         let lag = real.as_second() - behind.as_second();
         let lead = ahead.as_second() - real.as_second();
         assert!((3599..=3601).contains(&lag), "behind by {lag} s");

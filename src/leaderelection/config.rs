@@ -70,17 +70,28 @@ pub enum ConfigError {
         "leader election {name:?}: lease_duration ({lease_duration:?}) must be a whole number of \
          seconds, because the Lease stores leaseDurationSeconds as an integer"
     )]
-    LeaseNotWholeSeconds { name: String, lease_duration: Duration },
+    LeaseNotWholeSeconds {
+        name: String,
+        lease_duration: Duration,
+    },
     #[error(
         "leader election {name:?}: lease_duration ({lease_duration:?}) must be greater than \
          renew_deadline ({renew_deadline:?})"
     )]
-    LeaseNotLongerThanRenewDeadline { name: String, lease_duration: Duration, renew_deadline: Duration },
+    LeaseNotLongerThanRenewDeadline {
+        name: String,
+        lease_duration: Duration,
+        renew_deadline: Duration,
+    },
     #[error(
         "leader election {name:?}: renew_deadline ({renew_deadline:?}) must be greater than \
          retry_period * 1.2 ({retry_period:?} * 1.2)"
     )]
-    RenewDeadlineNotLongerThanJitteredRetry { name: String, renew_deadline: Duration, retry_period: Duration },
+    RenewDeadlineNotLongerThanJitteredRetry {
+        name: String,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    },
     #[error("leader election {name:?}: lock identity is empty")]
     EmptyIdentity { name: String },
 }
@@ -109,7 +120,10 @@ impl LeaderElectionConfig {
             ("retry_period", self.retry_period),
         ] {
             if value.is_zero() {
-                return Err(ConfigError::NotPositive { name: name(), field });
+                return Err(ConfigError::NotPositive {
+                    name: name(),
+                    field,
+                });
             }
         }
         if self.lease_duration <= self.renew_deadline {
@@ -127,7 +141,10 @@ impl LeaderElectionConfig {
             });
         }
         if self.lease_duration.subsec_nanos() != 0 {
-            return Err(ConfigError::LeaseNotWholeSeconds { name: name(), lease_duration: self.lease_duration });
+            return Err(ConfigError::LeaseNotWholeSeconds {
+                name: name(),
+                lease_duration: self.lease_duration,
+            });
         }
         Ok(())
     }
@@ -142,7 +159,9 @@ impl LeaderElectionConfig {
 /// belongs to the lock (as in client-go, `lec.Lock.Identity()`).
 pub(crate) fn validate_identity(name: &str, identity: &str) -> Result<(), ConfigError> {
     if identity.trim().is_empty() {
-        return Err(ConfigError::EmptyIdentity { name: name.to_string() });
+        return Err(ConfigError::EmptyIdentity {
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
@@ -169,9 +188,13 @@ mod tests {
         let (a, b) = (default_identity(), default_identity());
         assert_ne!(a, b);
         let host = gethostname::gethostname().to_string_lossy().into_owned();
-        let suffix =
-            a.strip_prefix(&format!("{host}_")).unwrap_or_else(|| panic!("{a:?} does not start with {host:?}_"));
-        assert!(uuid::Uuid::parse_str(suffix).is_ok(), "{suffix:?} is not a uuid");
+        let suffix = a
+            .strip_prefix(&format!("{host}_"))
+            .unwrap_or_else(|| panic!("{a:?} does not start with {host:?}_"));
+        assert!(
+            uuid::Uuid::parse_str(suffix).is_ok(),
+            "{suffix:?} is not a uuid"
+        );
         assert!(validate_identity("x", &a).is_ok());
     }
 
@@ -210,20 +233,65 @@ mod tests {
     fn bad_durations_are_rejected_with_the_rule_they_break() {
         type Expect = fn(&ConfigError) -> bool;
         let cases: Vec<(LeaderElectionConfig, Expect)> = vec![
-            (config(10.0, 10.0, 1.0), |e| matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })),
-            (config(5.0, 10.0, 1.0), |e| matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })),
+            (config(10.0, 10.0, 1.0), |e| {
+                matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })
+            }),
+            (config(5.0, 10.0, 1.0), |e| {
+                matches!(e, ConfigError::LeaseNotLongerThanRenewDeadline { .. })
+            }),
             // 1.2 * 2 s = 2.4 s: a 2.4 s deadline is not strictly greater.
-            (config(15.0, 2.4, 2.0), |e| matches!(e, ConfigError::RenewDeadlineNotLongerThanJitteredRetry { .. })),
-            (config(15.0, 2.0, 2.0), |e| matches!(e, ConfigError::RenewDeadlineNotLongerThanJitteredRetry { .. })),
-            (config(15.0, 10.0, 0.0), |e| matches!(e, ConfigError::NotPositive { field: "retry_period", .. })),
-            (config(15.0, 0.0, 2.0), |e| matches!(e, ConfigError::NotPositive { field: "renew_deadline", .. })),
-            (config(0.0, 10.0, 2.0), |e| matches!(e, ConfigError::NotPositive { field: "lease_duration", .. })),
-            (config(4.5, 3.0, 0.5), |e| matches!(e, ConfigError::LeaseNotWholeSeconds { .. })),
+            (config(15.0, 2.4, 2.0), |e| {
+                matches!(
+                    e,
+                    ConfigError::RenewDeadlineNotLongerThanJitteredRetry { .. }
+                )
+            }),
+            (config(15.0, 2.0, 2.0), |e| {
+                matches!(
+                    e,
+                    ConfigError::RenewDeadlineNotLongerThanJitteredRetry { .. }
+                )
+            }),
+            (config(15.0, 10.0, 0.0), |e| {
+                matches!(
+                    e,
+                    ConfigError::NotPositive {
+                        field: "retry_period",
+                        ..
+                    }
+                )
+            }),
+            (config(15.0, 0.0, 2.0), |e| {
+                matches!(
+                    e,
+                    ConfigError::NotPositive {
+                        field: "renew_deadline",
+                        ..
+                    }
+                )
+            }),
+            (config(0.0, 10.0, 2.0), |e| {
+                matches!(
+                    e,
+                    ConfigError::NotPositive {
+                        field: "lease_duration",
+                        ..
+                    }
+                )
+            }),
+            (config(4.5, 3.0, 0.5), |e| {
+                matches!(e, ConfigError::LeaseNotWholeSeconds { .. })
+            }),
         ];
         for (c, expected) in cases {
-            let err = c.validate().expect_err(&format!("{c:?} should be rejected"));
+            let err = c
+                .validate()
+                .expect_err(&format!("{c:?} should be rejected"));
             assert!(expected(&err), "{c:?} rejected for the wrong reason: {err}");
-            assert!(err.to_string().contains("\"test\""), "error does not name the election: {err}");
+            assert!(
+                err.to_string().contains("\"test\""),
+                "error does not name the election: {err}"
+            );
         }
     }
 
@@ -237,8 +305,16 @@ mod tests {
     #[test]
     fn empty_identity_is_rejected() {
         let err = validate_identity("test", "").unwrap_err();
-        assert_eq!(err, ConfigError::EmptyIdentity { name: "test".into() });
-        assert_eq!(err.to_string(), "leader election \"test\": lock identity is empty");
+        assert_eq!(
+            err,
+            ConfigError::EmptyIdentity {
+                name: "test".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "leader election \"test\": lock identity is empty"
+        );
         assert!(validate_identity("test", "  ").is_err());
         assert_eq!(validate_identity("test", "pod-a"), Ok(()));
     }
@@ -246,6 +322,9 @@ mod tests {
     #[test]
     fn error_message_names_the_values() {
         let msg = config(10.0, 10.0, 1.0).validate().unwrap_err().to_string();
-        assert!(msg.contains("lease_duration (10s)") && msg.contains("renew_deadline (10s)"), "{msg}");
+        assert!(
+            msg.contains("lease_duration (10s)") && msg.contains("renew_deadline (10s)"),
+            "{msg}"
+        );
     }
 }

@@ -131,7 +131,12 @@ pub enum HealthError {
         "leader election {name:?}: this process believes it leads but last renewed {since:?} ago \
          (renew deadline {renew_deadline:?} + tolerance {tolerance:?})"
     )]
-    RenewalOverdue { name: String, since: Duration, renew_deadline: Duration, tolerance: Duration },
+    RenewalOverdue {
+        name: String,
+        since: Duration,
+        renew_deadline: Duration,
+        tolerance: Duration,
+    },
 }
 
 struct Shared<L> {
@@ -233,7 +238,9 @@ enum Write {
 
 impl<L: ResourceLock> Clone for LeaderElector<L> {
     fn clone(&self) -> Self {
-        Self { shared: self.shared.clone() }
+        Self {
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -244,7 +251,11 @@ impl<L: ResourceLock> LeaderElector<L> {
     }
 
     /// As [`Self::new`], stamping `acquireTime` / `renewTime` from `clock`.
-    pub fn with_clock(config: LeaderElectionConfig, lock: L, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+    pub fn with_clock(
+        config: LeaderElectionConfig,
+        lock: L,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         validate_identity(&config.name, lock.identity())?;
         let state = Arc::new(Mutex::new(Inner {
@@ -256,13 +267,25 @@ impl<L: ResourceLock> LeaderElector<L> {
             own_writes: OwnWrites::default(),
             phase: Phase::Following,
         }));
-        Ok(Self { shared: Arc::new(Shared { config, lock, clock, state, metrics: OnceLock::new() }) })
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                lock,
+                clock,
+                state,
+                metrics: OnceLock::new(),
+            }),
+        })
     }
 
     /// Contends until `shutdown` is cancelled, or, without `recontend`, until the first
     /// leadership term ends. Returns why it stopped. Call it once at a time per elector (clones
     /// share one state; two concurrent runs would contend as one identity and confuse it).
-    pub async fn run(&self, mut callbacks: LeaderCallbacks, shutdown: CancellationToken) -> StopReason {
+    pub async fn run(
+        &self,
+        mut callbacks: LeaderCallbacks,
+        shutdown: CancellationToken,
+    ) -> StopReason {
         loop {
             let Some(renewed_at) = self.acquire(&mut callbacks, &shutdown).await else {
                 return StopReason::Shutdown;
@@ -295,7 +318,12 @@ impl<L: ResourceLock> LeaderElector<L> {
 
     /// Holder named by the last observed record ("" if none; client-go `GetLeader`).
     pub fn get_leader(&self) -> String {
-        self.shared.state.lock().observed_record.holder_identity.clone()
+        self.shared
+            .state
+            .lock()
+            .observed_record
+            .holder_identity
+            .clone()
     }
 
     /// Health check (client-go `Check`): fails if this process believes it leads but its last
@@ -321,7 +349,11 @@ impl<L: ResourceLock> LeaderElector<L> {
     }
 
     /// The acquire phase. Returns the send instant of the winning write, or `None` on shutdown.
-    async fn acquire(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken) -> Option<Instant> {
+    async fn acquire(
+        &self,
+        callbacks: &mut LeaderCallbacks,
+        shutdown: &CancellationToken,
+    ) -> Option<Instant> {
         let config = &self.shared.config;
         info!(lock = %self.shared.lock.describe(), identity = %self.shared.lock.identity(), "attempting to acquire the lease");
         loop {
@@ -347,7 +379,9 @@ impl<L: ResourceLock> LeaderElector<L> {
                 }
                 Ok(Attempt::HeldBy(holder)) => debug!(%holder, "lease is held and has not expired"),
                 Ok(Attempt::HeldByNamesake) => {
-                    debug!("lease is held under our identity by another process and has not expired")
+                    debug!(
+                        "lease is held under our identity by another process and has not expired"
+                    )
                 }
                 Ok(Attempt::Failed(e)) => warn!(error = %e, "failed to acquire the lease"),
                 Err(_) => warn!(lock = %self.shared.lock.describe(), "acquire attempt timed out"),
@@ -377,7 +411,9 @@ impl<L: ResourceLock> LeaderElector<L> {
         renewed_at: Instant,
     ) -> StopReason {
         let config = &self.shared.config;
-        let term = Arc::new(Term { renewed_at: Mutex::new(renewed_at) });
+        let term = Arc::new(Term {
+            renewed_at: Mutex::new(renewed_at),
+        });
         let fencing_token = {
             let mut inner = self.shared.state.lock();
             inner.phase = Phase::Leading(term.clone());
@@ -434,7 +470,12 @@ impl<L: ResourceLock> LeaderElector<L> {
 
     /// Renews every `retry_period` until a stop condition, recording the send instant of each
     /// successful write in `term`. Returns why the term ends.
-    async fn renew(&self, callbacks: &mut LeaderCallbacks, shutdown: &CancellationToken, term: &Term) -> StopReason {
+    async fn renew(
+        &self,
+        callbacks: &mut LeaderCallbacks,
+        shutdown: &CancellationToken,
+        term: &Term,
+    ) -> StopReason {
         let config = &self.shared.config;
         let mut renewed_at = *term.renewed_at.lock();
         loop {
@@ -636,7 +677,11 @@ impl<L: ResourceLock> LeaderElector<L> {
                 inner.observed_time = Some(Instant::now());
                 inner.namesake = Namesake::Absent;
             }
-            Err(LockError::Conflict { .. } | LockError::AlreadyExists { .. } | LockError::NotInitialized { .. }) => {
+            Err(
+                LockError::Conflict { .. }
+                | LockError::AlreadyExists { .. }
+                | LockError::NotInitialized { .. },
+            ) => {
                 inner.own_writes.refused(record);
             }
             // Network errors, server errors: the write may have landed.
@@ -647,7 +692,8 @@ impl<L: ResourceLock> LeaderElector<L> {
 
     /// True if `read` (just returned by the lock's `get`) is a record this elector wrote.
     fn is_own_write(&self, read: &LeaderElectionRecord) -> bool {
-        self.shared.lock.last_read_is_own_write() || self.shared.state.lock().own_writes.contains(read)
+        self.shared.lock.last_read_is_own_write()
+            || self.shared.state.lock().own_writes.contains(read)
     }
 
     /// client-go `maybeReportTransition`: tell `on_new_leader` when the observed holder
@@ -859,7 +905,9 @@ impl LeaderContext {
         }
         let inner = self.state.lock();
         match &inner.phase {
-            Phase::Leading(term) => Arc::ptr_eq(term, &self.term) && Instant::now() < self.renew_deadline_at(),
+            Phase::Leading(term) => {
+                Arc::ptr_eq(term, &self.term) && Instant::now() < self.renew_deadline_at()
+            }
             Phase::Following | Phase::SteppingDown => false,
         }
     }
@@ -910,7 +958,11 @@ mod tests {
     }
 
     fn held_by(holder: &str, secs: i32) -> LeaderElectionRecord {
-        LeaderElectionRecord { holder_identity: holder.into(), lease_duration_seconds: secs, ..Default::default() }
+        LeaderElectionRecord {
+            holder_identity: holder.into(),
+            lease_duration_seconds: secs,
+            ..Default::default()
+        }
     }
 
     /// Lets spawned tasks (the `on_new_leader` delivery) run: paused time only advances once
@@ -919,7 +971,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
-    fn elector(store: &FakeLockStore, id: &str, c: LeaderElectionConfig) -> LeaderElector<FakeLock> {
+    fn elector(
+        store: &FakeLockStore,
+        id: &str,
+        c: LeaderElectionConfig,
+    ) -> LeaderElector<FakeLock> {
         LeaderElector::new(c, store.lock_for(id)).unwrap()
     }
 
@@ -929,13 +985,24 @@ mod tests {
 
     impl Journal {
         fn push(&self, id: &str, what: &str) {
-            self.0.lock().push((id.to_string(), what.to_string(), Instant::now()));
+            self.0
+                .lock()
+                .push((id.to_string(), what.to_string(), Instant::now()));
         }
         fn events(&self, id: &str) -> Vec<String> {
-            self.0.lock().iter().filter(|(i, _, _)| i == id).map(|(_, w, _)| w.clone()).collect()
+            self.0
+                .lock()
+                .iter()
+                .filter(|(i, _, _)| i == id)
+                .map(|(_, w, _)| w.clone())
+                .collect()
         }
         fn first(&self, id: &str, what: &str) -> Option<Instant> {
-            self.0.lock().iter().find(|(i, w, _)| i == id && *w == what).map(|(_, _, t)| *t)
+            self.0
+                .lock()
+                .iter()
+                .find(|(i, w, _)| i == id && *w == what)
+                .map(|(_, _, t)| *t)
         }
         /// `(id, start, end)` of every work run; an unfinished run ends at `now`.
         fn work_intervals(&self) -> Vec<(String, Instant, Instant)> {
@@ -946,7 +1013,9 @@ mod tests {
                     "work-start" => {
                         open.insert(id.clone(), *t);
                     }
-                    "work-end" => out.push((id.clone(), open.remove(id).expect("end without start"), *t)),
+                    "work-end" => {
+                        out.push((id.clone(), open.remove(id).expect("end without start"), *t))
+                    }
                     _ => {}
                 }
             }
@@ -978,7 +1047,10 @@ mod tests {
     fn assert_no_overlap(intervals: &[(String, Instant, Instant)]) {
         for (i, (a, s1, e1)) in intervals.iter().enumerate() {
             for (b, s2, e2) in &intervals[i + 1..] {
-                assert!(e1 <= s2 || e2 <= s1, "work of {a} [{s1:?}, {e1:?}] overlaps work of {b} [{s2:?}, {e2:?}]");
+                assert!(
+                    e1 <= s2 || e2 <= s1,
+                    "work of {a} [{s1:?}, {e1:?}] overlaps work of {b} [{s2:?}, {e2:?}]"
+                );
             }
         }
     }
@@ -1102,29 +1174,50 @@ mod tests {
             let now = Instant::now();
             let observed_at = case.observed_at.and_then(|h| {
                 let d = Duration::from_secs(h.unsigned_abs() * 3600);
-                if h >= 0 { Some(now + d) } else { now.checked_sub(d) }
+                if h >= 0 {
+                    Some(now + d)
+                } else {
+                    now.checked_sub(d)
+                }
             });
             le.seed_observed(case.observed_record.clone(), observed_at);
             let mut held = matches!(le.try_acquire_or_renew().await, Attempt::Held);
             if held != case.expect_success {
-                let wait = case.retry_after.unwrap_or_else(|| panic!("{}: unexpected result {held}", case.name));
+                let wait = case
+                    .retry_after
+                    .unwrap_or_else(|| panic!("{}: unexpected result {held}", case.name));
                 tokio::time::sleep(wait).await;
                 held = matches!(le.try_acquire_or_renew().await, Attempt::Held);
             }
             assert_eq!(held, case.expect_success, "{}", case.name);
             let observed = le.shared.state.lock().observed_record.clone();
             assert_eq!(observed.holder_identity, case.out_holder, "{}", case.name);
-            assert_eq!(store.ops_of("baz"), case.ops, "{}: api interactions", case.name);
-            assert_eq!(observed.leader_transitions, i32::from(case.transition_leader), "{}: transitions", case.name);
+            assert_eq!(
+                store.ops_of("baz"),
+                case.ops,
+                "{}: api interactions",
+                case.name
+            );
+            assert_eq!(
+                observed.leader_transitions,
+                i32::from(case.transition_leader),
+                "{}: transitions",
+                case.name
+            );
             assert_eq!(le.get_leader(), case.out_holder, "{}", case.name);
 
             let reported = Arc::new(Mutex::new(None::<String>));
             let r = reported.clone();
-            let mut cb =
-                LeaderCallbacks::new(|_| async {}, || {}).on_new_leader(move |l| *r.lock() = Some(l.to_string()));
+            let mut cb = LeaderCallbacks::new(|_| async {}, || {})
+                .on_new_leader(move |l| *r.lock() = Some(l.to_string()));
             le.maybe_report_transition(&mut cb);
             settle().await;
-            assert_eq!(reported.lock().as_deref(), Some(case.out_holder), "{}: reported leader", case.name);
+            assert_eq!(
+                reported.lock().as_deref(),
+                Some(case.out_holder),
+                "{}: reported leader",
+                case.name
+            );
         }
     }
 
@@ -1135,7 +1228,8 @@ mod tests {
         let le = elector(&store, "baz", config(false, true));
         let reported = Arc::new(Mutex::new(Vec::<String>::new()));
         let r = reported.clone();
-        let mut cb = LeaderCallbacks::new(|_| async {}, || {}).on_new_leader(move |l| r.lock().push(l.to_string()));
+        let mut cb = LeaderCallbacks::new(|_| async {}, || {})
+            .on_new_leader(move |l| r.lock().push(l.to_string()));
         assert!(matches!(le.try_acquire_or_renew().await, Attempt::Held));
         le.maybe_report_transition(&mut cb);
         assert!(le.release().await);
@@ -1147,7 +1241,10 @@ mod tests {
         assert_eq!(record.leader_transitions, 0);
         assert_eq!(le.get_leader(), "");
         assert_eq!(*reported.lock(), vec!["baz".to_string(), String::new()]);
-        assert_eq!(store.ops_of("baz"), ["get", "create-ok", "get", "update-ok"]);
+        assert_eq!(
+            store.ops_of("baz"),
+            ["get", "create-ok", "get", "update-ok"]
+        );
     }
 
     // client-go: TestReleaseMethodCallsGet; and release never writes over another holder.
@@ -1188,7 +1285,16 @@ mod tests {
         assert!(!le.is_leader());
         assert_eq!(store.holder(), "");
         assert_eq!(store.record().unwrap().lease_duration_seconds, 1);
-        assert_eq!(journal.events("a"), ["new-leader:a", "work-start", "work-end", "stopped", "new-leader:"]);
+        assert_eq!(
+            journal.events("a"),
+            [
+                "new-leader:a",
+                "work-start",
+                "work-end",
+                "stopped",
+                "new-leader:"
+            ]
+        );
     }
 
     // client-go: TestFastPathLeaderElection ("Exercise fast path after lock acquired").
@@ -1205,7 +1311,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         shutdown.cancel();
         run.await.unwrap();
-        assert_eq!(store.ops_of("baz"), ["get", "create-ok", "update-ok", "update-ok"]);
+        assert_eq!(
+            store.ops_of("baz"),
+            ["get", "create-ok", "update-ok", "update-ok"]
+        );
     }
 
     // client-go: TestFastPathLeaderElection ("Fallback to slow path after fast path fails"):
@@ -1228,7 +1337,15 @@ mod tests {
         run.await.unwrap();
         assert_eq!(
             store.ops_of("baz"),
-            ["get", "create-ok", "update-ok", "update-conflict", "get", "update-ok", "update-ok"]
+            [
+                "get",
+                "create-ok",
+                "update-ok",
+                "update-conflict",
+                "get",
+                "update-ok",
+                "update-ok"
+            ]
         );
         assert_eq!(store.holder(), "baz");
     }
@@ -1259,7 +1376,11 @@ mod tests {
             electors.push((id, le));
         }
         fn leaders(electors: &[(&'static str, LeaderElector<FakeLock>)]) -> Vec<&'static str> {
-            electors.iter().filter(|(_, le)| le.is_leader()).map(|(id, _)| *id).collect()
+            electors
+                .iter()
+                .filter(|(_, le)| le.is_leader())
+                .map(|(id, _)| *id)
+                .collect()
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let first = leaders(&electors);
@@ -1274,7 +1395,11 @@ mod tests {
             assert_ne!(now[0], leader, "round {round}");
             store.set_reach(leader, Reach::Up);
             tokio::time::sleep(Duration::from_secs(2)).await;
-            assert_eq!(leaders(&electors), now, "round {round}: healed candidate must follow");
+            assert_eq!(
+                leaders(&electors),
+                now,
+                "round {round}: healed candidate must follow"
+            );
         }
         shutdown.cancel();
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1307,15 +1432,32 @@ mod tests {
         store.set_reach("a", Reach::Hang);
         let cut = Instant::now();
         tokio::time::sleep(LEASE + 4 * RETRY).await;
-        let a_end = journal.first("a", "work-end").expect("a's work was cancelled");
+        let a_end = journal
+            .first("a", "work-end")
+            .expect("a's work was cancelled");
         let b_start = journal.first("b", "work-start").expect("b took over");
-        assert!(a_end - cut <= RENEW, "a stopped {:?} after the cut", a_end - cut);
+        assert!(
+            a_end - cut <= RENEW,
+            "a stopped {:?} after the cut",
+            a_end - cut
+        );
         assert!(a_end < b_start);
         // b saw a's last renewal at most one retry before the cut, so it waited at least
         // lease_duration - retry_period after the cut.
-        assert!(b_start - cut >= LEASE - RETRY, "b took over {:?} after the cut", b_start - cut);
+        assert!(
+            b_start - cut >= LEASE - RETRY,
+            "b took over {:?} after the cut",
+            b_start - cut
+        );
         assert!(!a.is_leader());
-        assert_eq!(journal.events("a").iter().filter(|e| *e == "stopped").count(), 1);
+        assert_eq!(
+            journal
+                .events("a")
+                .iter()
+                .filter(|e| *e == "stopped")
+                .count(),
+            1
+        );
         shutdown.cancel();
         assert_eq!(b_run.await.unwrap(), StopReason::Shutdown);
     }
@@ -1326,7 +1468,13 @@ mod tests {
         let a = elector(&store, "a", config(false, false));
         let run = tokio::spawn({
             let a = a.clone();
-            async move { a.run(LeaderCallbacks::new(|_| async {}, || {}), CancellationToken::new()).await }
+            async move {
+                a.run(
+                    LeaderCallbacks::new(|_| async {}, || {}),
+                    CancellationToken::new(),
+                )
+                .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         store.set_reach("a", Reach::Refuse);
@@ -1337,12 +1485,22 @@ mod tests {
         let a = elector(&store, "a", config(false, false));
         let run = tokio::spawn({
             let a = a.clone();
-            async move { a.run(LeaderCallbacks::new(|_| async {}, || {}), CancellationToken::new()).await }
+            async move {
+                a.run(
+                    LeaderCallbacks::new(|_| async {}, || {}),
+                    CancellationToken::new(),
+                )
+                .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         store.put(held_by("intruder", 4));
         assert_eq!(run.await.unwrap(), StopReason::LostTo("intruder".into()));
-        assert_eq!(store.holder(), "intruder", "the loser must not write over the new holder");
+        assert_eq!(
+            store.holder(),
+            "intruder",
+            "the loser must not write over the new holder"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1367,7 +1525,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn skewed_renew_time_neither_takes_over_early_nor_waits_forever() {
         use k8s_openapi::jiff::Timestamp;
-        for renew in [Timestamp::from_second(0).unwrap(), Timestamp::from_second(4_000_000_000).unwrap()] {
+        for renew in [
+            Timestamp::from_second(0).unwrap(),
+            Timestamp::from_second(4_000_000_000).unwrap(),
+        ] {
             let store = FakeLockStore::with_record(LeaderElectionRecord {
                 holder_identity: "ghost".into(),
                 lease_duration_seconds: 4,
@@ -1386,7 +1547,10 @@ mod tests {
             tokio::time::sleep(LEASE + 3 * RETRY).await;
             let took = journal.first("a", "work-start").expect("never took over") - start;
             // First observation at 0 s; the follower wakes exactly when that lease expires.
-            assert_eq!(took, LEASE, "took over after {took:?} with renewTime {renew}");
+            assert_eq!(
+                took, LEASE,
+                "took over after {took:?} with renewTime {renew}"
+            );
             shutdown.cancel();
         }
     }
@@ -1419,8 +1583,14 @@ mod tests {
         let cut = Instant::now();
         assert_eq!(run.await.unwrap(), StopReason::RenewDeadlineExceeded);
         let stopped_after = stopped.lock().expect("on_stopped_leading ran") - cut;
-        assert!(stopped_after <= LEASE, "stopped {stopped_after:?} after the cut");
-        assert!(stopped_after >= RENEW - RETRY, "stopped {stopped_after:?} after the cut");
+        assert!(
+            stopped_after <= LEASE,
+            "stopped {stopped_after:?} after the cut"
+        );
+        assert!(
+            stopped_after >= RENEW - RETRY,
+            "stopped {stopped_after:?} after the cut"
+        );
         assert!(!*ended.lock(), "the work was aborted, not finished");
     }
 
@@ -1480,7 +1650,12 @@ mod tests {
         shutdown.cancel();
         let tokens = tokens.lock().clone();
         assert_eq!(tokens.len(), 4, "{tokens:?}");
-        assert!(tokens.windows(2).all(|w| w[0].1 < w[1].1 && w[0].0 != w[1].0), "{tokens:?}");
+        assert!(
+            tokens
+                .windows(2)
+                .all(|w| w[0].1 < w[1].1 && w[0].0 != w[1].0),
+            "{tokens:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1504,8 +1679,14 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(700)).await;
         let text = scrape(&registry);
-        assert!(text.contains(r#"leader_election_master_status{name="unit"} 1"#), "{text}");
-        assert!(text.contains(r#"leader_election_slowpath_total{name="unit"} 0"#), "{text}");
+        assert!(
+            text.contains(r#"leader_election_master_status{name="unit"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"leader_election_slowpath_total{name="unit"} 0"#),
+            "{text}"
+        );
         store.touch(); // the next fast-path renewal conflicts and falls back to the slow path
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(scrape(&registry).contains(r#"leader_election_slowpath_total{name="unit"} 1"#));
@@ -1524,7 +1705,9 @@ mod tests {
         assert_eq!(healthz.name(), "leaderElection");
         assert_eq!(healthz.check(), Ok(()), "a follower is healthy");
 
-        a.shared.state.lock().phase = Phase::Leading(Arc::new(Term { renewed_at: Mutex::new(Instant::now()) }));
+        a.shared.state.lock().phase = Phase::Leading(Arc::new(Term {
+            renewed_at: Mutex::new(Instant::now()),
+        }));
         tokio::time::sleep(RENEW).await;
         assert_eq!(healthz.check(), Ok(()), "within deadline + tolerance");
         tokio::time::sleep(Duration::from_millis(1001)).await;
@@ -1541,15 +1724,25 @@ mod tests {
     #[test]
     fn empty_identity_is_rejected_by_the_constructor() {
         let store = FakeLockStore::new();
-        let err = LeaderElector::new(config(false, false), store.lock_for("")).err().unwrap();
-        assert_eq!(err, ConfigError::EmptyIdentity { name: "unit".into() });
+        let err = LeaderElector::new(config(false, false), store.lock_for(""))
+            .err()
+            .unwrap();
+        assert_eq!(
+            err,
+            ConfigError::EmptyIdentity {
+                name: "unit".into()
+            }
+        );
     }
 
     #[test]
     fn jitter_stays_within_one_plus_factor() {
         for _ in 0..1000 {
             let d = jittered(RETRY, JITTER_FACTOR);
-            assert!(d >= RETRY && d < RETRY.mul_f64(1.0 + JITTER_FACTOR), "{d:?}");
+            assert!(
+                d >= RETRY && d < RETRY.mul_f64(1.0 + JITTER_FACTOR),
+                "{d:?}"
+            );
         }
     }
 
@@ -1579,11 +1772,14 @@ mod tests {
             tracing::subscriber::set_default(subscriber)
         }
         fn count(&self, needle: &str) -> usize {
-            String::from_utf8_lossy(&self.0.lock()).matches(needle).count()
+            String::from_utf8_lossy(&self.0.lock())
+                .matches(needle)
+                .count()
         }
     }
 
-    const DUPLICATE_A: &str = r#"another process is using the leader-election identity "a" for lease fake/lease"#;
+    const DUPLICATE_A: &str =
+        r#"another process is using the leader-election identity "a" for lease fake/lease"#;
 
     fn spawn_run(
         le: &LeaderElector<FakeLock>,
@@ -1616,7 +1812,12 @@ mod tests {
         assert_eq!(journal.first("a2", "work-start"), None);
         // The second saw the record it did not write change under its identity: logged once,
         // not at each of its ~20 retries.
-        assert_eq!(logs.count(DUPLICATE_A), 1, "{}", String::from_utf8_lossy(&logs.0.lock()));
+        assert_eq!(
+            logs.count(DUPLICATE_A),
+            1,
+            "{}",
+            String::from_utf8_lossy(&logs.0.lock())
+        );
 
         store.set_reach("a", Reach::Refuse); // cuts off both: the first stops renewing
         tokio::time::sleep(RENEW + RETRY).await;
@@ -1648,8 +1849,15 @@ mod tests {
         store.put(namesake.clone());
         tokio::time::sleep(RETRY).await;
         assert!(!a.is_leader());
-        assert_eq!(journal.events("a"), ["new-leader:a", "work-start", "work-end", "stopped"]);
-        assert_eq!(store.record(), Some(namesake.clone()), "the namesake's record was overwritten");
+        assert_eq!(
+            journal.events("a"),
+            ["new-leader:a", "work-start", "work-end", "stopped"]
+        );
+        assert_eq!(
+            store.record(),
+            Some(namesake.clone()),
+            "the namesake's record was overwritten"
+        );
         assert_eq!(logs.count(&format!("{DUPLICATE_A}; stepping down")), 1);
         // Re-contending, it treats the namesake's record as anyone's: no takeover while it
         // changes, and no second log line for the same state.
@@ -1665,25 +1873,41 @@ mod tests {
         // Once it stops changing, it is taken after lease_duration, as a new term.
         tokio::time::sleep(LEASE + 3 * RETRY).await;
         assert!(a.is_leader());
-        let second_start = journal.0.lock().iter().filter(|(_, w, _)| w == "work-start").nth(1).map(|(_, _, t)| *t);
+        let second_start = journal
+            .0
+            .lock()
+            .iter()
+            .filter(|(_, w, _)| w == "work-start")
+            .nth(1)
+            .map(|(_, _, t)| *t);
         assert!(
             second_start.unwrap() >= last_change + LEASE,
             "took over {:?} after the last change",
             second_start.unwrap() - last_change
         );
-        assert_eq!(store.record().unwrap().leader_transitions, namesake.leader_transitions + 1);
+        assert_eq!(
+            store.record().unwrap().leader_transitions,
+            namesake.leader_transitions + 1
+        );
         shutdown.cancel();
         assert_eq!(run.await.unwrap(), StopReason::Shutdown);
 
         // Without recontend, run says why it stopped.
         let store = FakeLockStore::new();
         let a = elector(&store, "a", config(false, true));
-        let run = spawn_run(&a, LeaderCallbacks::new(|_| async {}, || {}), &CancellationToken::new());
+        let run = spawn_run(
+            &a,
+            LeaderCallbacks::new(|_| async {}, || {}),
+            &CancellationToken::new(),
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mut namesake = store.record().unwrap();
         namesake.leader_transitions += 7;
         store.put(namesake);
-        assert_eq!(run.await.unwrap(), StopReason::DuplicateIdentity("a".into()));
+        assert_eq!(
+            run.await.unwrap(),
+            StopReason::DuplicateIdentity("a".into())
+        );
     }
 
     // A record naming us that this process did not write (left by a dead earlier incarnation)
@@ -1692,7 +1916,10 @@ mod tests {
     async fn a_record_naming_us_from_before_we_started_is_taken_only_after_it_expires() {
         let logs = LogCapture::default();
         let _guard = logs.start();
-        let store = FakeLockStore::with_record(LeaderElectionRecord { leader_transitions: 3, ..held_by("a", 4) });
+        let store = FakeLockStore::with_record(LeaderElectionRecord {
+            leader_transitions: 3,
+            ..held_by("a", 4)
+        });
         let journal = Journal::default();
         let a = elector(&store, "a", config(false, true));
         let start = Instant::now();
@@ -1701,9 +1928,20 @@ mod tests {
         tokio::time::sleep(LEASE + 3 * RETRY).await;
         let took = journal.first("a", "work-start").expect("never took over") - start;
         assert_eq!(took, LEASE);
-        assert_eq!(store.record().unwrap().leader_transitions, 4, "taking a namesake's lease is a transition");
-        assert_eq!(logs.count("names this candidate's identity \"a\" but this process did not write it"), 1);
-        assert_eq!(logs.count(DUPLICATE_A), 0, "an unchanged record is no proof of a live duplicate");
+        assert_eq!(
+            store.record().unwrap().leader_transitions,
+            4,
+            "taking a namesake's lease is a transition"
+        );
+        assert_eq!(
+            logs.count("names this candidate's identity \"a\" but this process did not write it"),
+            1
+        );
+        assert_eq!(
+            logs.count(DUPLICATE_A),
+            0,
+            "an unchanged record is no proof of a live duplicate"
+        );
         shutdown.cancel();
     }
 
@@ -1725,7 +1963,10 @@ mod tests {
         for i in 10..10 + MAX_UNCONFIRMED_WRITES as i32 + 1 {
             own.sending(&held_by("a", i));
         }
-        assert!(!own.contains(&held_by("a", 10)), "the oldest unconfirmed write is dropped");
+        assert!(
+            !own.contains(&held_by("a", 10)),
+            "the oldest unconfirmed write is dropped"
+        );
         assert!(own.contains(&held_by("a", 11)));
     }
 
@@ -1747,7 +1988,11 @@ mod tests {
         assert_eq!(store.holder(), "a");
         shutdown.cancel();
         assert_eq!(run.await.unwrap(), StopReason::Shutdown);
-        assert_eq!(holder_when_stopped.lock().as_deref(), Some(""), "on_stopped_leading ran before the release");
+        assert_eq!(
+            holder_when_stopped.lock().as_deref(),
+            Some(""),
+            "on_stopped_leading ran before the release"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1755,18 +2000,25 @@ mod tests {
         let store = FakeLockStore::new();
         let calls = Arc::new(Mutex::new(Vec::<String>::new()));
         let c = calls.clone();
-        let cb = LeaderCallbacks::new(|ctx: LeaderContext| async move { ctx.cancelled().await }, || {})
-            .on_new_leader_async(move |holder| {
-                c.lock().push(holder);
-                std::future::pending::<()>() // never returns
-            });
+        let cb = LeaderCallbacks::new(
+            |ctx: LeaderContext| async move { ctx.cancelled().await },
+            || {},
+        )
+        .on_new_leader_async(move |holder| {
+            c.lock().push(holder);
+            std::future::pending::<()>() // never returns
+        });
         let a = elector(&store, "a", config(false, true));
         let shutdown = CancellationToken::new();
         let run = spawn_run(&a, cb, &shutdown);
         tokio::time::sleep(Duration::from_millis(5_200)).await;
         assert!(a.is_leader());
         // Acquired at 0 s, renewed every 0.5 s: ten renewals by 5.2 s, past the renew deadline.
-        let renewals = store.ops_of("a").iter().filter(|op| **op == "update-ok").count();
+        let renewals = store
+            .ops_of("a")
+            .iter()
+            .filter(|op| **op == "update-ok")
+            .count();
         assert_eq!(renewals, 10, "{:?}", store.ops_of("a"));
         assert_eq!(*calls.lock(), ["a"]);
         // A slow callback that returns gets the reports in order.
@@ -1814,7 +2066,11 @@ mod tests {
         spawn_run(&a, cb, &shutdown);
         tokio::time::sleep(Duration::from_millis(100)).await;
         let ctx = ctx_slot.lock().clone().unwrap();
-        assert_eq!(ctx.lease_valid_until(), start + LEASE, "acquired at the start");
+        assert_eq!(
+            ctx.lease_valid_until(),
+            start + LEASE,
+            "acquired at the start"
+        );
         assert_eq!(ctx.renew_deadline_at(), start + RENEW);
         let b = elector(&store, "b", config(false, true));
         spawn_run(&b, callbacks(&journal, "b"), &shutdown);
@@ -1826,10 +2082,18 @@ mod tests {
         store.set_reach("a", Reach::Hang);
         tokio::time::sleep(LEASE + 4 * RETRY).await;
         assert!(!a.is_leader() && b.is_leader());
-        assert_eq!(ctx.lease_valid_until(), last_renewal + LEASE, "kept after the term ended");
+        assert_eq!(
+            ctx.lease_valid_until(),
+            last_renewal + LEASE,
+            "kept after the term ended"
+        );
         let b_start = journal.first("b", "work-start").unwrap();
         let a_end = journal.first("a", "work-end").unwrap();
-        assert!(a_end <= ctx.renew_deadline_at(), "a worked until {:?}", a_end - start);
+        assert!(
+            a_end <= ctx.renew_deadline_at(),
+            "a worked until {:?}",
+            a_end - start
+        );
         assert!(
             b_start >= ctx.lease_valid_until(),
             "b started {:?} before a's lease expired",

@@ -103,7 +103,11 @@ impl FakeLockStore {
     /// A lock contending as `identity`. Two locks with the same identity are two processes
     /// sharing that identity: each remembers only its own reads and writes.
     pub fn lock_for(&self, identity: &str) -> FakeLock {
-        FakeLock { store: self.clone(), identity: identity.to_string(), versions: Mutex::default() }
+        FakeLock {
+            store: self.clone(),
+            identity: identity.to_string(),
+            versions: Mutex::default(),
+        }
     }
 
     /// Writes the record directly, as another host (or a human) would; bumps the version.
@@ -143,7 +147,13 @@ impl FakeLockStore {
     /// Operations served so far for one identity, in order: `get`, `create-ok`,
     /// `create-conflict`, `update-ok`, `update-conflict`, `update-uninitialized`, `refused`.
     pub fn ops_of(&self, identity: &str) -> Vec<&'static str> {
-        self.inner.lock().ops.iter().filter(|(id, _)| id == identity).map(|(_, op)| *op).collect()
+        self.inner
+            .lock()
+            .ops
+            .iter()
+            .filter(|(id, _)| id == identity)
+            .map(|(_, op)| *op)
+            .collect()
     }
 }
 
@@ -160,7 +170,10 @@ impl FakeLock {
         };
         match reach {
             Reach::Up => Ok(()),
-            Reach::Refuse => Err(LockError::Unavailable { lock: self.describe(), reason: format!("{op} refused") }),
+            Reach::Refuse => Err(LockError::Unavailable {
+                lock: self.describe(),
+                reason: format!("{op} refused"),
+            }),
             Reach::Hang => std::future::pending().await,
         }
     }
@@ -185,12 +198,17 @@ impl ResourceLock for FakeLock {
         let mut s = self.store.inner.lock();
         if s.object.is_some() {
             self.log(&mut s, "create-conflict");
-            return Err(LockError::AlreadyExists { lock: self.describe() });
+            return Err(LockError::AlreadyExists {
+                lock: self.describe(),
+            });
         }
         self.log(&mut s, "create-ok");
         s.version += 1;
         s.object = Some((record.clone(), s.version));
-        *self.versions.lock() = Versions { seen: Some(s.version), written: Some(s.version) };
+        *self.versions.lock() = Versions {
+            seen: Some(s.version),
+            written: Some(s.version),
+        };
         Ok(())
     }
 
@@ -200,12 +218,16 @@ impl ResourceLock for FakeLock {
         let mut s = self.store.inner.lock();
         let Some(seen) = seen else {
             self.log(&mut s, "update-uninitialized");
-            return Err(LockError::NotInitialized { lock: self.describe() });
+            return Err(LockError::NotInitialized {
+                lock: self.describe(),
+            });
         };
         let current = s.object.as_ref().map(|(_, v)| *v);
         if current != Some(seen) {
             self.log(&mut s, "update-conflict");
-            return Err(LockError::Conflict { lock: self.describe() });
+            return Err(LockError::Conflict {
+                lock: self.describe(),
+            });
         }
         self.log(&mut s, "update-ok");
         // Like the apiserver, a write that changes nothing keeps the version.
@@ -214,7 +236,10 @@ impl ResourceLock for FakeLock {
             s.object = Some((record.clone(), s.version));
         }
         let version = s.object.as_ref().map(|(_, v)| *v);
-        *self.versions.lock() = Versions { seen: version, written: version };
+        *self.versions.lock() = Versions {
+            seen: version,
+            written: version,
+        };
         Ok(())
     }
 
@@ -237,7 +262,11 @@ mod tests {
     use super::*;
 
     fn held_by(holder: &str) -> LeaderElectionRecord {
-        LeaderElectionRecord { holder_identity: holder.into(), lease_duration_seconds: 10, ..Default::default() }
+        LeaderElectionRecord {
+            holder_identity: holder.into(),
+            lease_duration_seconds: 10,
+            ..Default::default()
+        }
     }
 
     #[tokio::test]
@@ -248,10 +277,16 @@ mod tests {
         first.get().await.unwrap();
         assert!(first.last_read_is_own_write());
         second.get().await.unwrap();
-        assert!(!second.last_read_is_own_write(), "same identity, but the other lock wrote it");
+        assert!(
+            !second.last_read_is_own_write(),
+            "same identity, but the other lock wrote it"
+        );
         second.update(&held_by("a")).await.unwrap(); // a no-op write keeps the version...
         first.get().await.unwrap();
-        assert!(first.last_read_is_own_write(), "...so the record is still first's write");
+        assert!(
+            first.last_read_is_own_write(),
+            "...so the record is still first's write"
+        );
         let mut changed = held_by("a");
         changed.leader_transitions = 1;
         second.update(&changed).await.unwrap();

@@ -24,13 +24,18 @@ type ElectorCheck = Box<dyn Fn(Duration) -> Result<(), HealthError> + Send + Syn
 impl HealthzAdaptor {
     /// client-go `NewLeaderHealthzAdaptor(timeout)`.
     pub fn new(timeout: Duration) -> Self {
-        Self { timeout, check: Arc::new(OnceLock::new()) }
+        Self {
+            timeout,
+            check: Arc::new(OnceLock::new()),
+        }
     }
 
     /// Wires the elector in; later calls are ignored (client-go also sets it once).
     pub fn set_leader_election<L: ResourceLock>(&self, elector: &LeaderElector<L>) {
         let elector = elector.clone();
-        let _ = self.check.set(Box::new(move |tolerance| elector.check(tolerance)));
+        let _ = self
+            .check
+            .set(Box::new(move |tolerance| elector.check(tolerance)));
     }
 
     /// client-go `Name()`.

@@ -18,7 +18,9 @@ use kube_client::api::{Api, ObjectMeta, PostParams};
 use kube_client::{Client, Error as KubeError};
 use parking_lot::Mutex;
 
-use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};
+use super::resource_lock::{
+    LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec,
+};
 
 /// A Lease named `namespace/name`, contended for by `identity`.
 pub struct LeaseLock {
@@ -45,7 +47,10 @@ impl LeaseLock {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
-            inner: Mutex::new(Inner { lease: None, written_version: None }),
+            inner: Mutex::new(Inner {
+                lease: None,
+                written_version: None,
+            }),
         }
     }
 
@@ -74,7 +79,10 @@ impl ResourceLock for LeaseLock {
                 Ok(Some(record))
             }
             Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(None),
-            Err(source) => Err(LockError::Get { lock: self.describe(), source }),
+            Err(source) => Err(LockError::Get {
+                lock: self.describe(),
+                source,
+            }),
         }
     }
 
@@ -92,31 +100,48 @@ impl ResourceLock for LeaseLock {
                 self.store_written(created);
                 Ok(())
             }
-            Err(e) if is_status(&e, |s| s.is_already_exists()) => {
-                Err(LockError::AlreadyExists { lock: self.describe() })
-            }
-            Err(source) => Err(LockError::Create { lock: self.describe(), source }),
+            Err(e) if is_status(&e, |s| s.is_already_exists()) => Err(LockError::AlreadyExists {
+                lock: self.describe(),
+            }),
+            Err(source) => Err(LockError::Create {
+                lock: self.describe(),
+                source,
+            }),
         }
     }
 
     async fn update(&self, record: &LeaderElectionRecord) -> Result<(), LockError> {
         let Some(mut lease) = self.inner.lock().lease.clone() else {
-            return Err(LockError::NotInitialized { lock: self.describe() });
+            return Err(LockError::NotInitialized {
+                lock: self.describe(),
+            });
         };
         lease.spec = Some(record_to_lease_spec(record));
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(updated) => {
                 self.store_written(updated);
                 Ok(())
             }
-            Err(e) if is_status(&e, |s| s.is_conflict()) => Err(LockError::Conflict { lock: self.describe() }),
-            Err(source) => Err(LockError::Update { lock: self.describe(), source }),
+            Err(e) if is_status(&e, |s| s.is_conflict()) => Err(LockError::Conflict {
+                lock: self.describe(),
+            }),
+            Err(source) => Err(LockError::Update {
+                lock: self.describe(),
+                source,
+            }),
         }
     }
 
     fn last_read_is_own_write(&self) -> bool {
         let inner = self.inner.lock();
-        let read = inner.lease.as_ref().and_then(|l| l.metadata.resource_version.as_ref());
+        let read = inner
+            .lease
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.as_ref());
         read.is_some() && read == inner.written_version.as_ref()
     }
 

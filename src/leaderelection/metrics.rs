@@ -52,7 +52,9 @@ impl LeaderMetricsProvider {
     }
 
     pub(super) fn for_election(&self, name: &str) -> ElectionMetrics {
-        let label = NameLabel { name: name.to_string() };
+        let label = NameLabel {
+            name: name.to_string(),
+        };
         ElectionMetrics {
             master_status: self.master_status.get_or_create(&label).clone(),
             slowpath: self.slowpath.get_or_create(&label).clone(),

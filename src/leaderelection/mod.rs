@@ -70,4 +70,6 @@ pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, St
 pub use healthz::HealthzAdaptor;
 pub use lease_lock::LeaseLock;
 pub use metrics::LeaderMetricsProvider;
-pub use resource_lock::{LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec};
+pub use resource_lock::{
+    LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec,
+};

@@ -52,13 +52,22 @@ pub enum LockError {
     NotInitialized { lock: String },
     /// Reading the lease failed.
     #[error("{lock}: get failed: {source}")]
-    Get { lock: String, source: kube_client::Error },
+    Get {
+        lock: String,
+        source: kube_client::Error,
+    },
     /// Creating the lease failed for another reason than AlreadyExists.
     #[error("{lock}: create failed: {source}")]
-    Create { lock: String, source: kube_client::Error },
+    Create {
+        lock: String,
+        source: kube_client::Error,
+    },
     /// Updating the lease failed for another reason than a conflict.
     #[error("{lock}: update failed: {source}")]
-    Update { lock: String, source: kube_client::Error },
+    Update {
+        lock: String,
+        source: kube_client::Error,
+    },
     /// A fake lock's injected failure (unit tests only have this variant's producer).
     #[error("{lock}: unavailable: {reason}")]
     Unavailable { lock: String, reason: String },
@@ -72,10 +81,16 @@ pub trait ResourceLock: Send + Sync + 'static {
     /// Reads the record; `None` if the lock object does not exist.
     fn get(&self) -> impl Future<Output = Result<Option<LeaderElectionRecord>, LockError>> + Send;
     /// Creates the lock object holding `record`.
-    fn create(&self, record: &LeaderElectionRecord) -> impl Future<Output = Result<(), LockError>> + Send;
+    fn create(
+        &self,
+        record: &LeaderElectionRecord,
+    ) -> impl Future<Output = Result<(), LockError>> + Send;
     /// Replaces the record, conditional on the object not having changed since our last read or
     /// write ([`LockError::Conflict`] otherwise).
-    fn update(&self, record: &LeaderElectionRecord) -> impl Future<Output = Result<(), LockError>> + Send;
+    fn update(
+        &self,
+        record: &LeaderElectionRecord,
+    ) -> impl Future<Output = Result<(), LockError>> + Send;
     /// True if the object returned by the last `get` is this lock's own last successful
     /// `create` or `update` (the same resourceVersion), i.e. nobody wrote since this lock did.
     ///

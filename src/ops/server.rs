@@ -33,7 +33,10 @@ pub struct CheckFn<F> {
 
 impl<F: Fn() -> Result<(), String> + Send + Sync> CheckFn<F> {
     pub fn new(name: impl Into<String>, f: F) -> Self {
-        Self { name: name.into(), f }
+        Self {
+            name: name.into(),
+            f,
+        }
     }
 }
 
@@ -62,7 +65,10 @@ pub enum OpsServerError {
     #[error("bind address {0:?} is not host:port (e.g. :8080, 127.0.0.1:8080, or 0 to disable)")]
     BadAddress(String),
     #[error("binding {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
 }
 
 /// A running server; it stops when the token given to [`OpsServer::start`] is cancelled.
@@ -78,14 +84,34 @@ impl OpsServer {
         if text.is_empty() || text == "0" {
             return Ok(None);
         }
-        let full = if text.starts_with(':') { format!("0.0.0.0{text}") } else { text.to_owned() };
-        full.parse().map(Some).map_err(|_| OpsServerError::BadAddress(text.to_owned()))
+        let full = if text.starts_with(':') {
+            format!("0.0.0.0{text}")
+        } else {
+            text.to_owned()
+        };
+        full.parse()
+            .map(Some)
+            .map_err(|_| OpsServerError::BadAddress(text.to_owned()))
     }
 
     /// Binds `addr` and serves `config` until `stop` is cancelled.
-    pub async fn start(addr: SocketAddr, config: ServeConfig, stop: CancellationToken) -> Result<Self, OpsServerError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| OpsServerError::Bind { addr: addr.to_string(), source })?;
-        let addr = listener.local_addr().map_err(|source| OpsServerError::Bind { addr: addr.to_string(), source })?;
+    pub async fn start(
+        addr: SocketAddr,
+        config: ServeConfig,
+        stop: CancellationToken,
+    ) -> Result<Self, OpsServerError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| OpsServerError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| OpsServerError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
         let config = Arc::new(config);
         tokio::spawn(async move {
             loop {
@@ -106,7 +132,8 @@ impl OpsServer {
                         let config = config.clone();
                         async move { Ok::<_, Infallible>(route(&config, req)) }
                     });
-                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    let conn =
+                        http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = conn => {}
                         _ = stop.cancelled() => {}
@@ -127,7 +154,10 @@ fn route(config: &ServeConfig, req: Request<Incoming>) -> Response<Full<Bytes>> 
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
     }
-    let verbose = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+    let verbose = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
     match req.uri().path() {
         "/metrics" => match &config.registry {
             Some(registry) => {
@@ -137,14 +167,22 @@ fn route(config: &ServeConfig, req: Request<Incoming>) -> Response<Full<Bytes>> 
                         let mut response = text(StatusCode::OK, body);
                         response.headers_mut().insert(
                             http::header::CONTENT_TYPE,
-                            http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                            http::HeaderValue::from_static(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            ),
                         );
                         response
                     }
-                    Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {e}\n")),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("encoding metrics: {e}\n"),
+                    ),
                 }
             }
-            None => text(StatusCode::NOT_FOUND, "metrics are not served here\n".into()),
+            None => text(
+                StatusCode::NOT_FOUND,
+                "metrics are not served here\n".into(),
+            ),
         },
         "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
         "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
@@ -167,7 +205,10 @@ fn probe(checks: &[Arc<dyn Check>], verbose: bool) -> Response<Full<Bytes>> {
         }
     }
     if failed {
-        text(StatusCode::INTERNAL_SERVER_ERROR, format!("{lines}check failed\n"))
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{lines}check failed\n"),
+        )
     } else if verbose {
         text(StatusCode::OK, format!("{lines}check passed\n"))
     } else {
@@ -178,7 +219,10 @@ fn probe(checks: &[Arc<dyn Check>], verbose: bool) -> Response<Full<Bytes>> {
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }
 
@@ -193,11 +237,19 @@ mod tests {
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
         let mut raw = String::new();
         stream.read_to_string(&mut raw).await.unwrap();
         let status = raw[9..12].parse().unwrap();
-        let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let body = raw
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         (status, body)
     }
 
@@ -205,9 +257,17 @@ mod tests {
     fn bind_addresses_follow_controller_runtime() {
         assert_eq!(OpsServer::parse_bind_address("0").unwrap(), None);
         assert_eq!(OpsServer::parse_bind_address("").unwrap(), None);
-        assert_eq!(OpsServer::parse_bind_address(":8080").unwrap(), Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(OpsServer::parse_bind_address("127.0.0.1:9").unwrap(), Some("127.0.0.1:9".parse().unwrap()));
-        let err = OpsServer::parse_bind_address("localhost").unwrap_err().to_string();
+        assert_eq!(
+            OpsServer::parse_bind_address(":8080").unwrap(),
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            OpsServer::parse_bind_address("127.0.0.1:9").unwrap(),
+            Some("127.0.0.1:9".parse().unwrap())
+        );
+        let err = OpsServer::parse_bind_address("localhost")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"localhost\""), "{err}");
     }
 
@@ -222,12 +282,20 @@ mod tests {
         let config = ServeConfig {
             registry: Some(Arc::new(registry)),
             healthz: vec![Arc::new(CheckFn::new("leaderElection", move || {
-                if h.load(Ordering::SeqCst) { Ok(()) } else { Err("renewal overdue".into()) }
+                if h.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err("renewal overdue".into())
+                }
             }))],
-            readyz: vec![Arc::new(CheckFn::new("informers", || Err("caches not synced".into())))],
+            readyz: vec![Arc::new(CheckFn::new("informers", || {
+                Err("caches not synced".into())
+            }))],
         };
         let stop = CancellationToken::new();
-        let server = OpsServer::start("127.0.0.1:0".parse().unwrap(), config, stop.clone()).await.unwrap();
+        let server = OpsServer::start("127.0.0.1:0".parse().unwrap(), config, stop.clone())
+            .await
+            .unwrap();
 
         let (status, body) = get(server.addr(), "/metrics").await;
         assert_eq!(status, 200);
@@ -241,7 +309,10 @@ mod tests {
         healthy.store(false, Ordering::SeqCst);
         let (status, body) = get(server.addr(), "/healthz").await;
         assert_eq!(status, 500);
-        assert!(body.contains("[-]leaderElection failed: renewal overdue"), "{body}");
+        assert!(
+            body.contains("[-]leaderElection failed: renewal overdue"),
+            "{body}"
+        );
 
         let (status, body) = get(server.addr(), "/readyz").await;
         assert_eq!(status, 500);

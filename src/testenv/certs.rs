@@ -36,7 +36,10 @@ fn cert_error(what: &str, e: rcgen::Error) -> TestEnvError {
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, contents).map_err(|source| TestEnvError::Io { path: path.to_owned(), source })
+    std::fs::write(path, contents).map_err(|source| TestEnvError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl Authority {
@@ -46,46 +49,88 @@ impl Authority {
         let key = KeyPair::generate().map_err(|e| cert_error("generating the CA key", e))?;
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, "kubeloop-testenv-ca");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kubeloop-testenv-ca");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).map_err(|e| cert_error("self-signing the CA", e))?;
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params
+            .self_signed(&key)
+            .map_err(|e| cert_error("self-signing the CA", e))?;
         let cert_path = dir.join("ca.crt");
         write(&cert_path, &cert.pem())?;
         write(&dir.join("ca.key"), &key.serialize_pem())?;
-        Ok(Self { issuer: Issuer::new(params, key), cert_path, cert_der: cert.der().to_vec() })
+        Ok(Self {
+            issuer: Issuer::new(params, key),
+            cert_path,
+            cert_der: cert.der().to_vec(),
+        })
     }
 
     /// Issues the apiserver's serving certificate for 127.0.0.1 and localhost.
     pub fn serving_cert(&self, dir: &Path, name: &str) -> Result<CertFiles, TestEnvError> {
-        let mut params = CertificateParams::new(vec!["localhost".to_owned(), "kubernetes".to_owned(), "kubernetes.default.svc".to_owned()])
-            .map_err(|e| cert_error("serving certificate names", e))?;
-        params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "kubernetes".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+        ])
+        .map_err(|e| cert_error("serving certificate names", e))?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         // 10.0.0.1 is the first address of --service-cluster-ip-range: the `kubernetes` Service.
-        params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(dir, name, params)
     }
 
     /// Issues a client certificate: the apiserver takes CN as the user name and each O as a group.
-    pub fn client_cert(&self, dir: &Path, file_name: &str, user: &str, groups: &[&str]) -> Result<CertFiles, TestEnvError> {
+    pub fn client_cert(
+        &self,
+        dir: &Path,
+        file_name: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<CertFiles, TestEnvError> {
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, user);
         for group in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *group);
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *group);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.issue(dir, file_name, params)
     }
 
-    fn issue(&self, dir: &Path, name: &str, mut params: CertificateParams) -> Result<CertFiles, TestEnvError> {
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    fn issue(
+        &self,
+        dir: &Path,
+        name: &str,
+        mut params: CertificateParams,
+    ) -> Result<CertFiles, TestEnvError> {
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate().map_err(|e| cert_error(&format!("generating the key for {name}"), e))?;
-        let cert = params.signed_by(&key, &self.issuer).map_err(|e| cert_error(&format!("signing {name}"), e))?;
-        let files = CertFiles { cert: dir.join(format!("{name}.crt")), key: dir.join(format!("{name}.key")) };
+        let key = KeyPair::generate()
+            .map_err(|e| cert_error(&format!("generating the key for {name}"), e))?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| cert_error(&format!("signing {name}"), e))?;
+        let files = CertFiles {
+            cert: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+        };
         write(&files.cert, &cert.pem())?;
         write(&files.key, &key.serialize_pem())?;
         Ok(files)
@@ -96,8 +141,12 @@ impl Authority {
 /// kube-apiserver signs tokens with the private key; it and kube-controller-manager verify with
 /// the public one.
 pub fn service_account_key(dir: &Path) -> Result<CertFiles, TestEnvError> {
-    let key = KeyPair::generate().map_err(|e| cert_error("generating the service-account key", e))?;
-    let files = CertFiles { cert: dir.join("sa.pub"), key: dir.join("sa.key") };
+    let key =
+        KeyPair::generate().map_err(|e| cert_error("generating the service-account key", e))?;
+    let files = CertFiles {
+        cert: dir.join("sa.pub"),
+        key: dir.join("sa.key"),
+    };
     write(&files.key, &key.serialize_pem())?;
     write(&files.cert, &key.public_key_pem())?;
     Ok(files)

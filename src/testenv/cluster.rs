@@ -35,12 +35,23 @@ pub struct ClusterOptions {
 impl ClusterOptions {
     /// etcd and kube-apiserver only: enough for informers, leases, CRDs.
     pub fn apiserver_only() -> Self {
-        Self { controller_manager: false, scheduler: false, kwok: false, apiserver_args: Vec::new(), ready_timeout: Duration::from_secs(90) }
+        Self {
+            controller_manager: false,
+            scheduler: false,
+            kwok: false,
+            apiserver_args: Vec::new(),
+            ready_timeout: Duration::from_secs(90),
+        }
     }
 
     /// A cluster that runs workloads: controller-manager, scheduler and a kwok node too.
     pub fn full() -> Self {
-        Self { controller_manager: true, scheduler: true, kwok: true, ..Self::apiserver_only() }
+        Self {
+            controller_manager: true,
+            scheduler: true,
+            kwok: true,
+            ..Self::apiserver_only()
+        }
     }
 }
 
@@ -60,7 +71,8 @@ pub const KWOK_NODE: &str = "kwok-node-0";
 const KWOK_START_ATTEMPTS: u32 = 3;
 
 fn hit_kwok_start_race(log: &Path) -> bool {
-    std::fs::read_to_string(log).is_ok_and(|text| text.contains("concurrent map") || text.contains("wzshiming/easycel"))
+    std::fs::read_to_string(log)
+        .is_ok_and(|text| text.contains("concurrent map") || text.contains("wzshiming/easycel"))
 }
 
 /// A running local control plane. Dropping it kills every component and removes its files.
@@ -109,7 +121,13 @@ impl Cluster {
     pub async fn start(options: ClusterOptions) -> Result<Self, TestEnvError> {
         let started = Instant::now();
         let bin_dir = versions::bin_dir();
-        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"] {
+        for name in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        ] {
             let path = bin_dir.join(name);
             if !path.is_file() {
                 return Err(TestEnvError::MissingBinary(path));
@@ -118,11 +136,21 @@ impl Cluster {
         let temp = tempfile::Builder::new()
             .prefix("kubeloop-testenv-")
             .tempdir()
-            .map_err(|source| TestEnvError::Io { path: std::env::temp_dir(), source })?;
-        let dir = if std::env::var_os("KUBELOOP_KEEP_TESTENV").is_some() { Dir::Kept(temp.keep()) } else { Dir::Temp(temp) };
+            .map_err(|source| TestEnvError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        let dir = if std::env::var_os("KUBELOOP_KEEP_TESTENV").is_some() {
+            Dir::Kept(temp.keep())
+        } else {
+            Dir::Temp(temp)
+        };
         let root = dir.path().to_owned();
         for sub in ["pki", "logs", "etcd", "kcm", "scheduler"] {
-            std::fs::create_dir_all(root.join(sub)).map_err(|source| TestEnvError::Io { path: root.join(sub), source })?;
+            std::fs::create_dir_all(root.join(sub)).map_err(|source| TestEnvError::Io {
+                path: root.join(sub),
+                source,
+            })?;
         }
         let pki = root.join("pki");
         let ca = Authority::create(&pki)?;
@@ -147,7 +175,12 @@ impl Cluster {
             users_issued: AtomicU64::new(0),
             dir,
         };
-        write_kubeconfig(&cluster.kubeconfig_path, &cluster.apiserver_url(), &cluster.ca.cert_path, &cluster.admin)?;
+        write_kubeconfig(
+            &cluster.kubeconfig_path,
+            &cluster.apiserver_url(),
+            &cluster.ca.cert_path,
+            &cluster.admin,
+        )?;
 
         let etcd_args = vec![
             "--name=etcd".into(),
@@ -162,22 +195,34 @@ impl Cluster {
         ];
         cluster.processes.lock().etcd = Some(cluster.spawn("etcd", &etcd_args)?);
         cluster.wait_etcd_ready().await?;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "testenv: etcd ready");
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "testenv: etcd ready"
+        );
 
         cluster.start_apiserver().await?;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, url = %cluster.apiserver_url(), "testenv: kube-apiserver ready");
 
         if options.controller_manager {
             cluster.start_controller_manager().await?;
-            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "testenv: kube-controller-manager ready");
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "testenv: kube-controller-manager ready"
+            );
         }
         if options.scheduler {
             cluster.start_scheduler().await?;
-            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "testenv: kube-scheduler ready");
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "testenv: kube-scheduler ready"
+            );
         }
         if options.kwok {
             cluster.start_kwok().await?;
-            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "testenv: kwok node ready");
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "testenv: kwok node ready"
+            );
         }
         Ok(cluster)
     }
@@ -204,7 +249,17 @@ impl Cluster {
     /// The pids of the components running now (etcd first).
     pub fn component_pids(&self) -> Vec<u32> {
         let p = self.processes.lock();
-        [&p.etcd, &p.apiserver, &p.controller_manager, &p.scheduler, &p.kwok].into_iter().flatten().map(|m| m.pid()).collect()
+        [
+            &p.etcd,
+            &p.apiserver,
+            &p.controller_manager,
+            &p.scheduler,
+            &p.kwok,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|m| m.pid())
+        .collect()
     }
 
     /// Where the control-plane binaries (and kubectl) are.
@@ -231,7 +286,9 @@ impl Cluster {
     /// CN = `user` and O = `groups`. It can do only what RBAC grants it.
     pub fn user_config(&self, user: &str, groups: &[&str]) -> Result<Config, TestEnvError> {
         let n = self.users_issued.fetch_add(1, Ordering::Relaxed);
-        let files = self.ca.client_cert(&self.dir().join("pki"), &format!("user-{n}"), user, groups)?;
+        let files =
+            self.ca
+                .client_cert(&self.dir().join("pki"), &format!("user-{n}"), user, groups)?;
         Ok(self.config_for(&self.apiserver_url(), &files))
     }
 
@@ -240,7 +297,10 @@ impl Cluster {
         let client = self.client().await?;
         let api: Api<Namespace> = Api::all(client);
         let ns = Namespace {
-            metadata: ObjectMeta { generate_name: Some(format!("{prefix}-")), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                ..ObjectMeta::default()
+            },
             ..Namespace::default()
         };
         let created = api.create(&PostParams::default(), &ns).await?;
@@ -251,7 +311,9 @@ impl Cluster {
     pub async fn stop_apiserver(&self) {
         let process = self.processes.lock().apiserver.take();
         if let Some(mut process) = process {
-            tokio::task::spawn_blocking(move || process.stop(Duration::from_secs(10))).await.ok();
+            tokio::task::spawn_blocking(move || process.stop(Duration::from_secs(10)))
+                .await
+                .ok();
         }
     }
 
@@ -261,13 +323,23 @@ impl Cluster {
         let process = self.spawn("kube-apiserver", &self.apiserver_args)?;
         self.processes.lock().apiserver = Some(process);
         let client = Client::try_from(self.client_config())?;
-        self.wait_ready("kube-apiserver", |p| p.apiserver.as_mut(), || {
-            let client = client.clone();
-            async move {
-                let request = http::Request::get("/readyz").body(Vec::new()).expect("a static request");
-                client.request_text(request).await.map(|body| body.trim() == "ok").map_err(|e| e.to_string())
-            }
-        })
+        self.wait_ready(
+            "kube-apiserver",
+            |p| p.apiserver.as_mut(),
+            || {
+                let client = client.clone();
+                async move {
+                    let request = http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .expect("a static request");
+                    client
+                        .request_text(request)
+                        .await
+                        .map(|body| body.trim() == "ok")
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
         .await
     }
 
@@ -279,9 +351,18 @@ impl Cluster {
         let revision: i64 = range
             .get("header")
             .and_then(|h| h.get("revision"))
-            .and_then(|r| r.as_str().and_then(|s| s.parse().ok()).or_else(|| r.as_i64()))
+            .and_then(|r| {
+                r.as_str()
+                    .and_then(|s| s.parse().ok())
+                    .or_else(|| r.as_i64())
+            })
             .ok_or_else(|| TestEnvError::Etcd(format!("no header.revision in {range}")))?;
-        etcd_post(&self.etcd_url, "/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#)).await?;
+        etcd_post(
+            &self.etcd_url,
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{revision}","physical":true}}"#),
+        )
+        .await?;
         Ok(revision)
     }
 
@@ -304,7 +385,12 @@ impl Cluster {
     }
 
     /// Polls `probe` until it says ready, failing fast (with the log's tail) if the process exits.
-    async fn wait_ready<P, F, Fut>(&self, component: &str, mut process: P, probe: F) -> Result<(), TestEnvError>
+    async fn wait_ready<P, F, Fut>(
+        &self,
+        component: &str,
+        mut process: P,
+        probe: F,
+    ) -> Result<(), TestEnvError>
     where
         P: FnMut(&mut Processes) -> Option<&mut ManagedProcess>,
         F: Fn() -> Fut,
@@ -331,7 +417,11 @@ impl Cluster {
                 Err(e) => e,
             };
             if Instant::now() > deadline {
-                return Err(TestEnvError::NotReady { component: component.to_owned(), seconds: self.ready_timeout.as_secs(), detail: last });
+                return Err(TestEnvError::NotReady {
+                    component: component.to_owned(),
+                    seconds: self.ready_timeout.as_secs(),
+                    detail: last,
+                });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -339,15 +429,19 @@ impl Cluster {
 
     async fn wait_etcd_ready(&self) -> Result<(), TestEnvError> {
         let url = self.etcd_url.clone();
-        self.wait_ready("etcd", |p| p.etcd.as_mut(), || {
-            let url = url.clone();
-            async move {
-                match etcd_get(&url, "/health").await {
-                    Ok(body) => Ok(body.contains("\"health\":\"true\"")),
-                    Err(e) => Err(e.to_string()),
+        self.wait_ready(
+            "etcd",
+            |p| p.etcd.as_mut(),
+            || {
+                let url = url.clone();
+                async move {
+                    match etcd_get(&url, "/health").await {
+                        Ok(body) => Ok(body.contains("\"health\":\"true\"")),
+                        Err(e) => Err(e.to_string()),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -361,21 +455,37 @@ impl Cluster {
             format!("--secure-port={port}"),
             format!("--cert-dir={}", root.join("kcm").display()),
             format!("--root-ca-file={}", self.ca.cert_path.display()),
-            format!("--service-account-private-key-file={}", root.join("pki/sa.key").display()),
+            format!(
+                "--service-account-private-key-file={}",
+                root.join("pki/sa.key").display()
+            ),
             "--leader-elect=false".into(),
             "--node-monitor-period=5s".into(),
             "--node-monitor-grace-period=40s".into(),
         ];
         let process = self.spawn("kube-controller-manager", &args)?;
         self.processes.lock().controller_manager = Some(process);
-        self.wait_https_healthz("kube-controller-manager", port, |p| p.controller_manager.as_mut()).await?;
+        self.wait_https_healthz("kube-controller-manager", port, |p| {
+            p.controller_manager.as_mut()
+        })
+        .await?;
         // Ready for tests means Pods can be admitted: the service-account controller has made
         // the `default` ServiceAccount that admission requires in every namespace.
         let client = self.client().await?;
-        self.wait_ready("kube-controller-manager", |p| p.controller_manager.as_mut(), || {
-            let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
-            async move { api.get_opt("default").await.map(|sa| sa.is_some()).map_err(|e| e.to_string()) }
-        })
+        self.wait_ready(
+            "kube-controller-manager",
+            |p| p.controller_manager.as_mut(),
+            || {
+                let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                    Api::namespaced(client.clone(), "default");
+                async move {
+                    api.get_opt("default")
+                        .await
+                        .map(|sa| sa.is_some())
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
         .await
     }
 
@@ -391,7 +501,8 @@ impl Cluster {
         ];
         let process = self.spawn("kube-scheduler", &args)?;
         self.processes.lock().scheduler = Some(process);
-        self.wait_https_healthz("kube-scheduler", port, |p| p.scheduler.as_mut()).await
+        self.wait_https_healthz("kube-scheduler", port, |p| p.scheduler.as_mut())
+            .await
     }
 
     async fn start_kwok(&self) -> Result<(), TestEnvError> {
@@ -440,22 +551,28 @@ impl Cluster {
                 Err(e) => return Err(e.into()),
             }
             let ready = self
-                .wait_ready("kwok", |p| p.kwok.as_mut(), || {
-                    let nodes = nodes.clone();
-                    async move {
-                        let node = nodes.get(KWOK_NODE).await.map_err(|e| e.to_string())?;
-                        let ready = node
-                            .status
-                            .and_then(|s| s.conditions)
-                            .unwrap_or_default()
-                            .iter()
-                            .any(|c| c.type_ == "Ready" && c.status == "True");
-                        Ok(ready)
-                    }
-                })
+                .wait_ready(
+                    "kwok",
+                    |p| p.kwok.as_mut(),
+                    || {
+                        let nodes = nodes.clone();
+                        async move {
+                            let node = nodes.get(KWOK_NODE).await.map_err(|e| e.to_string())?;
+                            let ready = node
+                                .status
+                                .and_then(|s| s.conditions)
+                                .unwrap_or_default()
+                                .iter()
+                                .any(|c| c.type_ == "Ready" && c.status == "True");
+                            Ok(ready)
+                        }
+                    },
+                )
                 .await;
             match ready {
-                Err(TestEnvError::Exited { log, .. }) if attempt < KWOK_START_ATTEMPTS && hit_kwok_start_race(&log) => {
+                Err(TestEnvError::Exited { log, .. })
+                    if attempt < KWOK_START_ATTEMPTS && hit_kwok_start_race(&log) =>
+                {
                     let kept = log.with_file_name(format!("kwok.attempt-{attempt}.log"));
                     let _ = std::fs::rename(&log, &kept);
                     tracing::warn!(attempt, log = %kept.display(), "testenv: kwok crashed on its CEL start-up race; starting it again");
@@ -467,19 +584,34 @@ impl Cluster {
     }
 
     /// Polls `https://127.0.0.1:<port>/healthz` of a component serving a self-signed certificate.
-    async fn wait_https_healthz<P>(&self, component: &str, port: u16, process: P) -> Result<(), TestEnvError>
+    async fn wait_https_healthz<P>(
+        &self,
+        component: &str,
+        port: u16,
+        process: P,
+    ) -> Result<(), TestEnvError>
     where
         P: FnMut(&mut Processes) -> Option<&mut ManagedProcess>,
     {
-        let mut config = Config::new(format!("https://127.0.0.1:{port}").parse().expect("a loopback url parses"));
+        let mut config = Config::new(
+            format!("https://127.0.0.1:{port}")
+                .parse()
+                .expect("a loopback url parses"),
+        );
         config.accept_invalid_certs = true;
         config.connect_timeout = Some(Duration::from_secs(2));
         let client = Client::try_from(config)?;
         self.wait_ready(component, process, || {
             let client = client.clone();
             async move {
-                let request = http::Request::get("/healthz").body(Vec::new()).expect("a static request");
-                client.request_text(request).await.map(|body| body.trim() == "ok").map_err(|e| e.to_string())
+                let request = http::Request::get("/healthz")
+                    .body(Vec::new())
+                    .expect("a static request");
+                client
+                    .request_text(request)
+                    .await
+                    .map(|body| body.trim() == "ok")
+                    .map_err(|e| e.to_string())
             }
         })
         .await
@@ -498,7 +630,9 @@ impl Cluster {
         processes.apiserver.take();
         processes.etcd.take();
         match &self.dir {
-            Dir::Kept(path) => eprintln!("testenv: kept {} (KUBELOOP_KEEP_TESTENV)", path.display()),
+            Dir::Kept(path) => {
+                eprintln!("testenv: kept {} (KUBELOOP_KEEP_TESTENV)", path.display())
+            }
             // TempDir removes it on drop too; removing here serves the shared clusters, which
             // live in statics and are never dropped.
             Dir::Temp(temp) => {
@@ -516,7 +650,12 @@ impl Drop for Cluster {
 
 /// The flag set of controller-runtime's envtest, plus what controller-manager needs (service
 /// account keys) and Node,RBAC authorization as kwokctl runs it.
-fn apiserver_args(root: &Path, etcd_port: u16, addr: SocketAddr, options: &ClusterOptions) -> Vec<String> {
+fn apiserver_args(
+    root: &Path,
+    etcd_port: u16,
+    addr: SocketAddr,
+    options: &ClusterOptions,
+) -> Vec<String> {
     let pki = root.join("pki");
     let p = |f: &str| pki.join(f).display().to_string();
     let mut args = vec![
@@ -545,7 +684,12 @@ fn apiserver_args(root: &Path, etcd_port: u16, addr: SocketAddr, options: &Clust
     args
 }
 
-fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &CertFiles) -> Result<(), TestEnvError> {
+fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca: &Path,
+    user: &CertFiles,
+) -> Result<(), TestEnvError> {
     let text = format!(
         "apiVersion: v1
 kind: Config
@@ -571,26 +715,44 @@ current-context: kubeloop-testenv
         cert = user.cert.display(),
         key = user.key.display(),
     );
-    std::fs::write(path, text).map_err(|source| TestEnvError::Io { path: path.to_owned(), source })
+    std::fs::write(path, text).map_err(|source| TestEnvError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// A one-shot HTTP/1.1 request to etcd's client port (plain http on loopback). Small enough
 /// to write by hand, and it keeps a second HTTP client stack out of the harness.
-async fn etcd_request(base: &str, method: &str, path: &str, body: &str) -> Result<String, TestEnvError> {
+async fn etcd_request(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<String, TestEnvError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.map_err(|e| TestEnvError::Etcd(format!("connect {host}: {e}")))?;
+    let mut stream = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| TestEnvError::Etcd(format!("connect {host}: {e}")))?;
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).await.map_err(|e| TestEnvError::Etcd(e.to_string()))?;
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| TestEnvError::Etcd(e.to_string()))?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.map_err(|e| TestEnvError::Etcd(e.to_string()))?;
+    stream
+        .read_to_end(&mut response)
+        .await
+        .map_err(|e| TestEnvError::Etcd(e.to_string()))?;
     let response = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     if !head.starts_with("HTTP/1.1 200") {
-        return Err(TestEnvError::Etcd(format!("{method} {path}: {head} {body}")));
+        return Err(TestEnvError::Etcd(format!(
+            "{method} {path}: {head} {body}"
+        )));
     }
     Ok(body.to_owned())
 }
@@ -611,12 +773,16 @@ static SHARED_FULL: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::cons
 /// Statics are never dropped, so an exit hook tears it down (and removes its files) when the
 /// test binary exits normally; the parent-death signal covers every other way out.
 pub async fn shared() -> &'static Cluster {
-    SHARED.get_or_init(|| start_shared(ClusterOptions::apiserver_only())).await
+    SHARED
+        .get_or_init(|| start_shared(ClusterOptions::apiserver_only()))
+        .await
 }
 
 /// Like [`shared`], with controller-manager, scheduler and a kwok node.
 pub async fn shared_full() -> &'static Cluster {
-    SHARED_FULL.get_or_init(|| start_shared(ClusterOptions::full())).await
+    SHARED_FULL
+        .get_or_init(|| start_shared(ClusterOptions::full()))
+        .await
 }
 
 async fn start_shared(options: ClusterOptions) -> Cluster {
@@ -632,7 +798,9 @@ async fn start_shared(options: ClusterOptions) -> Cluster {
             libc::atexit(teardown_shared);
         }
     });
-    Cluster::start(options).await.unwrap_or_else(|e| panic!("testenv: {e}"))
+    Cluster::start(options)
+        .await
+        .unwrap_or_else(|e| panic!("testenv: {e}"))
 }
 
 #[cfg(test)]

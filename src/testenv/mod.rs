@@ -34,15 +34,27 @@ pub enum TestEnvError {
     )]
     MissingBinary(PathBuf),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("generating certificates: {0}")]
     Certificates(String),
     #[error("starting {component}: {detail}")]
     Spawn { component: String, detail: String },
     #[error("{component} did not become ready within {seconds} s: {detail}")]
-    NotReady { component: String, seconds: u64, detail: String },
+    NotReady {
+        component: String,
+        seconds: u64,
+        detail: String,
+    },
     #[error("{component} exited during start-up ({status}); last lines of {log}:\n{tail}")]
-    Exited { component: String, status: String, log: PathBuf, tail: String },
+    Exited {
+        component: String,
+        status: String,
+        log: PathBuf,
+        tail: String,
+    },
     #[error("kubeconfig {path}: {detail}")]
     Kubeconfig { path: PathBuf, detail: String },
     #[error("apiserver request failed: {0}")]

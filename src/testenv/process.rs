@@ -49,15 +49,30 @@ pub struct ManagedProcess {
 
 impl ManagedProcess {
     /// Starts `binary args...`, with stdout and stderr appended to `log_path`.
-    pub fn spawn(name: &str, binary: &Path, args: &[String], log_path: &Path) -> Result<Self, TestEnvError> {
+    pub fn spawn(
+        name: &str,
+        binary: &Path,
+        args: &[String],
+        log_path: &Path,
+    ) -> Result<Self, TestEnvError> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(log_path)
-            .map_err(|source| TestEnvError::Io { path: log_path.to_owned(), source })?;
-        let log_err = log.try_clone().map_err(|source| TestEnvError::Io { path: log_path.to_owned(), source })?;
+            .map_err(|source| TestEnvError::Io {
+                path: log_path.to_owned(),
+                source,
+            })?;
+        let log_err = log.try_clone().map_err(|source| TestEnvError::Io {
+            path: log_path.to_owned(),
+            source,
+        })?;
         let mut command = Command::new(binary);
-        command.args(args).stdin(Stdio::null()).stdout(log).stderr(log_err);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and exec.
         unsafe {
@@ -75,13 +90,26 @@ impl ManagedProcess {
         let (tx, rx) = mpsc::channel();
         spawner()
             .send((command, tx))
-            .map_err(|_| TestEnvError::Spawn { component: name.to_owned(), detail: "the spawner thread is gone".into() })?;
+            .map_err(|_| TestEnvError::Spawn {
+                component: name.to_owned(),
+                detail: "the spawner thread is gone".into(),
+            })?;
         let child = rx
             .recv()
-            .map_err(|_| TestEnvError::Spawn { component: name.to_owned(), detail: "the spawner thread is gone".into() })?
-            .map_err(|e| TestEnvError::Spawn { component: name.to_owned(), detail: format!("{}: {e}", binary.display()) })?;
+            .map_err(|_| TestEnvError::Spawn {
+                component: name.to_owned(),
+                detail: "the spawner thread is gone".into(),
+            })?
+            .map_err(|e| TestEnvError::Spawn {
+                component: name.to_owned(),
+                detail: format!("{}: {e}", binary.display()),
+            })?;
         tracing::debug!(component = name, pid = child.id(), log = %log_path.display(), "started");
-        Ok(Self { name: name.to_owned(), child, log_path: log_path.to_owned() })
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log_path: log_path.to_owned(),
+        })
     }
 
     pub fn pid(&self) -> u32 {

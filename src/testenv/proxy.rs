@@ -34,11 +34,23 @@ impl FaultProxy {
     /// Listens on a free loopback port and forwards every connection to `target`.
     /// The accept loop runs on the current tokio runtime until the proxy is dropped.
     pub async fn start(target: SocketAddr) -> Result<Self, TestEnvError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|source| TestEnvError::Io { path: "127.0.0.1:0".into(), source })?;
-        let addr = listener.local_addr().map_err(|source| TestEnvError::Io { path: "127.0.0.1:0".into(), source })?;
-        let shared = Arc::new(Shared { target, blocked: AtomicBool::new(false), generation: watch::channel(0).0, accepted: AtomicU64::new(0) });
+        let listener =
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|source| TestEnvError::Io {
+                    path: "127.0.0.1:0".into(),
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| TestEnvError::Io {
+            path: "127.0.0.1:0".into(),
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            target,
+            blocked: AtomicBool::new(false),
+            generation: watch::channel(0).0,
+            accepted: AtomicU64::new(0),
+        });
         let stop = CancellationToken::new();
         tokio::spawn(accept_loop(listener, shared.clone(), stop.clone()));
         Ok(Self { addr, shared, stop })
@@ -92,7 +104,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
 async fn forward(mut inbound: TcpStream, shared: Arc<Shared>) {
     let mut generation = shared.generation.subscribe();
     let born = *generation.borrow_and_update();
-    let Ok(mut outbound) = TcpStream::connect(shared.target).await else { return };
+    let Ok(mut outbound) = TcpStream::connect(shared.target).await else {
+        return;
+    };
     tokio::select! {
         _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
         _ = generation.wait_for(|g| *g != born) => {

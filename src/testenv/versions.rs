@@ -33,10 +33,14 @@ pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("KUBELOOP_BIN_DIR") {
         return PathBuf::from(dir);
     }
-    let cache = std::env::var_os("KUBELOOP_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
-        home.join(".cache").join("kubeloop")
-    });
+    let cache = std::env::var_os("KUBELOOP_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/root"));
+            home.join(".cache").join("kubeloop")
+        });
     cache.join("bin").join(kubernetes())
 }
 

@@ -79,7 +79,10 @@ struct Waiting<T> {
 
 impl<T> Clone for DelayingQueue<T> {
     fn clone(&self) -> Self {
-        DelayingQueue { queue: self.queue.clone(), retries: self.retries.clone() }
+        DelayingQueue {
+            queue: self.queue.clone(),
+            retries: self.retries.clone(),
+        }
     }
 }
 
@@ -112,7 +115,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     /// client-go: `NewTypedDelayingQueueWithConfig`.
     pub fn with_config(config: QueueConfig) -> Self {
         let retries = QueueMetrics::retries_for(config.metrics_provider.as_ref(), &config.name);
-        DelayingQueue { queue: Queue::with_config(config), retries }
+        DelayingQueue {
+            queue: Queue::with_config(config),
+            retries,
+        }
     }
 
     /// Adds `item` once `delay` has passed; a zero delay adds it now. If the item is already
@@ -166,7 +172,10 @@ const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 impl<T> Default for WaitingHeap<T> {
     fn default() -> Self {
-        WaitingHeap { heap: BinaryHeap::new(), next_seq: 0 }
+        WaitingHeap {
+            heap: BinaryHeap::new(),
+            next_seq: 0,
+        }
     }
 }
 
@@ -187,7 +196,11 @@ impl<T> WaitingHeap<T> {
     fn push(&mut self, ready_at: Stamp, item: T) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Waiting { ready_at, seq, item });
+        self.heap.push(Waiting {
+            ready_at,
+            seq,
+            item,
+        });
     }
 
     /// The earliest ready time in the heap (possibly of a superseded entry, which only makes
@@ -222,7 +235,10 @@ impl<T: Hash + Eq + Clone> Inner<T> {
             }
             Entry::Vacant(entry) => {
                 let item = entry.key().clone();
-                entry.insert(ItemState { ready_at: Some(ready_at), ..ItemState::default() });
+                entry.insert(ItemState {
+                    ready_at: Some(ready_at),
+                    ..ItemState::default()
+                });
                 self.waiting.push(ready_at, item);
             }
         }
@@ -237,7 +253,9 @@ impl<T: Hash + Eq + Clone> Inner<T> {
         }
         let mut queued = 0;
         while let Some((ready_at, item)) = self.waiting.pop_ready(now) {
-            let Some(state) = self.items.get_mut(&item) else { continue };
+            let Some(state) = self.items.get_mut(&item) else {
+                continue;
+            };
             if state.ready_at != Some(ready_at) {
                 continue; // superseded by an earlier add_after, or already added
             }
@@ -267,7 +285,9 @@ pub(super) fn spawn_timer<T: Hash + Eq + Clone + Send + 'static>(
 async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notify>) {
     loop {
         let next = {
-            let Some(shared) = queue.upgrade() else { return };
+            let Some(shared) = queue.upgrade() else {
+                return;
+            };
             let mut inner = shared.inner.lock();
             if inner.shutting_down {
                 return;
@@ -275,7 +295,10 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
             let now = inner.now();
             let queued = inner.promote_ready(now, shared.metrics.as_ref());
             let wake_getters = inner.claim_wakeups(queued);
-            let next = inner.waiting.next_ready_at().map(|at| at.instant(inner.epoch));
+            let next = inner
+                .waiting
+                .next_ready_at()
+                .map(|at| at.instant(inner.epoch));
             drop(inner);
             shared.wake_getters(wake_getters);
             next
@@ -309,7 +332,10 @@ impl<T> PartialOrd for Waiting<T> {
 impl<T> Ord for Waiting<T> {
     /// Reversed, so `BinaryHeap` (a max-heap) pops the earliest time first.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.ready_at.cmp(&self.ready_at).then_with(|| other.seq.cmp(&self.seq))
+        other
+            .ready_at
+            .cmp(&self.ready_at)
+            .then_with(|| other.seq.cmp(&self.seq))
     }
 }
 
@@ -364,7 +390,11 @@ mod tests {
         let item = q.get().await.unwrap();
         q.done(&item);
         tokio::time::advance(ms(20)).await;
-        assert_eq!(q.len(), 0, "the superseded 50 ms entry must not add it again");
+        assert_eq!(
+            q.len(),
+            0,
+            "the superseded 50 ms entry must not add it again"
+        );
     }
 
     // client-go: TestAddTwoFireEarly
@@ -407,7 +437,11 @@ mod tests {
         let start = Instant::now();
         q.add_after("foo", ms(250));
         assert_eq!(q.get().await, Some("foo"));
-        assert_eq!(start.elapsed(), ms(250), "woken exactly at the ready time (paused clock)");
+        assert_eq!(
+            start.elapsed(),
+            ms(250),
+            "woken exactly at the ready time (paused clock)"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -453,7 +487,10 @@ mod tests {
         tokio::time::advance(ms(50)).await;
         assert_eq!(q.len(), 0);
         assert_eq!(q.get().await, None);
-        assert!(q.shared.inner.lock().items.is_empty(), "dropped items are forgotten");
+        assert!(
+            q.shared.inner.lock().items.is_empty(),
+            "dropped items are forgotten"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -463,21 +500,34 @@ mod tests {
         let weak = Arc::downgrade(&q.queue.shared);
         drop(q);
         tokio::time::sleep(ms(1)).await;
-        assert!(weak.upgrade().is_none(), "the timer task must not keep the queue alive");
+        assert!(
+            weak.upgrade().is_none(),
+            "the timer task must not keep the queue alive"
+        );
     }
 
     #[test]
     fn a_new_runtime_gets_a_new_timer_when_the_old_one_is_gone() {
         let q: DelayingQueue<&str> = DelayingQueue::new();
-        let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         first.block_on(async { q.add_after("early", Duration::from_secs(3600)) });
         drop(first); // the timer task dies with its runtime
-        let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let got = second.block_on(async {
             q.add_after("soon", ms(5));
             tokio::time::timeout(Duration::from_secs(30), q.get()).await
         });
-        assert_eq!(got, Ok(Some("soon")), "a blocked get must be woken by a live timer");
+        assert_eq!(
+            got,
+            Ok(Some("soon")),
+            "a blocked get must be woken by a live timer"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -501,7 +551,8 @@ mod tests {
         const KEYS: u32 = 64;
         for round in 0..3u64 {
             let q: DelayingQueue<u32> = DelayingQueue::new();
-            let in_flight: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
+            let in_flight: Arc<Vec<AtomicUsize>> =
+                Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
             // key -> processed since its last add
             let fresh: Arc<Mutex<StdHashMap<u32, bool>>> = Arc::default();
             let mut workers = Vec::new();
@@ -562,7 +613,10 @@ mod tests {
             }
             let fresh = fresh.lock();
             assert_eq!(fresh.len(), KEYS as usize);
-            assert!(fresh.values().all(|&done| done), "a key was not processed after its last add");
+            assert!(
+                fresh.values().all(|&done| done),
+                "a key was not processed after its last add"
+            );
             let inner = q.shared.inner.lock();
             assert!(inner.items.is_empty(), "{} items left", inner.items.len());
             assert_eq!((inner.idle_getters(), inner.processing()), (0, 0));
@@ -575,7 +629,9 @@ mod tests {
         let q = DelayingQueue::new();
         let mut seed: u64 = 42;
         for n in 0..10_000u32 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             q.add_after(n, Duration::from_millis(1 + (seed >> 33) % 600_000));
         }
         tokio::time::advance(Duration::from_secs(11 * 60)).await;

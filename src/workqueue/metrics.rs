@@ -114,7 +114,11 @@ impl MetricsProvider {
     /// Registers the seven families in `registry` under client-go's names and help texts.
     /// (prometheus-client appends `_total` to counters and a full stop to help texts itself.)
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("workqueue_depth", "Current depth of workqueue", self.depth.clone());
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            self.depth.clone(),
+        );
         registry.register(
             "workqueue_adds",
             "Total number of adds handled by workqueue",
@@ -168,7 +172,9 @@ impl QueueMetrics {
             return None;
         }
         let p = provider.unwrap_or_else(|| MetricsProvider::global());
-        let label = NameLabel { name: name.to_owned() };
+        let label = NameLabel {
+            name: name.to_owned(),
+        };
         Some(QueueMetrics {
             depth: p.depth.get_or_create_owned(&label),
             adds: p.adds.get_or_create_owned(&label),
@@ -185,7 +191,9 @@ impl QueueMetrics {
             return None;
         }
         let p = provider.unwrap_or_else(|| MetricsProvider::global());
-        Some(p.retries.get_or_create_owned(&NameLabel { name: name.to_owned() }))
+        Some(p.retries.get_or_create_owned(&NameLabel {
+            name: name.to_owned(),
+        }))
     }
 
     /// An item became dirty. client-go: `defaultQueueMetrics.add`.
@@ -198,7 +206,12 @@ impl QueueMetrics {
     }
 
     /// `get` handed the item out. client-go: `defaultQueueMetrics.get`.
-    pub(super) fn got(&self, added_at: &mut Option<Stamp>, started_at: &mut Option<Stamp>, epoch: Instant) {
+    pub(super) fn got(
+        &self,
+        added_at: &mut Option<Stamp>,
+        started_at: &mut Option<Stamp>,
+        epoch: Instant,
+    ) {
         self.depth.dec();
         let now = Stamp::at(epoch, Instant::now());
         *started_at = Some(now);
@@ -210,7 +223,8 @@ impl QueueMetrics {
     /// `done` for an item that was processing. client-go: `defaultQueueMetrics.done`.
     pub(super) fn finished(&self, started_at: &mut Option<Stamp>, epoch: Instant) {
         if let Some(start) = started_at.take() {
-            self.work_duration.observe(start.secs_until(Stamp::at(epoch, Instant::now())));
+            self.work_duration
+                .observe(start.secs_until(Stamp::at(epoch, Instant::now())));
         }
     }
 }
@@ -231,7 +245,9 @@ pub(super) fn spawn_unfinished_work_updater<T: Hash + Eq + Clone + Send + 'stati
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let Some(shared) = queue.upgrade() else { return };
+            let Some(shared) = queue.upgrade() else {
+                return;
+            };
             if !update_unfinished_work(&shared) {
                 return;
             }
@@ -291,7 +307,10 @@ mod tests {
     }
 
     fn named(name: &str, provider: &MetricsProvider) -> QueueConfig {
-        QueueConfig { name: name.into(), metrics_provider: Some(provider.clone()) }
+        QueueConfig {
+            name: name.into(),
+            metrics_provider: Some(provider.clone()),
+        }
     }
 
     // client-go: TestMetrics (with the registry encoded to text, as a scrape would see it)
@@ -310,8 +329,20 @@ mod tests {
         tokio::time::advance(Duration::from_micros(50)).await;
         let i = q.get().await.unwrap();
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_queue_duration_seconds_count{name="test"}"#), 1.0);
-        assert_eq!(sample(&text, r#"workqueue_queue_duration_seconds_sum{name="test"}"#), 5e-5);
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_queue_duration_seconds_count{name="test"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_queue_duration_seconds_sum{name="test"}"#
+            ),
+            5e-5
+        );
         // Bounds print as Go's multiplied-out values do (9.999999999999999e-05 and so on).
         assert_eq!(bucket(&text, "workqueue_queue_duration_seconds", 1e-4), 1.0);
         assert_eq!(bucket(&text, "workqueue_queue_duration_seconds", 1e-5), 0.0);
@@ -327,16 +358,38 @@ mod tests {
         tokio::time::advance(Duration::from_micros(25)).await;
         q.done(&i);
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_work_duration_seconds_count{name="test"}"#), 1.0);
-        assert_eq!(sample(&text, r#"workqueue_work_duration_seconds_sum{name="test"}"#), 2.5e-5);
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_work_duration_seconds_count{name="test"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, r#"workqueue_work_duration_seconds_sum{name="test"}"#),
+            2.5e-5
+        );
         assert_eq!(sample(&text, r#"workqueue_depth{name="test"}"#), 1.0);
 
         let i = q.get().await.unwrap();
         let handed_out = Instant::now();
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_queue_duration_seconds_count{name="test"}"#), 2.0);
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_queue_duration_seconds_count{name="test"}"#
+            ),
+            2.0
+        );
         // The second wait began at the re-add, 25 us before `done` put it back in line.
-        assert!((sample(&text, r#"workqueue_queue_duration_seconds_sum{name="test"}"#) - 7.5e-5).abs() < 1e-12);
+        assert!(
+            (sample(
+                &text,
+                r#"workqueue_queue_duration_seconds_sum{name="test"}"#
+            ) - 7.5e-5)
+                .abs()
+                < 1e-12
+        );
 
         // The updater task refreshes the unfinished-work gauges every 500 ms; its last tick
         // before we look is at t = 1000 ms (the timer wheel may fire it up to 1 ms late), and
@@ -345,12 +398,21 @@ mod tests {
         let text = scrape(&registry);
         let unfinished = sample(&text, r#"workqueue_unfinished_work_seconds{name="test"}"#);
         assert!((0.999925..=1.001).contains(&unfinished), "{unfinished}");
-        let longest = sample(&text, r#"workqueue_longest_running_processor_seconds{name="test"}"#);
+        let longest = sample(
+            &text,
+            r#"workqueue_longest_running_processor_seconds{name="test"}"#,
+        );
         assert_eq!(longest, unfinished, "one item processing: total == longest");
 
         q.done(&i);
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_work_duration_seconds_count{name="test"}"#), 2.0);
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_work_duration_seconds_count{name="test"}"#
+            ),
+            2.0
+        );
         let want = 2.5e-5 + handed_out.elapsed().as_secs_f64();
         let sum = sample(&text, r#"workqueue_work_duration_seconds_sum{name="test"}"#);
         assert!((sum - want).abs() < 1e-9 && sum > 1.001, "{sum} != {want}");
@@ -371,12 +433,24 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(update_unfinished_work(&q.shared));
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_unfinished_work_seconds{name="busy"}"#), 4.0);
-        assert_eq!(sample(&text, r#"workqueue_longest_running_processor_seconds{name="busy"}"#), 3.0);
+        assert_eq!(
+            sample(&text, r#"workqueue_unfinished_work_seconds{name="busy"}"#),
+            4.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"workqueue_longest_running_processor_seconds{name="busy"}"#
+            ),
+            3.0
+        );
         q.done(&a);
         q.done(&b);
         q.shutdown();
-        assert!(!update_unfinished_work(&q.shared), "no updates after shutdown");
+        assert!(
+            !update_unfinished_work(&q.shared),
+            "no updates after shutdown"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -389,8 +463,15 @@ mod tests {
         q.add_after("a", Duration::from_millis(1));
         q.add_after("b", Duration::ZERO);
         let text = scrape(&registry);
-        assert_eq!(sample(&text, r#"workqueue_retries_total{name="retry"}"#), 3.0);
-        assert_eq!(sample(&text, r#"workqueue_depth{name="retry"}"#), 1.0, "only b is in line");
+        assert_eq!(
+            sample(&text, r#"workqueue_retries_total{name="retry"}"#),
+            3.0
+        );
+        assert_eq!(
+            sample(&text, r#"workqueue_depth{name="retry"}"#),
+            1.0,
+            "only b is in line"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(q.len(), 2);
         let text = scrape(&registry);
@@ -398,7 +479,13 @@ mod tests {
         assert_eq!(sample(&text, r#"workqueue_adds_total{name="retry"}"#), 2.0);
         q.shutdown();
         q.add_after("c", Duration::from_millis(1));
-        assert_eq!(sample(&scrape(&registry), r#"workqueue_retries_total{name="retry"}"#), 3.0);
+        assert_eq!(
+            sample(
+                &scrape(&registry),
+                r#"workqueue_retries_total{name="retry"}"#
+            ),
+            3.0
+        );
     }
 
     #[tokio::test]
@@ -413,7 +500,10 @@ mod tests {
         q.add(1);
         q.add_after(2, Duration::from_millis(1));
         let text = scrape(&registry);
-        assert!(!text.contains("name="), "an unnamed queue must not create series:\n{text}");
+        assert!(
+            !text.contains("name="),
+            "an unnamed queue must not create series:\n{text}"
+        );
         assert!(q.shared.metrics.is_none());
     }
 
@@ -430,7 +520,11 @@ mod tests {
             .filter(|l| l.starts_with("workqueue_work_duration_seconds_bucket"))
             .map(|l| l.split("le=\"").nth(1).unwrap().split('"').next().unwrap())
             .collect();
-        let parsed: Vec<f64> = bounds.iter().filter(|b| **b != "+Inf").map(|b| b.parse().unwrap()).collect();
+        let parsed: Vec<f64> = bounds
+            .iter()
+            .filter(|b| **b != "+Inf")
+            .map(|b| b.parse().unwrap())
+            .collect();
         assert_eq!(parsed.len(), 10, "{bounds:?}");
         for (k, b) in parsed.iter().enumerate() {
             let want = 1e-8 * 10f64.powi(k as i32);

@@ -26,8 +26,9 @@ pub use delaying_queue::DelayingQueue;
 pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD};
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiters::{
-    BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter, MaxOfRateLimiter,
-    RateLimiter, RateLimiterError, WithMaxWaitRateLimiter, default_controller_rate_limiter,
-    default_item_based_rate_limiter, sample_controller_rate_limiter,
+    BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,
+    MaxOfRateLimiter, RateLimiter, RateLimiterError, WithMaxWaitRateLimiter,
+    default_controller_rate_limiter, default_item_based_rate_limiter,
+    sample_controller_rate_limiter,
 };
 pub use rate_limiting_queue::RateLimitingQueue;

@@ -66,7 +66,10 @@ pub struct QueueConfig {
 impl QueueConfig {
     /// A config for a named queue reporting to the global metrics provider.
     pub fn named(name: impl Into<String>) -> Self {
-        QueueConfig { name: name.into(), metrics_provider: None }
+        QueueConfig {
+            name: name.into(),
+            metrics_provider: None,
+        }
     }
 }
 
@@ -160,7 +163,9 @@ enum Take<T> {
 
 impl<T> Clone for Queue<T> {
     fn clone(&self) -> Self {
-        Queue { shared: Arc::clone(&self.shared) }
+        Queue {
+            shared: Arc::clone(&self.shared),
+        }
     }
 }
 
@@ -274,7 +279,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
             Take::ShutDown => return None,
             Take::Wait => {}
         }
-        let mut parked = Parked { shared: &self.shared, registered: false };
+        let mut parked = Parked {
+            shared: &self.shared,
+            registered: false,
+        };
         loop {
             let notified = self.shared.getters.notified();
             tokio::pin!(notified);
@@ -365,7 +373,10 @@ impl<T> Drop for Parked<'_, T> {
 impl<T: Hash + Eq + Clone + Send + 'static> Shared<T> {
     /// One locked look from `get`: promote ready delayed items, take the oldest item, or (with
     /// `park`) register the `Notified` and count the caller as parked.
-    fn take(self: &Arc<Self>, park: Option<(Pin<&mut Notified<'_>>, &mut Parked<'_, T>)>) -> Take<T> {
+    fn take(
+        self: &Arc<Self>,
+        park: Option<(Pin<&mut Notified<'_>>, &mut Parked<'_, T>)>,
+    ) -> Take<T> {
         let mut inner = self.inner.lock();
         let mut park = park;
         if let Some((_, parked)) = park.as_mut() {
@@ -463,7 +474,8 @@ impl<T> Inner<T> {
 impl Stamp {
     /// `t` as a stamp of a queue whose epoch is `epoch` (saturating at both ends).
     pub(super) fn at(epoch: Instant, t: Instant) -> Stamp {
-        let nanos = u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX - 1);
+        let nanos =
+            u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX - 1);
         Stamp(NonZeroU64::MIN.saturating_add(nanos))
     }
 
@@ -505,7 +517,10 @@ impl<T: Hash + Eq + Clone> Inner<T> {
             }
             Entry::Vacant(entry) => {
                 self.queue.push_back(entry.key().clone());
-                let state = entry.insert(ItemState { dirty: true, ..ItemState::default() });
+                let state = entry.insert(ItemState {
+                    dirty: true,
+                    ..ItemState::default()
+                });
                 if let Some(m) = metrics {
                     m.added(&mut state.added_at, epoch);
                 }
@@ -635,7 +650,10 @@ mod tests {
         assert_eq!(again, "foo");
         q.done(&again);
         assert_eq!(q.len(), 0);
-        assert!(q.shared.inner.lock().items.is_empty(), "finished items are forgotten");
+        assert!(
+            q.shared.inner.lock().items.is_empty(),
+            "finished items are forgotten"
+        );
     }
 
     // client-go: TestCollapse
@@ -683,10 +701,16 @@ mod tests {
         let drain = tokio::spawn(async move { q2.shutdown_with_drain().await });
         while q.get().await.is_some() {}
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!drain.is_finished(), "drain returned with items still processing");
+        assert!(
+            !drain.is_finished(),
+            "drain returned with items still processing"
+        );
         q.done(&first);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!drain.is_finished(), "drain returned with one item still processing");
+        assert!(
+            !drain.is_finished(),
+            "drain returned with one item still processing"
+        );
         q.done(&second);
         drain.await.unwrap();
     }
@@ -733,7 +757,11 @@ mod tests {
         while q.get().await.is_some() {}
         q.done(&gotten);
         let again = q.get().await;
-        assert_eq!(again, Some("foo"), "done re-queues the dirty item even while draining");
+        assert_eq!(
+            again,
+            Some("foo"),
+            "done re-queues the dirty item even while draining"
+        );
         q.add("bar");
         assert_eq!(q.len(), 0, "adds after shutdown are ignored");
         q.done(&again.unwrap());
@@ -764,7 +792,11 @@ mod tests {
         let q: Queue<u32> = Queue::new();
         let cancelled = tokio::time::timeout(Duration::from_millis(5), q.get()).await;
         assert!(cancelled.is_err());
-        assert_eq!(q.shared.inner.lock().idle_getters, 0, "cancelled get uncounted");
+        assert_eq!(
+            q.shared.inner.lock().idle_getters,
+            0,
+            "cancelled get uncounted"
+        );
         let q2 = q.clone();
         let waiter = tokio::spawn(async move { q2.get().await });
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -788,7 +820,10 @@ mod tests {
         {
             let inner = q.shared.inner.lock();
             assert_eq!(inner.idle_getters, 4);
-            assert_eq!(inner.pending_wakeups, 4, "one wake-up per parked get, not per add");
+            assert_eq!(
+                inner.pending_wakeups, 4,
+                "one wake-up per parked get, not per add"
+            );
         }
         let mut got: Vec<u32> = Vec::new();
         for g in getters {
@@ -916,12 +951,19 @@ mod tests {
         assert_eq!(q.len(), 0);
         let inner = q.shared.inner.lock();
         assert_eq!(inner.processing, 0);
-        assert!(inner.items.is_empty(), "queue ends empty, left {}", inner.items.len());
+        assert!(
+            inner.items.is_empty(),
+            "queue ends empty, left {}",
+            inner.items.len()
+        );
         assert_eq!(inner.idle_getters, 0);
         drop(inner);
         let seen = last_processed_after_add.lock();
         assert_eq!(seen.len(), KEYS);
-        assert!(seen.values().all(|&s| s), "an added item was never processed after its add");
+        assert!(
+            seen.values().all(|&s| s),
+            "an added item was never processed after its add"
+        );
         assert!(processed.load(Ordering::Relaxed) >= KEYS);
     }
 
@@ -948,7 +990,8 @@ mod tests {
         const THREADS: usize = 8;
         const ROUNDS: usize = 3_000;
         let q: Queue<u16> = Queue::new();
-        let in_flight: Arc<Vec<AtomicUsize>> = Arc::new((0..64).map(|_| AtomicUsize::new(0)).collect());
+        let in_flight: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..64).map(|_| AtomicUsize::new(0)).collect());
         let handled = Arc::new(AtomicUsize::new(0));
         std::thread::scope(|s| {
             for t in 0..THREADS {
@@ -956,7 +999,10 @@ mod tests {
                 let in_flight = in_flight.clone();
                 let handled = handled.clone();
                 s.spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
                     rt.block_on(async {
                         for r in 0..ROUNDS {
                             q.add(((t * 31 + r) % 64) as u16);
@@ -964,7 +1010,8 @@ mod tests {
                                 continue;
                             }
                             // Others may have taken everything: never block for good.
-                            let got = tokio::time::timeout(Duration::from_millis(20), q.get()).await;
+                            let got =
+                                tokio::time::timeout(Duration::from_millis(20), q.get()).await;
                             let Ok(Some(item)) = got else { continue };
                             let prev = in_flight[item as usize].fetch_add(1, Ordering::SeqCst);
                             assert_eq!(prev, 0, "item {item} processed twice at once");
@@ -978,7 +1025,10 @@ mod tests {
             }
         });
         // Whatever is left is in line (nobody is processing); hand it out and finish.
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             q.shutdown();
             while let Some(item) = q.get().await {

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use governor::Quota;
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
-use governor::Quota;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -110,24 +110,37 @@ pub struct WithMaxWaitRateLimiter<L> {
 
 /// client-go's `DefaultTypedControllerRateLimiter`: per item 5 ms doubling up to 1000 s, and
 /// overall 10 retries per second with bursts of 100.
-pub fn default_controller_rate_limiter<T: Hash + Eq + Clone + Send + 'static>() -> MaxOfRateLimiter<T> {
+pub fn default_controller_rate_limiter<T: Hash + Eq + Clone + Send + 'static>()
+-> MaxOfRateLimiter<T> {
     MaxOfRateLimiter::new(vec![
-        Box::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000))),
-        Box::new(BucketRateLimiter::with_quota(Quota::per_second(nonzero(10)).allow_burst(nonzero(100)))),
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            Duration::from_millis(5),
+            Duration::from_secs(1000),
+        )),
+        Box::new(BucketRateLimiter::with_quota(
+            Quota::per_second(nonzero(10)).allow_burst(nonzero(100)),
+        )),
     ])
 }
 
 /// sample-controller's limiter: per item 5 ms doubling up to 1000 s, and overall 50 retries per
 /// second with bursts of 300.
-pub fn sample_controller_rate_limiter<T: Hash + Eq + Clone + Send + 'static>() -> MaxOfRateLimiter<T> {
+pub fn sample_controller_rate_limiter<T: Hash + Eq + Clone + Send + 'static>() -> MaxOfRateLimiter<T>
+{
     MaxOfRateLimiter::new(vec![
-        Box::new(ItemExponentialFailureRateLimiter::new(Duration::from_millis(5), Duration::from_secs(1000))),
-        Box::new(BucketRateLimiter::with_quota(Quota::per_second(nonzero(50)).allow_burst(nonzero(300)))),
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            Duration::from_millis(5),
+            Duration::from_secs(1000),
+        )),
+        Box::new(BucketRateLimiter::with_quota(
+            Quota::per_second(nonzero(50)).allow_burst(nonzero(300)),
+        )),
     ])
 }
 
 /// client-go's `DefaultTypedItemBasedRateLimiter`: per item 1 ms doubling up to 1000 s.
-pub fn default_item_based_rate_limiter<T: Hash + Eq + Clone + Send>() -> ItemExponentialFailureRateLimiter<T> {
+pub fn default_item_based_rate_limiter<T: Hash + Eq + Clone + Send>()
+-> ItemExponentialFailureRateLimiter<T> {
     ItemExponentialFailureRateLimiter::new(Duration::from_millis(1), Duration::from_secs(1000))
 }
 
@@ -140,7 +153,11 @@ const fn nonzero(n: u32) -> NonZeroU32 {
 
 impl<T: Hash + Eq + Clone + Send> ItemExponentialFailureRateLimiter<T> {
     pub fn new(base: Duration, max: Duration) -> Self {
-        ItemExponentialFailureRateLimiter { failures: Mutex::new(HashMap::new()), base, max }
+        ItemExponentialFailureRateLimiter {
+            failures: Mutex::new(HashMap::new()),
+            base,
+            max,
+        }
     }
 }
 
@@ -187,7 +204,8 @@ impl BucketRateLimiter {
             return Err(RateLimiterError::InvalidQps { qps });
         }
         let burst = NonZeroU32::new(burst).ok_or(RateLimiterError::ZeroBurst)?;
-        let period = Duration::try_from_secs_f64(1.0 / qps).map_err(|_| RateLimiterError::InvalidQps { qps })?;
+        let period = Duration::try_from_secs_f64(1.0 / qps)
+            .map_err(|_| RateLimiterError::InvalidQps { qps })?;
         let quota = Quota::with_period(period).ok_or(RateLimiterError::QpsTooHigh { qps })?;
         Ok(BucketRateLimiter::with_quota(quota.allow_burst(burst)))
     }
@@ -195,7 +213,13 @@ impl BucketRateLimiter {
     fn with_quota(quota: Quota) -> Self {
         let clock = SetClock::default();
         let limiter = governor::RateLimiter::direct_with_clock(quota, clock.clone());
-        BucketRateLimiter { bucket: Mutex::new(Bucket { limiter, clock, origin: Instant::now() }) }
+        BucketRateLimiter {
+            bucket: Mutex::new(Bucket {
+                limiter,
+                clock,
+                origin: Instant::now(),
+            }),
+        }
     }
 
     /// Takes a token now, or reserves the next free one; returns the wait until it is due.
@@ -238,7 +262,10 @@ impl<T> RateLimiter<T> for BucketRateLimiter {
 
 impl SetClock {
     fn set(&self, since_origin: Duration) {
-        self.0.store(u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.0.store(
+            u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -252,13 +279,22 @@ impl Clock for SetClock {
 
 impl<T: Hash + Eq + Clone + Send> ItemFastSlowRateLimiter<T> {
     pub fn new(fast: Duration, slow: Duration, max_fast_attempts: u32) -> Self {
-        ItemFastSlowRateLimiter { failures: Mutex::new(HashMap::new()), fast, slow, max_fast_attempts }
+        ItemFastSlowRateLimiter {
+            failures: Mutex::new(HashMap::new()),
+            fast,
+            slow,
+            max_fast_attempts,
+        }
     }
 }
 
 impl<T: Hash + Eq + Clone + Send> RateLimiter<T> for ItemFastSlowRateLimiter<T> {
     fn when(&self, item: &T) -> Duration {
-        if count_failure(&self.failures, item) <= self.max_fast_attempts { self.fast } else { self.slow }
+        if count_failure(&self.failures, item) <= self.max_fast_attempts {
+            self.fast
+        } else {
+            self.slow
+        }
     }
 
     fn forget(&self, item: &T) {
@@ -278,14 +314,20 @@ impl<T> MaxOfRateLimiter<T> {
 
 impl<T> std::fmt::Debug for MaxOfRateLimiter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MaxOfRateLimiter").field("limiters", &self.limiters.len()).finish()
+        f.debug_struct("MaxOfRateLimiter")
+            .field("limiters", &self.limiters.len())
+            .finish()
     }
 }
 
 impl<T> RateLimiter<T> for MaxOfRateLimiter<T> {
     fn when(&self, item: &T) -> Duration {
         // Every limiter is asked (each counts the try), not just until one says "long".
-        self.limiters.iter().map(|l| l.when(item)).max().unwrap_or(Duration::ZERO)
+        self.limiters
+            .iter()
+            .map(|l| l.when(item))
+            .max()
+            .unwrap_or(Duration::ZERO)
     }
 
     fn forget(&self, item: &T) {
@@ -295,7 +337,11 @@ impl<T> RateLimiter<T> for MaxOfRateLimiter<T> {
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
-        self.limiters.iter().map(|l| l.num_requeues(item)).max().unwrap_or(0)
+        self.limiters
+            .iter()
+            .map(|l| l.num_requeues(item))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -384,7 +430,10 @@ mod tests {
         }
         assert_eq!(l.when(&"overflow1"), Duration::from_secs(1000));
 
-        let l = ItemExponentialFailureRateLimiter::new(Duration::from_secs(60), Duration::from_secs(1000 * 3600));
+        let l = ItemExponentialFailureRateLimiter::new(
+            Duration::from_secs(60),
+            Duration::from_secs(1000 * 3600),
+        );
         for _ in 0..2 {
             l.when(&"two");
         }
@@ -399,7 +448,13 @@ mod tests {
     #[test]
     fn fast_slow_switches_after_max_fast_attempts() {
         let l = ItemFastSlowRateLimiter::new(ms(5), Duration::from_secs(10), 3);
-        for want in [ms(5), ms(5), ms(5), Duration::from_secs(10), Duration::from_secs(10)] {
+        for want in [
+            ms(5),
+            ms(5),
+            ms(5),
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ] {
             assert_eq!(l.when(&"one"), want);
         }
         assert_eq!(l.num_requeues(&"one"), 5);
@@ -415,10 +470,23 @@ mod tests {
     #[test]
     fn max_of_returns_the_longest_wait() {
         let l: MaxOfRateLimiter<&str> = MaxOfRateLimiter::new(vec![
-            Box::new(ItemFastSlowRateLimiter::new(ms(5), Duration::from_secs(3), 3)),
-            Box::new(ItemExponentialFailureRateLimiter::new(ms(1), Duration::from_secs(1))),
+            Box::new(ItemFastSlowRateLimiter::new(
+                ms(5),
+                Duration::from_secs(3),
+                3,
+            )),
+            Box::new(ItemExponentialFailureRateLimiter::new(
+                ms(1),
+                Duration::from_secs(1),
+            )),
         ]);
-        for want in [ms(5), ms(5), ms(5), Duration::from_secs(3), Duration::from_secs(3)] {
+        for want in [
+            ms(5),
+            ms(5),
+            ms(5),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        ] {
             assert_eq!(l.when(&"one"), want);
         }
         assert_eq!(l.num_requeues(&"one"), 5);
@@ -443,7 +511,11 @@ mod tests {
         fn when(&self, _: &u32) -> Duration {
             let mut count = self.count.lock();
             *count += 1;
-            if *count <= self.threshold { self.base } else { self.max }
+            if *count <= self.threshold {
+                self.base
+            } else {
+                self.max
+            }
         }
         fn forget(&self, _: &u32) {}
         fn num_requeues(&self, _: &u32) -> u32 {
@@ -454,7 +526,12 @@ mod tests {
     // client-go: TestWithMaxWaitRateLimiter
     #[test]
     fn with_max_wait_caps_the_inner_limiter() {
-        let step = StepRateLimiter { count: Mutex::new(0), threshold: 100, base: ms(5), max: Duration::from_secs(1000) };
+        let step = StepRateLimiter {
+            count: Mutex::new(0),
+            threshold: 100,
+            base: ms(5),
+            max: Duration::from_secs(1000),
+        };
         let l = WithMaxWaitRateLimiter::new(step, Duration::from_secs(500));
         for i in 0..100 {
             assert_eq!(l.when(&i), ms(5));
@@ -468,7 +545,11 @@ mod tests {
     async fn bucket_lets_a_burst_through_then_reserves_future_tokens() {
         let l = BucketRateLimiter::new(10.0, 100).unwrap();
         for i in 0..100 {
-            assert_eq!(RateLimiter::<()>::when(&l, &()), Duration::ZERO, "burst token {i}");
+            assert_eq!(
+                RateLimiter::<()>::when(&l, &()),
+                Duration::ZERO,
+                "burst token {i}"
+            );
         }
         // An empty bucket still books the next token: waits grow by 1/qps per request.
         assert_eq!(RateLimiter::<()>::when(&l, &()), ms(100));
@@ -533,11 +614,26 @@ mod tests {
 
     #[test]
     fn bucket_rejects_bad_numbers_with_a_clear_error() {
-        assert_eq!(BucketRateLimiter::new(0.0, 10).unwrap_err(), RateLimiterError::InvalidQps { qps: 0.0 });
-        assert!(matches!(BucketRateLimiter::new(f64::NAN, 10), Err(RateLimiterError::InvalidQps { .. })));
-        assert_eq!(BucketRateLimiter::new(-1.0, 10).unwrap_err(), RateLimiterError::InvalidQps { qps: -1.0 });
-        assert_eq!(BucketRateLimiter::new(5.0, 0).unwrap_err(), RateLimiterError::ZeroBurst);
-        assert_eq!(BucketRateLimiter::new(1e12, 1).unwrap_err(), RateLimiterError::QpsTooHigh { qps: 1e12 });
+        assert_eq!(
+            BucketRateLimiter::new(0.0, 10).unwrap_err(),
+            RateLimiterError::InvalidQps { qps: 0.0 }
+        );
+        assert!(matches!(
+            BucketRateLimiter::new(f64::NAN, 10),
+            Err(RateLimiterError::InvalidQps { .. })
+        ));
+        assert_eq!(
+            BucketRateLimiter::new(-1.0, 10).unwrap_err(),
+            RateLimiterError::InvalidQps { qps: -1.0 }
+        );
+        assert_eq!(
+            BucketRateLimiter::new(5.0, 0).unwrap_err(),
+            RateLimiterError::ZeroBurst
+        );
+        assert_eq!(
+            BucketRateLimiter::new(1e12, 1).unwrap_err(),
+            RateLimiterError::QpsTooHigh { qps: 1e12 }
+        );
         let err = BucketRateLimiter::new(0.0, 10).unwrap_err().to_string();
         assert!(err.contains("qps") && err.contains('0'), "{err}");
     }

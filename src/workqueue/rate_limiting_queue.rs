@@ -40,13 +40,18 @@ pub struct RateLimitingQueue<T> {
 
 impl<T> Clone for RateLimitingQueue<T> {
     fn clone(&self) -> Self {
-        RateLimitingQueue { queue: self.queue.clone(), limiter: Arc::clone(&self.limiter) }
+        RateLimitingQueue {
+            queue: self.queue.clone(),
+            limiter: Arc::clone(&self.limiter),
+        }
     }
 }
 
 impl<T> std::fmt::Debug for RateLimitingQueue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("RateLimitingQueue").field(&self.queue).finish()
+        f.debug_tuple("RateLimitingQueue")
+            .field(&self.queue)
+            .finish()
     }
 }
 
@@ -66,7 +71,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> RateLimitingQueue<T> {
 
     /// client-go: `NewTypedRateLimitingQueueWithConfig`.
     pub fn with_config(limiter: impl RateLimiter<T> + 'static, config: QueueConfig) -> Self {
-        RateLimitingQueue { queue: DelayingQueue::with_config(config), limiter: Arc::new(limiter) }
+        RateLimitingQueue {
+            queue: DelayingQueue::with_config(config),
+            limiter: Arc::new(limiter),
+        }
     }
 
     /// Adds `item` after the wait the rate limiter decides. client-go: `AddRateLimited`.
@@ -94,8 +102,8 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::workqueue::rate_limiters::ItemExponentialFailureRateLimiter;
     use crate::workqueue::default_controller_rate_limiter;
+    use crate::workqueue::rate_limiters::ItemExponentialFailureRateLimiter;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -112,7 +120,10 @@ mod tests {
     // client-go: TestRateLimitingQueue
     #[tokio::test(start_paused = true)]
     async fn add_rate_limited_waits_what_the_limiter_says() {
-        let q = RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(ms(1), Duration::from_secs(1)));
+        let q = RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
+            ms(1),
+            Duration::from_secs(1),
+        ));
         q.add_rate_limited("one");
         assert_eq!(q.waiting_len(), 1);
         assert_eq!(next(&q).await, ("one", ms(1)));
@@ -146,7 +157,11 @@ mod tests {
             arrivals.push(start.elapsed());
             q.done(&k);
         }
-        assert!(arrivals[..100].iter().all(|&t| t == ms(5)), "{:?}", &arrivals[..100]);
+        assert!(
+            arrivals[..100].iter().all(|&t| t == ms(5)),
+            "{:?}",
+            &arrivals[..100]
+        );
         let rest: Vec<Duration> = arrivals[100..].to_vec();
         let want: Vec<Duration> = (1..=10).map(|i| ms(100 * i)).collect();
         assert_eq!(rest, want);

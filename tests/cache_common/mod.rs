@@ -430,8 +430,11 @@ pub async fn churn(
 /// test starts from.
 pub async fn seed_configmaps(api: &Api<ConfigMap>, prefix: &str, n: usize) {
     for i in 0..n {
-        api.create(&PostParams::default(), &configmap(&format!("{prefix}-{i}"), &[], "x"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("{prefix}-{i}"), &[], "x"),
+        )
+        .await
+        .unwrap();
     }
 }

@@ -377,7 +377,10 @@ current-context: {context}
         assert_eq!(config.cluster_url, "https://home:6443/");
 
         let no_home = env(None, Some(&f.home.with_file_name("no-such-config")));
-        let (config, source) = args(None, None).resolve(&no_home, in_cluster).await.unwrap();
+        let (config, source) = args(None, None)
+            .resolve(&no_home, in_cluster)
+            .await
+            .unwrap();
         assert_eq!(source, ConfigSource::InCluster);
         assert_eq!(config.cluster_url, "https://10.96.0.1:443/");
 

@@ -29,7 +29,9 @@ use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
 use crate::cache::{CacheMetrics, FactoryOptions, SharedInformerFactory};
-use crate::controller::{Controller, ControllerError as RuntimeError, ReconcileContext, default_error_policy};
+use crate::controller::{
+    Controller, ControllerError as RuntimeError, ReconcileContext, default_error_policy,
+};
 use crate::record::EventBroadcaster;
 use crate::workqueue::{MetricsProvider, sample_controller_rate_limiter};
 
@@ -99,18 +101,30 @@ pub async fn run(
     if let Some(provider) = config.queue_metrics.clone() {
         controller = controller.queue_metrics(provider);
     }
-    tokio::spawn(warn_if_crd_missing(client.clone(), config.namespace.clone()));
+    tokio::spawn(warn_if_crd_missing(
+        client.clone(),
+        config.namespace.clone(),
+    ));
 
-    let sync_client = Arc::new(KubeSyncClient::new(client, foos.lister(), deployments.lister(), recorder));
+    let sync_client = Arc::new(KubeSyncClient::new(
+        client,
+        foos.lister(),
+        deployments.lister(),
+        recorder,
+    ));
     let reconcile = move |key: String, _ctx: ReconcileContext| {
         let sync_client = Arc::clone(&sync_client);
         async move { sync_handler(sync_client.as_ref(), &key).await }
     };
-    let result = controller.run(reconcile, default_error_policy, shutdown).await;
+    let result = controller
+        .run(reconcile, default_error_policy, shutdown)
+        .await;
     broadcaster.shutdown().await;
     match result {
         Ok(()) => Ok(()),
-        Err(RuntimeError::CacheSync { not_synced }) => Err(ControllerError::CacheSync { not_synced }),
+        Err(RuntimeError::CacheSync { not_synced }) => {
+            Err(ControllerError::CacheSync { not_synced })
+        }
         Err(RuntimeError::Handler(e)) => Err(e.into()),
         // Only a controller under leader election can lose it; this one runs without.
         Err(RuntimeError::LeadershipLost(reason)) => unreachable!("no leader election: {reason:?}"),
@@ -133,4 +147,3 @@ async fn warn_if_crd_missing(client: Client, namespace: Option<String>) {
         );
     }
 }
-

@@ -142,7 +142,10 @@ pub async fn run<D: Driver, L: ResourceLock>(
 /// What each worker calls with a key and its context.
 pub(crate) fn reconcile_fn<D: Driver, A: VmApi>(
     reconciler: Arc<Reconciler<D, A>>,
-) -> impl Fn(String, ReconcileContext) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
+) -> impl Fn(
+    String,
+    ReconcileContext,
+) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
 + Send
 + Sync
 + 'static {
@@ -169,7 +172,14 @@ async fn sweep_every<D: Driver, A: VmApi>(
     ctx: ReconcileContext,
 ) {
     loop {
-        match sweep_orphans(reconciler.driver(), reconciler.api(), namespace.as_deref(), &ctx).await {
+        match sweep_orphans(
+            reconciler.driver(),
+            reconciler.api(),
+            namespace.as_deref(),
+            &ctx,
+        )
+        .await
+        {
             Ok(report) => info!(?report, "orphan sweep done"),
             Err(e) => warn!(error = %e, "orphan sweep did not finish"),
         }

@@ -366,7 +366,11 @@ impl Driver for DockerDriver {
             }
             tracing::warn!(server = %spec.name, error = %err, "the name is held by a container the engine does not list; evicting it");
             let force = RemoveContainerOptionsBuilder::new().force(true).build();
-            match self.client()?.remove_container(&spec.name, Some(force)).await {
+            match self
+                .client()?
+                .remove_container(&spec.name, Some(force))
+                .await
+            {
                 Ok(())
                 | Err(BollardError::DockerResponseServerError {
                     status_code: 404, ..
