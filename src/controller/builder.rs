@@ -330,13 +330,7 @@ where
     C: CacheObject,
 {
     let owner_of = Arc::new(move |meta: &ObjectMeta| -> Option<String> {
-        let owner = controller_of(meta)?;
-        let group = K::group(&());
-        if owner.kind != K::kind(&())
-            || owner.api_version.rsplit_once('/').map_or("", |(g, _)| g) != group
-        {
-            return None;
-        }
+        let owner = controller_of(meta).filter(|owner| refers_to::<K>(owner))?;
         let namespace = meta.namespace.as_deref().unwrap_or("");
         match primary.get(namespace, &owner.name) {
             Some(obj) => key_of(obj.as_ref()),
@@ -376,6 +370,18 @@ where
                 q_delete.add(key);
             }
         })
+}
+
+/// Whether an ownerReference points at a `K` (kind and API group both match; the version may
+/// differ).
+pub fn refers_to<K: Resource<DynamicType = ()>>(
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> bool {
+    let group = owner
+        .api_version
+        .rsplit_once('/')
+        .map_or("", |(group, _)| group);
+    owner.kind == K::kind(&()) && group == K::group(&())
 }
 
 /// The ownerReference marked `controller: true`, if any. client-go: `metav1.GetControllerOf`.

@@ -78,6 +78,16 @@ enum GateState {
     Closed,
 }
 
+impl GateState {
+    /// The open term, if the gate is open and the term has not ended.
+    fn live_term(&self) -> Option<&Term> {
+        match self {
+            GateState::Open(term) if !term.is_over() => Some(term),
+            _ => None,
+        }
+    }
+}
+
 /// The sending side, held by the runtime; workers hold [`GateWatch`]es.
 #[derive(Debug)]
 pub(crate) struct Gate {
@@ -229,7 +239,7 @@ impl Gate {
     pub async fn until_not_open(&self) {
         let mut rx = self.tx.subscribe();
         loop {
-            if !matches!(&*rx.borrow_and_update(), GateState::Open(term) if !term.is_over()) {
+            if rx.borrow_and_update().live_term().is_none() {
                 return;
             }
             if rx.changed().await.is_err() {
@@ -248,10 +258,14 @@ impl GateWatch {
     /// Waits for a term that has not ended; `None` once the gate is closed.
     pub async fn next_term(&mut self) -> Option<Term> {
         loop {
-            match &*self.rx.borrow_and_update() {
-                GateState::Closed => return None,
-                GateState::Open(term) if !term.is_over() => return Some(term.clone()),
-                GateState::Open(_) | GateState::Standby => {}
+            {
+                let state = self.rx.borrow_and_update();
+                if matches!(*state, GateState::Closed) {
+                    return None;
+                }
+                if let Some(term) = state.live_term() {
+                    return Some(term.clone());
+                }
             }
             if self.rx.changed().await.is_err() {
                 return None;

@@ -62,7 +62,7 @@ pub mod vm;
 pub mod worker;
 
 pub use builder::{
-    Controller, ControllerOptions, ErrorAction, controller_of, default_error_policy,
+    Controller, ControllerOptions, ErrorAction, controller_of, default_error_policy, refers_to,
 };
 pub use context::{NotEntitled, ReconcileContext};
 pub use leadership::Term;

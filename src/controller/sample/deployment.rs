@@ -80,7 +80,7 @@ pub fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {
 
 /// Whether an ownerReference points at a Foo (kind and API group both match).
 pub fn refers_to_foo(owner: &OwnerReference) -> bool {
-    owner.kind == KIND && owner.api_version.split('/').next() == Some(super::types::GROUP)
+    crate::controller::refers_to::<super::types::Foo>(owner)
 }
 
 #[cfg(test)]
