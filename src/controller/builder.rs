@@ -27,6 +27,7 @@ use kube_client::core::ObjectMeta;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ReconcileContext;
+use super::sharding::{RingStore, ShardRing, Sharding};
 use super::worker::{enqueue, key_of, key_of_deleted};
 use crate::cache::factory::ErasedInformer;
 use crate::cache::store::resource_version;
@@ -51,6 +52,7 @@ pub struct Controller<K: CacheObject> {
     pub(super) registrations: Vec<Registration>,
     pub(super) options: ControllerOptions,
     pub(super) leader_election: Option<LeaderElection>,
+    pub(super) sharding: Option<Sharding>,
     pub(super) leader_tasks: Vec<LeaderTask>,
     pub(super) ready: Arc<AtomicBool>,
 }
@@ -136,6 +138,7 @@ impl<K: CacheObject> Controller<K> {
             },
             name,
             leader_election: None,
+            sharding: None,
             leader_tasks: Vec::new(),
             ready: Arc::default(),
         }
@@ -233,11 +236,23 @@ impl<K: CacheObject> Controller<K> {
     /// (`recontend`); without it [`Controller::run`] returns
     /// [`super::ControllerError::LeadershipLost`].
     pub fn leader_election<L: ResourceLock>(mut self, elector: LeaderElector<L>) -> Self {
+        self.sharding = None;
         self.leader_election = Some(LeaderElection {
             run: Box::new(move |callbacks, stop| {
                 Box::pin(async move { elector.run(callbacks, stop).await })
             }),
         });
+        self
+    }
+
+    /// Split the keys into the ring's shards and reconcile only those of shards this replica
+    /// holds, each through its own Lease, instead of one leader doing all the work. Replaces
+    /// [`Controller::leader_election`] (set one or the other). Informers run on every replica;
+    /// leader tasks run on the holder of shard 0. See [`super::sharding`] for how shards move
+    /// and what is guaranteed when they do.
+    pub fn sharding<R: RingStore>(mut self, ring: ShardRing<R>) -> Self {
+        self.leader_election = None;
+        self.sharding = Some(ring.erase());
         self
     }
 

@@ -35,8 +35,11 @@
 //! still land. Those side effects need defences of their own (fencing tokens where the system
 //! can compare them, compensation, an orphan sweep: see the VM controller).
 
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -67,37 +70,50 @@ impl std::fmt::Debug for Term {
     }
 }
 
-/// Where the workers stand.
-#[derive(Clone, Debug)]
-enum GateState {
-    /// Waiting for leadership (caches stay warm, keys pile up deduplicated).
-    Standby,
-    /// Leading: take keys.
-    Open(Term),
+/// Where the workers stand: which shards this process holds a live term for, and the keys it
+/// set aside for shards it does not hold.
+///
+/// Without sharding there is one shard, the whole key space: shard 0's term is the
+/// leadership term (or the endless term of a controller without leader election). With
+/// sharding ([`super::sharding`]) each shard held through its Lease has its own term.
+///
+/// Invariants: a key is in `parked[s]` only if `shard_of(key) == s` and the key was taken from
+/// the queue while `s` had no live term here; opening `s` hands those keys back to the queue
+/// in the same critical section, so a key is never parked behind an open shard.
+#[derive(Debug)]
+struct GateInner {
     /// The runtime is stopping: workers return.
-    Closed,
+    closed: bool,
+    /// Open terms by shard (possibly ended: see [`Term::is_over`]).
+    terms: BTreeMap<u32, Term>,
+    /// Keys taken while their shard had no live term here.
+    parked: BTreeMap<u32, HashSet<String>>,
 }
 
-impl GateState {
-    /// The open term, if the gate is open and the term has not ended.
-    fn live_term(&self) -> Option<&Term> {
-        match self {
-            GateState::Open(term) if !term.is_over() => Some(term),
-            _ => None,
-        }
-    }
-}
-
-/// The sending side, held by the runtime; workers hold [`GateWatch`]es.
+/// The gate between leadership and the workers, shared by the runtime (which opens and closes
+/// shards) and the workers (which wait for an open shard and ask, per key, for its term).
 #[derive(Debug)]
 pub(crate) struct Gate {
-    tx: watch::Sender<GateState>,
+    /// Number of shards the key space is split into (1 without sharding).
+    shards: u32,
+    inner: Mutex<GateInner>,
+    /// Bumped on every change of `inner`, to wake waiting workers.
+    changed: watch::Sender<()>,
 }
 
 /// A worker's view of the gate.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct GateWatch {
-    rx: watch::Receiver<GateState>,
+    gate: Arc<Gate>,
+    rx: watch::Receiver<()>,
+}
+
+/// What the gate says of one key taken from the queue.
+pub(crate) enum Dispatch {
+    /// Reconcile it in this term.
+    Reconcile(Term),
+    /// Its shard has no live term here: the key was set aside until the shard opens.
+    Parked,
 }
 
 impl Term {
@@ -199,47 +215,93 @@ impl Term {
 }
 
 impl Gate {
-    /// A gate in standby.
-    pub fn new() -> Self {
-        Gate {
-            tx: watch::Sender::new(GateState::Standby),
-        }
+    /// A gate over `shards` shards (at least 1), none open.
+    pub fn new(shards: u32) -> Arc<Self> {
+        Arc::new(Gate {
+            shards: shards.max(1),
+            inner: Mutex::new(GateInner {
+                closed: false,
+                terms: BTreeMap::new(),
+                parked: BTreeMap::new(),
+            }),
+            changed: watch::Sender::new(()),
+        })
     }
 
-    pub fn watch(&self) -> GateWatch {
+    pub fn watch(self: &Arc<Self>) -> GateWatch {
         GateWatch {
-            rx: self.tx.subscribe(),
+            gate: self.clone(),
+            rx: self.changed.subscribe(),
         }
     }
 
-    /// Workers may take keys for `term`.
-    pub fn open(&self, term: Term) {
-        self.tx.send_if_modified(|state| {
-            if matches!(state, GateState::Closed) {
-                return false;
+    /// Workers may take keys of `shard` for `term`. Returns the keys parked for that shard,
+    /// which the caller puts back in the queue. Nothing opens once the gate is closed.
+    pub fn open(&self, shard: u32, term: Term) -> Vec<String> {
+        let parked = {
+            let mut inner = self.inner.lock();
+            if inner.closed {
+                return Vec::new();
             }
-            *state = GateState::Open(term);
-            true
-        });
+            inner.terms.insert(shard, term);
+            inner.parked.remove(&shard).unwrap_or_default()
+        };
+        self.changed.send_replace(());
+        parked.into_iter().collect()
     }
 
-    /// Back to standby (unless closed).
-    pub fn standby(&self) {
-        self.tx.send_if_modified(|state| {
-            if matches!(state, GateState::Closed) {
-                return false;
-            }
-            *state = GateState::Standby;
-            true
-        });
+    /// `shard` goes back to standby: its keys are parked when taken.
+    pub fn standby(&self, shard: u32) {
+        self.inner.lock().terms.remove(&shard);
+        self.changed.send_replace(());
     }
 
-    /// Resolves once the gate is not open for a live term (standby, closed, or the term's
+    /// Workers return.
+    pub fn close(&self) {
+        {
+            let mut inner = self.inner.lock();
+            inner.closed = true;
+            inner.terms.clear();
+            inner.parked.clear();
+        }
+        self.changed.send_replace(());
+    }
+
+    /// The shard a key belongs to.
+    pub fn shard_of(&self, key: &str) -> u32 {
+        super::sharding::shard_of(key, self.shards)
+    }
+
+    /// The term to reconcile `key` in, or [`Dispatch::Parked`] if its shard has no live term
+    /// here (the key is then kept for when the shard opens).
+    pub fn dispatch(&self, key: &str) -> Dispatch {
+        let shard = self.shard_of(key);
+        let mut inner = self.inner.lock();
+        if let Some(term) = inner.terms.get(&shard).filter(|t| !t.is_over()) {
+            return Dispatch::Reconcile(term.clone());
+        }
+        if !inner.closed {
+            inner
+                .parked
+                .entry(shard)
+                .or_default()
+                .insert(key.to_string());
+        }
+        Dispatch::Parked
+    }
+
+    /// True if some shard has a live term.
+    fn any_live(&self) -> bool {
+        self.inner.lock().terms.values().any(|t| !t.is_over())
+    }
+
+    /// Resolves once no shard has a live term (all in standby, closed, or every term's
     /// entitlement lapsed).
     pub async fn until_not_open(&self) {
-        let mut rx = self.tx.subscribe();
+        let mut rx = self.changed.subscribe();
         loop {
-            if rx.borrow_and_update().live_term().is_none() {
+            rx.borrow_and_update();
+            if !self.any_live() {
                 return;
             }
             if rx.changed().await.is_err() {
@@ -247,29 +309,30 @@ impl Gate {
             }
         }
     }
-
-    /// Workers return.
-    pub fn close(&self) {
-        self.tx.send_replace(GateState::Closed);
-    }
 }
 
 impl GateWatch {
-    /// Waits for a term that has not ended; `None` once the gate is closed.
-    pub async fn next_term(&mut self) -> Option<Term> {
+    /// Waits until some shard has a live term: `true`; `false` once the gate is closed.
+    pub async fn next_open(&mut self) -> bool {
         loop {
+            self.rx.borrow_and_update();
             {
-                let state = self.rx.borrow_and_update();
-                if matches!(*state, GateState::Closed) {
-                    return None;
+                let inner = self.gate.inner.lock();
+                if inner.closed {
+                    return false;
                 }
-                if let Some(term) = state.live_term() {
-                    return Some(term.clone());
+                if inner.terms.values().any(|t| !t.is_over()) {
+                    return true;
                 }
             }
             if self.rx.changed().await.is_err() {
-                return None;
+                return false;
             }
         }
+    }
+
+    /// The gate itself.
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
     }
 }

@@ -15,6 +15,7 @@
 //! | [`builder`]         | controller-runtime `pkg/builder`; kube-runtime `Controller::new/owns/watches` |
 //! | [`runtime`]         | controller-runtime `pkg/internal/controller/controller.go` (`Start`, `processNextWorkItem`) |
 //! | [`leadership`]      | `leaderelection.RunOrDie` + manager's leader-only runnables, with a fence |
+//! | [`sharding`]        | (none built in; kubernetes-controller-sharding adds it to controller-runtime) |
 //! | [`context`]         | the `context.Context` handed to `Reconcile`                            |
 //! | [`worker`]          | sample-controller's `runWorker` / `processNextWorkItem`, key helpers   |
 //! | [`sample`]          | kubernetes/sample-controller (Foo -> Deployment)                       |
@@ -58,6 +59,7 @@ pub mod context;
 pub mod leadership;
 pub mod runtime;
 pub mod sample;
+pub mod sharding;
 pub mod vm;
 pub mod worker;
 
@@ -67,4 +69,5 @@ pub use builder::{
 pub use context::{NotEntitled, ReconcileContext};
 pub use leadership::Term;
 pub use runtime::ControllerError;
+pub use sharding::{LeaseRing, ShardRing, ShardingConfig, ShardingError};
 pub use worker::Action;

@@ -31,7 +31,8 @@ use tracing::{Instrument, debug, error, info, warn};
 
 use super::builder::{Controller, ErrorAction, LeaderTask};
 use super::context::ReconcileContext;
-use super::leadership::{Gate, GateWatch, Term};
+use super::leadership::{Dispatch, Gate, GateWatch, Term};
+use super::sharding::RingContext;
 use super::worker::Action;
 use crate::cache::{CacheObject, InformerError};
 use crate::leaderelection::{LeaderCallbacks, StopReason};
@@ -109,7 +110,7 @@ impl<K: CacheObject> Controller<K> {
             reconcile,
             error_policy,
         });
-        let gate = Arc::new(Gate::new());
+        let gate = Gate::new(self.sharding.as_ref().map_or(1, |s| s.shards));
         let mut workers = JoinSet::new();
         info!(controller = %name, workers = self.options.workers, "starting workers");
         for id in 0..self.options.workers {
@@ -117,12 +118,46 @@ impl<K: CacheObject> Controller<K> {
         }
         let leader_tasks: Arc<Vec<LeaderTask>> = Arc::new(std::mem::take(&mut self.leader_tasks));
 
-        let result = match self.leader_election.take() {
-            None => {
+        let result = match (self.leader_election.take(), self.sharding.take()) {
+            (_, Some(sharding)) => {
+                // Stopped after the drain, as the elector is: shards are held while the
+                // queue drains.
+                let ring_stop = CancellationToken::new();
+                let ring = (sharding.run)(
+                    RingContext {
+                        controller: name.clone(),
+                        gate: gate.clone(),
+                        queue: queue.clone(),
+                        leader_tasks,
+                    },
+                    ring_stop.clone(),
+                );
+                let mut ring = tokio::spawn(ring);
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = &mut ring => {}
+                }
+                self.ready.store(false, Ordering::SeqCst);
+                info!(controller = %name, queued = queue.len(), "shutting down: draining what this replica's shards have in flight and queued");
+                queue.shutdown_with_drain().await;
+                tokio::select! {
+                    _ = join_workers(&name, &mut workers) => {}
+                    _ = gate.until_not_open() => {}
+                }
+                gate.close();
+                // The ring ends every shard's term, waits for its reconciles and releases
+                // the Leases.
+                ring_stop.cancel();
+                if let Err(e) = ring.await {
+                    error!(controller = %name, error = %e, "the shard ring ended abnormally");
+                }
+                Ok(())
+            }
+            (None, None) => {
                 // Not a child of `shutdown`: the term outlives the drain that shutdown starts.
                 let term = Term::unfenced(CancellationToken::new());
                 start_leader_tasks(&name, &term, &leader_tasks);
-                gate.open(term.clone());
+                gate.open(0, term.clone());
                 shutdown.cancelled().await;
                 self.ready.store(false, Ordering::SeqCst);
                 info!(controller = %name, queued = queue.len(), "shutting down: draining the queue");
@@ -134,9 +169,17 @@ impl<K: CacheObject> Controller<K> {
                 term.wait_for_in_flight().await;
                 Ok(())
             }
-            Some(election) => {
+            (Some(election), None) => {
                 let elector_stop = CancellationToken::new();
-                let callbacks = term_callbacks(name.clone(), gate.clone(), leader_tasks);
+                let callbacks = term_callbacks(
+                    name.clone(),
+                    ShardTerms {
+                        shard: 0,
+                        gate: gate.clone(),
+                        queue: queue.clone(),
+                        leader_tasks: Some(leader_tasks),
+                    },
+                );
                 let mut elector = tokio::spawn((election.run)(callbacks, elector_stop.clone()));
                 let lost = tokio::select! {
                     _ = shutdown.cancelled() => None,
@@ -198,30 +241,54 @@ pub(super) struct WorkerShared<F, P> {
     pub error_policy: P,
 }
 
-/// The elector's callbacks: each term opens the gate, runs the leader tasks, and on its end
-/// closes the gate and waits for everything it started.
-fn term_callbacks(name: String, gate: Arc<Gate>, tasks: Arc<Vec<LeaderTask>>) -> LeaderCallbacks {
+/// What one shard's terms open and close: the gate for that shard, the queue its parked keys
+/// go back to, and (for the shard that carries them) the leader tasks.
+pub(super) struct ShardTerms {
+    pub shard: u32,
+    pub gate: Arc<Gate>,
+    pub queue: RateLimitingQueue<String>,
+    pub leader_tasks: Option<Arc<Vec<LeaderTask>>>,
+}
+
+impl ShardTerms {
+    /// One term, from the elector's start to the end of every reconcile it started: opens the
+    /// shard (its parked keys go back to the queue), runs the leader tasks, and when the
+    /// term's token is cancelled puts the shard back in standby and waits for what it started.
+    pub async fn serve(&self, name: &str, term: Term) {
+        if let Some(tasks) = &self.leader_tasks {
+            start_leader_tasks(name, &term, tasks);
+        }
+        let parked = self.gate.open(self.shard, term.clone());
+        for key in parked {
+            self.queue.add(key);
+        }
+        term.ended().await;
+        self.gate.standby(self.shard);
+        let in_flight = term.in_flight();
+        info!(controller = %name, shard = self.shard, in_flight, time_to_fence = ?term.time_to_fence(), "term ending: cancelled in-flight reconciles, waiting for them");
+        term.wait_for_in_flight().await;
+        info!(controller = %name, shard = self.shard, "every reconcile of the term has ended");
+    }
+}
+
+/// The elector's callbacks: each term is served by [`ShardTerms::serve`].
+fn term_callbacks(name: String, terms: ShardTerms) -> LeaderCallbacks {
     let stopped_name = name.clone();
     let new_leader_name = name.clone();
+    let terms = Arc::new(terms);
     LeaderCallbacks::new(
         move |leader| {
-            let (name, gate, tasks) = (name.clone(), gate.clone(), tasks.clone());
+            let (name, terms) = (name.clone(), terms.clone());
             async move {
-                let term = Term::leading(leader);
                 info!(controller = %name, "became the leader; starting workers");
-                start_leader_tasks(&name, &term, &tasks);
-                gate.open(term.clone());
-                term.ended().await;
-                gate.standby();
-                let in_flight = term.in_flight();
-                info!(controller = %name, in_flight, time_to_fence = ?term.time_to_fence(), "leadership ending: cancelled in-flight reconciles, waiting for them");
-                term.wait_for_in_flight().await;
-                info!(controller = %name, "every reconcile of the term has ended");
+                terms.serve(&name, Term::leading(leader)).await;
             }
         },
         move || info!(controller = %stopped_name, "stopped leading"),
     )
-    .on_new_leader(move |holder| info!(controller = %new_leader_name, leader = %holder, "new leader elected"))
+    .on_new_leader(
+        move |holder| info!(controller = %new_leader_name, leader = %holder, "new leader elected"),
+    )
 }
 
 fn start_leader_tasks(name: &str, term: &Term, tasks: &Arc<Vec<LeaderTask>>) {
@@ -237,7 +304,7 @@ fn start_leader_tasks(name: &str, term: &Term, tasks: &Arc<Vec<LeaderTask>>) {
     }
 }
 
-/// One worker: wait for a term, take keys while it lasts; return when the queue is shut down
+/// One worker: wait for an open shard, take keys while one is open; return when the queue is shut down
 /// and drained or the gate closes.
 pub(super) async fn worker_loop<F, Fut, E, P>(
     shared: Arc<WorkerShared<F, P>>,
@@ -250,11 +317,11 @@ pub(super) async fn worker_loop<F, Fut, E, P>(
     P: Fn(&E, &str, u32) -> ErrorAction + Send + Sync + 'static,
 {
     debug!(controller = %shared.name, worker = id, "worker started");
-    while let Some(term) = gate.next_term().await {
+    while gate.next_open().await {
         loop {
-            match process_next(&shared, &term).await {
+            match process_next(&shared, gate.gate()).await {
                 Next::Continue => {}
-                Next::TermOver => break,
+                Next::NotOpen => break,
                 Next::QueueDone => {
                     debug!(controller = %shared.name, worker = id, "worker stopped");
                     return;
@@ -267,12 +334,13 @@ pub(super) async fn worker_loop<F, Fut, E, P>(
 
 pub(super) enum Next {
     Continue,
-    TermOver,
+    /// No shard has a live term: wait for one.
+    NotOpen,
     QueueDone,
 }
 
 /// Takes one key and reconciles it. sample-controller: `processNextWorkItem`.
-pub(super) async fn process_next<F, Fut, E, P>(shared: &WorkerShared<F, P>, term: &Term) -> Next
+pub(super) async fn process_next<F, Fut, E, P>(shared: &WorkerShared<F, P>, gate: &Gate) -> Next
 where
     F: Fn(String, ReconcileContext) -> Fut,
     Fut: Future<Output = Result<Action, E>>,
@@ -284,18 +352,21 @@ where
     // `get` is cancel safe: a key is only taken in the poll that returns it.
     let key = tokio::select! {
         biased;
-        _ = term.ended() => return Next::TermOver,
+        _ = gate.until_not_open() => return Next::NotOpen,
         key = queue.get() => key,
     };
     let Some(key) = key else {
         return Next::QueueDone;
     };
-    // Re-checked after the wait: a process resumed after a long pause must not start work.
-    if term.is_over() {
-        queue.add(key.clone());
-        queue.done(&key);
-        return Next::TermOver;
-    }
+    // Asked after the wait: a process resumed after a long pause must not start work, and a
+    // key of a shard this process does not hold is set aside until it does.
+    let term = match gate.dispatch(&key) {
+        Dispatch::Reconcile(term) => term,
+        Dispatch::Parked => {
+            queue.done(&key);
+            return Next::Continue;
+        }
+    };
     let ctx = term.reconcile_context();
     // The start and end of every reconcile, for tests that check that no two replicas'
     // reconciles ever overlap (tests/vm_controller.rs, the chaos test).

@@ -95,8 +95,8 @@ pub async fn run_workers<F, Fut, E>(
     E: Display + Send + 'static,
 {
     let shared = Arc::new(shared(queue, config.name, reconcile));
-    let gate = Gate::new();
-    gate.open(Term::unfenced(CancellationToken::new()));
+    let gate = Gate::new(1);
+    gate.open(0, Term::unfenced(CancellationToken::new()));
     let mut workers = JoinSet::new();
     for id in 0..config.workers.max(1) {
         workers.spawn(worker_loop(shared.clone(), gate.watch(), id));
@@ -122,8 +122,9 @@ where
     E: Display,
 {
     let shared = shared(queue.clone(), name.to_string(), reconcile);
-    let term = Term::unfenced(CancellationToken::new());
-    !matches!(process_next(&shared, &term).await, Next::QueueDone)
+    let gate = Gate::new(1);
+    gate.open(0, Term::unfenced(CancellationToken::new()));
+    !matches!(process_next(&shared, &gate).await, Next::QueueDone)
 }
 
 /// The error policy of the key-only loop.

@@ -745,6 +745,22 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
     }
 
+    /// Tells a candidate that `record` has been seen unchanged since `since` by someone in this
+    /// process that watches the Lease (a shard ring lists its Leases every retry period), so
+    /// that it expires `leaseDurationSeconds` after `since` rather than after this elector's
+    /// own first read. Ignored once the elector has observed a record itself. The record never
+    /// counts as this elector's own write, so this cannot make a candidate renew a lease it
+    /// does not hold; and `since` must be an instant at or after which the record was read, so
+    /// the expiry is never earlier than the elector's own observation would have given.
+    pub fn assume_observed(&self, record: LeaderElectionRecord, since: Instant) {
+        let mut inner = self.shared.state.lock();
+        if inner.observed_time.is_some() {
+            return;
+        }
+        inner.observed_record = record;
+        inner.observed_time = Some(since);
+    }
+
     /// Seeds the elector's memory as client-go's tests set `observedRecord`: the record counts
     /// as observed at `observed_time` and, as there, as this elector's own last write.
     #[cfg(test)]

@@ -134,6 +134,22 @@ impl FakeLockStore {
         self.inner.lock().object.as_ref().map(|(r, _)| r.clone())
     }
 
+    /// The object's version (its resourceVersion); `None` if there is no object.
+    pub fn version(&self) -> Option<u64> {
+        self.inner.lock().object.as_ref().map(|(_, v)| *v)
+    }
+
+    /// Deletes the object if its version is still `version` (a delete with a resourceVersion
+    /// precondition); true if it did.
+    pub fn delete_if_version(&self, version: u64) -> bool {
+        let mut s = self.inner.lock();
+        if s.object.as_ref().is_some_and(|(_, v)| *v == version) {
+            s.object = None;
+            return true;
+        }
+        false
+    }
+
     /// The stored holder identity; "" if nobody holds the lease or there is no object.
     pub fn holder(&self) -> String {
         self.record().map(|r| r.holder_identity).unwrap_or_default()

@@ -28,6 +28,8 @@ pub struct LeaseLock {
     namespace: String,
     name: String,
     identity: String,
+    /// Labels written when this lock creates the Lease (a ring's Leases carry their role).
+    labels: std::collections::BTreeMap<String, String>,
     inner: Mutex<Inner>,
 }
 
@@ -47,11 +49,18 @@ impl LeaseLock {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
+            labels: Default::default(),
             inner: Mutex::new(Inner {
                 lease: None,
                 written_version: None,
             }),
         }
+    }
+
+    /// Labels to put on the Lease if this lock creates it (an existing Lease keeps its own).
+    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
     }
 
     fn store(&self, lease: Lease) {
@@ -91,6 +100,7 @@ impl ResourceLock for LeaseLock {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
+                labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
                 ..Default::default()
             },
             spec: Some(record_to_lease_spec(record)),

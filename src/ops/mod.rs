@@ -9,7 +9,9 @@
 mod flags;
 mod reconcile_metrics;
 mod server;
+mod shard_metrics;
 
 pub use flags::{OpsArgs, OpsFlagError, Serving};
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};
+pub use shard_metrics::{ShardMetrics, ShardMetricsHandle};
