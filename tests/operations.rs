@@ -351,6 +351,23 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         ],
     );
     assert_eq!(vm.trim(), "2 metadata.name metadata.namespace");
+    // The sharded variant (applied instead of deploy/vm-controller.yaml).
+    let sharded = kubectl(
+        cluster,
+        &["apply", "--dry-run=server", "-f", "deploy/sharded/"],
+    );
+    for object in [
+        "role.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
+        "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
+        "deployment.apps/vm-controller",
+    ] {
+        assert!(
+            sharded
+                .lines()
+                .any(|l| l.starts_with(object) && l.ends_with("(server dry run)")),
+            "{object} missing from:\n{sharded}"
+        );
+    }
 }
 
 /// Every `--flag` a Deployment in deploy/ passes must be one `kubeloop <subcommand>` knows,
@@ -358,7 +375,11 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
 #[test]
 fn every_flag_in_the_deployments_is_one_the_binary_accepts() {
     let mut missing = Vec::new();
-    for file in ["sample-controller.yaml", "vm-controller.yaml"] {
+    for file in [
+        "sample-controller.yaml",
+        "vm-controller.yaml",
+        "sharded/vm-controller.yaml",
+    ] {
         let text = deploy_file(file);
         let args: Vec<&str> = text
             .lines()

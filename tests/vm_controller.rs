@@ -1759,3 +1759,208 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
     );
     assert_eq!(orphans, 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sharding: three replicas share 300 VMs through shard Leases while replicas join, are
+// SIGKILLed and SIGSTOPped.
+
+const SHARD_TIMING: [&str; 16] = [
+    "--vm-driver",
+    "fake",
+    "--fake-engine-latency",
+    "50ms",
+    "--shards",
+    "6",
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "500ms",
+    "--refresh-interval",
+    "5s",
+    "--threads",
+    "2",
+];
+
+/// Holder of every shard Lease of the ring `controller101` in `ns` ("" for none).
+async fn shard_holders(cluster: &Cluster, ns: &str, shards: u32) -> Vec<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await.unwrap(), ns);
+    let mut holders = Vec::new();
+    for shard in 0..shards {
+        let holder = leases
+            .get_opt(&format!("controller101-shard-{shard}"))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        holders.push(holder);
+    }
+    holders
+}
+
+/// Creates `n` VMs named vm-0.. in one `kubectl apply`.
+fn apply_vms(cluster: &Cluster, ns: &str, n: usize) {
+    let manifest: String = (0..n)
+        .map(|i| format!(
+            "---\napiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: vm-{i}}}\nspec: {{resource: {{cpu: \"100m\", memory: \"32Mi\"}}}}\n"
+        ))
+        .collect();
+    let path = cluster.dir().join(format!("{ns}-vms.yaml"));
+    std::fs::write(&path, manifest).unwrap();
+    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+}
+
+/// How many of the namespace's VMs are Active.
+async fn active_vms(vms: &Api<VirtualMachine>) -> usize {
+    vms.list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|vm| vm.phase() == Phase::Active)
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_replicas_share_300_vms_and_no_key_is_reconciled_by_two_at_once() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("shards").await.unwrap();
+    let vms: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let spawn = |identity: &str| {
+        Controller::spawn(cluster, &ns, "unix:///nonexistent", identity, &SHARD_TIMING)
+    };
+    let started = Instant::now();
+
+    // Two replicas, 300 VMs: all Active, the shards split 3/3.
+    let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = vec![
+        ("a".into(), spawn("a"), None),
+        ("b".into(), spawn("b"), None),
+    ];
+    apply_vms(cluster, &ns, 300);
+    eventually("300 VMs Active", Duration::from_secs(180), || async {
+        (active_vms(&vms).await == 300).then_some(())
+    })
+    .await;
+    let count = |holders: &[String], who: &str| holders.iter().filter(|h| *h == who).count();
+    eventually(
+        "a and b hold 3 shards each",
+        Duration::from_secs(60),
+        || async {
+            let h = shard_holders(cluster, &ns, 6).await;
+            (count(&h, "a") == 3 && count(&h, "b") == 3).then_some(())
+        },
+    )
+    .await;
+    println!(
+        "sharding: 300 VMs Active on 2 replicas after {:?}",
+        started.elapsed()
+    );
+
+    // A third joins: two shards each.
+    replicas.push(("c".into(), spawn("c"), None));
+    eventually("2 shards each", Duration::from_secs(60), || async {
+        let h = shard_holders(cluster, &ns, 6).await;
+        (count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2).then_some(())
+    })
+    .await;
+
+    // SIGKILL a: its shards are owned again within lease duration + retry period.
+    replicas[0].2 = Some(jiff_now::now());
+    let killed = Instant::now();
+    replicas[0].1.kill();
+    let taken = eventually("a's shards taken over", Duration::from_secs(60), || async {
+        let h = shard_holders(cluster, &ns, 6).await;
+        (count(&h, "b") == 3 && count(&h, "c") == 3).then(|| killed.elapsed())
+    })
+    .await;
+    println!(
+        "sharding: a SIGKILLed, its shards owned again after {taken:?} (lease 4 s + retry 0.5 s)"
+    );
+    assert!(
+        taken < Duration::from_secs(8),
+        "a dead replica's shards are taken once its Leases expire, not a second lease later: {taken:?}"
+    );
+
+    // SIGSTOP b past its lease, then SIGCONT: c takes everything meanwhile; b comes back and
+    // gets its share again.
+    replicas[1].2 = Some(jiff_now::now());
+    replicas[1].1.signal(libc::SIGSTOP);
+    eventually("c holds every shard", Duration::from_secs(60), || async {
+        let h = shard_holders(cluster, &ns, 6).await;
+        (count(&h, "c") == 6).then_some(())
+    })
+    .await;
+    replicas[1].1.signal(libc::SIGCONT);
+    replicas.push(("d".into(), spawn("d"), None));
+    eventually(
+        "b, c and d hold 2 shards each",
+        Duration::from_secs(60),
+        || async {
+            let h = shard_holders(cluster, &ns, 6).await;
+            (count(&h, "b") == 2 && count(&h, "c") == 2 && count(&h, "d") == 2).then_some(())
+        },
+    )
+    .await;
+    eventually("300 VMs Active again", Duration::from_secs(120), || async {
+        (active_vms(&vms).await == 300).then_some(())
+    })
+    .await;
+    // Let a few refresh rounds run on the new map.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // No key was reconciled by two replicas at once. A reconcile open when its process was
+    // stopped or killed ends there (a stopped process does nothing while stopped; the one
+    // in flight is dropped at its fence when it resumes).
+    let mut intervals = Vec::new();
+    let mut per_replica = Vec::new();
+    for (identity, controller, frozen_at) in &replicas {
+        let log = controller.log_text();
+        let mine = reconcile_intervals(&log);
+        per_replica.push((identity.clone(), mine.len()));
+        for (key, start, end) in mine {
+            let end = match (end, *frozen_at) {
+                (Some(end), Some(frozen)) if start < frozen && end > frozen => frozen,
+                (Some(end), _) => end,
+                (None, Some(frozen)) if start < frozen => frozen,
+                (None, _) => jiff_now::now(),
+            };
+            intervals.push((identity.clone(), key, start, end));
+        }
+    }
+    intervals.sort_by(|a, b| (&a.1, a.2).cmp(&(&b.1, b.2)));
+    let mut overlaps = Vec::new();
+    for (i, a) in intervals.iter().enumerate() {
+        for b in &intervals[i + 1..] {
+            if b.1 != a.1 || b.2 >= a.3 {
+                break;
+            }
+            if a.0 != b.0 {
+                overlaps.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    println!(
+        "sharding: {} reconciles ({per_replica:?}), overlaps {}, {:?} in all",
+        intervals.len(),
+        overlaps.len(),
+        started.elapsed()
+    );
+    assert!(
+        overlaps.is_empty(),
+        "two replicas reconciled one key at once: {:?}",
+        &overlaps[..overlaps.len().min(5)]
+    );
+    for (identity, count) in &per_replica {
+        assert!(*count > 0, "{identity} reconciled nothing");
+    }
+    for (_, controller, _) in replicas.iter_mut() {
+        controller.kill();
+    }
+}

@@ -2,12 +2,14 @@
 //! `--master`, one dash or two) plus `--workers`, `--resync`, `--namespace` and
 //! controller-runtime's `--metrics-bind-address` / `--health-probe-bind-address`; the cluster
 //! is found as client-go's clientcmd loading rules find it (see `common::ClusterArgs`).
-//! SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
+//! `--shards N` splits the Foos over N shards held through Leases, so that replicas share the
+//! work (`kubeloop::controller::sharding`). SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
 //! (client-go's `SetupSignalHandler`).
 
 use std::time::Duration;
 
 use anyhow::Context;
+use kubeloop::controller::ShardingConfig;
 use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
 use kubeloop::ops::OpsArgs;
 
@@ -29,6 +31,17 @@ pub struct Args {
     /// off.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = common::duration::non_negative)]
     pub resync: Duration,
+    /// Split the Foos over this many shards, each held through a Lease of its own, so that
+    /// several replicas work at once (0: off, one process does everything). Every replica
+    /// must be given the same number.
+    #[arg(long, default_value_t = 0)]
+    pub shards: u32,
+    /// Name of the shard ring (prefix of its Leases).
+    #[arg(long, default_value = "sample-controller")]
+    pub shard_ring: String,
+    /// Namespace of the shard ring's Leases (default: $POD_NAMESPACE, then "default").
+    #[arg(long)]
+    pub shard_lease_namespace: Option<String>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -39,6 +52,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         workers: usize::from(args.workers),
         resync: args.resync,
         namespace: args.namespace.clone(),
+        sharding: (args.shards > 0).then(|| {
+            ShardingConfig::new(
+                args.shard_ring.clone(),
+                args.shards,
+                common::holder_identity(None),
+            )
+        }),
+        sharding_namespace: args
+            .shard_lease_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "default".to_string()),
         ..Default::default()
     };
     common::serve_controller_ops(

@@ -1,7 +1,9 @@
 //! `kubeloop vm-controller`: controller101's `cmd/main.go` with its flags, on kubeloop's stack.
 //!
 //! Leader election (on by default) wraps the controller: only the holder of the Lease
-//! `--lease-lock-namespace/--lease-lock-name` runs it. SIGINT / SIGTERM stop the controller
+//! `--lease-lock-namespace/--lease-lock-name` runs it. With `--shards N` the VMs are split
+//! over N shards instead, each held through a Lease `<lease-lock-name>-shard-<i>`, and every
+//! replica works on the shards it holds (`kubeloop::controller::sharding`). SIGINT / SIGTERM stop the controller
 //! (workers drained), release the Lease so a standby takes over at once, and exit 0. Losing
 //! the Lease exits 1 (the process manager restarts it; client-go's `Run` also does not
 //! re-contend).
@@ -20,6 +22,7 @@ use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
 use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig, Driver, FakeDriver};
 use kubeloop::controller::vm::{self, VmControllerConfig, VmControllerError};
+use kubeloop::controller::{LeaseRing, ShardRing, ShardingConfig};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -56,6 +59,17 @@ pub struct Args {
     /// Interval between election attempts.
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub retry_period: Duration,
+    /// Split the VMs over this many shards, each held through a Lease of its own, so that
+    /// every replica works on its share at once instead of one leader on all (0: off, one
+    /// leader under --leader-elect). The ring's Leases are named after --lease-lock-name in
+    /// --lease-lock-namespace and use the same lease timings. Every replica must be given the
+    /// same number.
+    #[arg(long, default_value_t = 0)]
+    pub shards: u32,
+    /// With --vm-driver fake: each status call (one per VM refresh) takes this long, standing
+    /// in for a slow engine (e.g. 50ms).
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = common::duration::non_negative)]
+    pub fake_engine_latency: Duration,
     /// Where VMs run: docker ($DOCKER_HOST, default unix:///run/kubeloop/podman.sock) or fake (in memory).
     #[arg(long, value_enum, default_value_t = VmDriver::Docker)]
     pub vm_driver: VmDriver,
@@ -98,7 +112,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
             .await
         }
-        VmDriver::Fake => run_with(args, client, FakeDriver::new(), config, shutdown).await,
+        VmDriver::Fake => {
+            let driver = FakeDriver::new().with_status_latency(args.fake_engine_latency);
+            run_with(args, client, driver, config, shutdown).await
+        }
     }
 }
 
@@ -119,6 +136,39 @@ async fn run_with<D: Driver>(
         "informer-sync",
         "the VirtualMachine informer has not synced",
     );
+    let namespace = args
+        .lease_lock_namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "default".to_string());
+    if args.shards > 0 {
+        let identity = common::holder_identity(args.holder_identity.as_deref());
+        let sharding = ShardingConfig {
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
+        };
+        let ring = ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
+            .context("invalid sharding settings")?;
+        common::serve_controller_ops(
+            &args.ops,
+            &config.cache_metrics,
+            config.ready.clone(),
+            ready_check,
+            None,
+            &shutdown,
+        )
+        .await?;
+        info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, "joining the shard ring");
+        vm::run_sharded(client, driver, config, shutdown, ring).await?;
+        info!("shut down; shard Leases released");
+        return Ok(());
+    }
     if !args.leader_elect {
         common::serve_controller_ops(
             &args.ops,
@@ -141,15 +191,6 @@ async fn run_with<D: Driver>(
     }
 
     let identity = common::holder_identity(args.holder_identity.as_deref());
-    let namespace = args
-        .lease_lock_namespace
-        .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| "default".to_string());
     let election = LeaderElectionConfig {
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,

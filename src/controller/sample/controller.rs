@@ -30,7 +30,8 @@ use super::sync::sync_handler;
 use super::types::Foo;
 use crate::cache::{CacheMetrics, FactoryOptions, SharedInformerFactory};
 use crate::controller::{
-    Controller, ControllerError as RuntimeError, ReconcileContext, default_error_policy,
+    Controller, ControllerError as RuntimeError, LeaseRing, ReconcileContext, ShardRing,
+    ShardingConfig, default_error_policy,
 };
 use crate::record::EventBroadcaster;
 use crate::workqueue::{MetricsProvider, sample_controller_rate_limiter};
@@ -57,6 +58,11 @@ pub struct ControllerConfig {
     /// Set once the caches have synced and the workers run; cleared when shutdown starts
     /// (what `/readyz` reports).
     pub ready: Arc<AtomicBool>,
+    /// Split the Foos over shards held through Leases in `sharding_namespace`, so that several
+    /// replicas work at once (`None`: one process does everything, as sample-controller).
+    pub sharding: Option<ShardingConfig>,
+    /// Namespace of the shard ring's Leases.
+    pub sharding_namespace: String,
 }
 
 impl Default for ControllerConfig {
@@ -69,6 +75,8 @@ impl Default for ControllerConfig {
             queue_metrics: None,
             cache_metrics: CacheMetrics::default(),
             ready: Arc::default(),
+            sharding: None,
+            sharding_namespace: "default".to_string(),
         }
     }
 }
@@ -101,6 +109,13 @@ pub async fn run(
     if let Some(provider) = config.queue_metrics.clone() {
         controller = controller.queue_metrics(provider);
     }
+    if let Some(sharding) = config.sharding.clone() {
+        let ring = ShardRing::new(
+            sharding,
+            LeaseRing::new(client.clone(), &config.sharding_namespace),
+        )?;
+        controller = controller.sharding(ring);
+    }
     tokio::spawn(warn_if_crd_missing(
         client.clone(),
         config.namespace.clone(),
@@ -126,7 +141,8 @@ pub async fn run(
             Err(ControllerError::CacheSync { not_synced })
         }
         Err(RuntimeError::Handler(e)) => Err(e.into()),
-        // Only a controller under leader election can lose it; this one runs without.
+        // Only a controller under leader election can lose it; this one runs without (shard
+        // electors contend again after a loss).
         Err(RuntimeError::LeadershipLost(reason)) => unreachable!("no leader election: {reason:?}"),
     }
 }

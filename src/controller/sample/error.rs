@@ -86,4 +86,7 @@ pub enum ControllerError {
     /// An event handler could not be registered (the informer was already shut down).
     #[error("registering event handlers: {0}")]
     Handler(#[from] crate::cache::InformerError),
+    /// The sharding settings cannot work.
+    #[error(transparent)]
+    Sharding(#[from] crate::controller::ShardingError),
 }

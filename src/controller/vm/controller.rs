@@ -33,6 +33,7 @@ use super::sweep::{DEFAULT_SWEEP_INTERVAL, sweep_orphans};
 use super::types::VirtualMachine;
 use crate::cache::{FactoryOptions, SharedInformerFactory};
 use crate::controller::context::ReconcileContext;
+use crate::controller::sharding::{RingStore, ShardRing};
 use crate::controller::{Action, Controller, ControllerError, ErrorAction};
 use crate::leaderelection::{LeaderElector, ResourceLock, StopReason};
 use crate::record::EventBroadcaster;
@@ -91,6 +92,43 @@ pub async fn run<D: Driver, L: ResourceLock>(
     stop: CancellationToken,
     elector: Option<LeaderElector<L>>,
 ) -> Result<(), VmControllerError> {
+    run_as(
+        client,
+        driver,
+        config,
+        stop,
+        move |controller| match elector {
+            Some(elector) => controller.leader_election(elector),
+            None => controller,
+        },
+    )
+    .await
+}
+
+/// As [`run`], with VMs split over the shards of `ring`: several replicas work at once, each on
+/// the VMs of the shards it holds (see [`crate::controller::sharding`]). The orphan sweep runs
+/// on the holder of shard 0.
+pub async fn run_sharded<D: Driver, R: RingStore>(
+    client: Client,
+    driver: D,
+    config: VmControllerConfig,
+    stop: CancellationToken,
+    ring: ShardRing<R>,
+) -> Result<(), VmControllerError> {
+    run_as(client, driver, config, stop, move |controller| {
+        controller.sharding(ring)
+    })
+    .await
+}
+
+/// The controller, with `coordinate` choosing how replicas share the work.
+async fn run_as<D: Driver>(
+    client: Client,
+    driver: D,
+    config: VmControllerConfig,
+    stop: CancellationToken,
+    coordinate: impl FnOnce(Controller<VirtualMachine>) -> Controller<VirtualMachine>,
+) -> Result<(), VmControllerError> {
     let factory = SharedInformerFactory::new(
         client.clone(),
         FactoryOptions {
@@ -120,9 +158,7 @@ pub async fn run<D: Driver, L: ResourceLock>(
     controller = controller.leader_task("orphan-sweep", move |ctx| {
         sweep_every(Arc::clone(&sweeper), namespace.clone(), interval, ctx)
     });
-    if let Some(elector) = elector {
-        controller = controller.leader_election(elector);
-    }
+    controller = coordinate(controller);
     info!(
         engine = reconciler.driver().engine(),
         workers = config.workers,

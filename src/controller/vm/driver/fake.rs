@@ -28,6 +28,8 @@ pub struct FakeDriver {
     inner: Arc<Mutex<Inner>>,
     /// True while creates are held in flight ([`FakeDriver::hold_creates`]).
     creates_held: Arc<watch::Sender<bool>>,
+    /// How long each status call takes ([`FakeDriver::with_status_latency`]).
+    status_latency: std::time::Duration,
 }
 
 impl Default for FakeDriver {
@@ -35,6 +37,7 @@ impl Default for FakeDriver {
         Self {
             inner: Arc::default(),
             creates_held: Arc::new(watch::Sender::new(false)),
+            status_latency: std::time::Duration::ZERO,
         }
     }
 }
@@ -68,6 +71,14 @@ const ENGINE: &str = "fake engine";
 impl FakeDriver {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every status call (one per refresh of a VM) takes `latency`, standing in for a slow
+    /// engine or cloud API (`--fake-engine-latency`; the sharding benchmark's per-reconcile
+    /// cost).
+    pub fn with_status_latency(mut self, latency: std::time::Duration) -> Self {
+        self.status_latency = latency;
+        self
     }
 
     /// The next `n` creates fail with an engine error.
@@ -308,6 +319,9 @@ impl Driver for FakeDriver {
     }
 
     async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
+        if !self.status_latency.is_zero() {
+            tokio::time::sleep(self.status_latency).await;
+        }
         let inner = self.begin("status", name)?;
         Ok(inner.servers.get(name).map(FakeServer::status))
     }
