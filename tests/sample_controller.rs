@@ -868,3 +868,81 @@ async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_erro
     );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
 }
+
+/// A sharded replica of the controller in this process, contending as `identity`.
+fn start_sharded(client: &Client, namespace: &str, identity: &str) -> Running {
+    let shutdown = CancellationToken::new();
+    let config = ControllerConfig {
+        namespace: Some(namespace.to_string()),
+        sharding: Some(kubeloop::controller::ShardingConfig {
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(500),
+            ..kubeloop::controller::ShardingConfig::new("foos", 4, identity)
+        }),
+        sharding_namespace: namespace.to_string(),
+        ..Default::default()
+    };
+    let task = tokio::spawn(run(client.clone(), config, shutdown.clone()));
+    Running { shutdown, task }
+}
+
+/// Holders of the ring `foos`'s four shard Leases.
+async fn foo_shard_holders(client: &Client, namespace: &str) -> Vec<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), namespace);
+    let mut holders = Vec::new();
+    for shard in 0..4 {
+        holders.push(
+            leases
+                .get_opt(&format!("foos-shard-{shard}"))
+                .await
+                .unwrap()
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default(),
+        );
+    }
+    holders
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_stops() {
+    let (client, ns, apis) = setup("sample-shards").await;
+    let first = start_sharded(&client, &ns, "first");
+    let second = start_sharded(&client, &ns, "second");
+    eventually("two shards each", WAIT, || async {
+        let h = foo_shard_holders(&client, &ns).await;
+        h.iter().filter(|h| *h == "first").count() == 2
+            && h.iter().filter(|h| *h == "second").count() == 2
+    })
+    .await;
+    for i in 0..6 {
+        apis.foos
+            .create(&PostParams::default(), &foo(&format!("foo-{i}"), &format!("dep-{i}"), 1))
+            .await
+            .unwrap();
+    }
+    for i in 0..6 {
+        wait_available(&apis, &format!("foo-{i}"), &format!("dep-{i}"), 1).await;
+    }
+
+    // The first stops (SIGTERM's path): its shards are released after its reconciles ended
+    // and the second takes them; a change to any Foo is then made by the second.
+    first.stop().await;
+    eventually("the second holds every shard", WAIT, || async {
+        foo_shard_holders(&client, &ns).await.iter().all(|h| h == "second")
+    })
+    .await;
+    for i in 0..6 {
+        set_replicas(&apis.foos, &format!("foo-{i}"), 2).await;
+    }
+    for i in 0..6 {
+        wait_available(&apis, &format!("foo-{i}"), &format!("dep-{i}"), 2).await;
+    }
+    second.stop().await;
+    assert!(
+        foo_shard_holders(&client, &ns).await.iter().all(String::is_empty),
+        "a stopped replica releases its shards"
+    );
+}
