@@ -919,7 +919,10 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
     .await;
     for i in 0..6 {
         apis.foos
-            .create(&PostParams::default(), &foo(&format!("foo-{i}"), &format!("dep-{i}"), 1))
+            .create(
+                &PostParams::default(),
+                &foo(&format!("foo-{i}"), &format!("dep-{i}"), 1),
+            )
             .await
             .unwrap();
     }
@@ -931,7 +934,10 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
     // and the second takes them; a change to any Foo is then made by the second.
     first.stop().await;
     eventually("the second holds every shard", WAIT, || async {
-        foo_shard_holders(&client, &ns).await.iter().all(|h| h == "second")
+        foo_shard_holders(&client, &ns)
+            .await
+            .iter()
+            .all(|h| h == "second")
     })
     .await;
     for i in 0..6 {
@@ -942,7 +948,10 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
     }
     second.stop().await;
     assert!(
-        foo_shard_holders(&client, &ns).await.iter().all(String::is_empty),
+        foo_shard_holders(&client, &ns)
+            .await
+            .iter()
+            .all(String::is_empty),
         "a stopped replica releases its shards"
     );
 }
