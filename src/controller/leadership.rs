@@ -9,6 +9,10 @@
 //! steps down. Workers take keys only during a term; every reconcile runs inside the term's
 //! task tracker, with a [`ReconcileContext`] whose token is a child of the term's.
 //!
+//! With sharding ([`super::sharding`]) each shard a replica holds is a term of its own, with
+//! its own Lease; the gate knows which shards are open and hands a worker the term of the
+//! key's shard. Everything below holds per shard.
+//!
 //! # The guarantee
 //! Every reconcile (and leader task) started in a term has *ended* (returned, or been dropped
 //! by its worker) before any other candidate can acquire the Lease, measured on this process's

@@ -4,7 +4,10 @@
 //! 1. register the event handlers, start every informer, wait for every cache (a shutdown
 //!    meanwhile returns [`ControllerError::CacheSync`] naming the informers not synced);
 //! 2. readiness on; the workers start, behind the leadership gate ([`super::leadership`]);
-//! 3. without leader election the gate opens at once for one endless term; with it, the
+//! 3. without leader election the gate opens at once for one endless term; with sharding
+//!    ([`super::sharding`]) the ring runs one elector per shard this replica should hold, and
+//!    each shard's term opens the gate for that shard's keys only (keys of other shards are
+//!    parked until their shard opens here); with leader election the
 //!    elector runs and each leadership term opens the gate and starts the leader tasks; when
 //!    the term ends the gate goes back to standby, in-flight reconciles are cancelled through
 //!    their context and the term waits until every one has ended (dropped at the fence if it
