@@ -439,6 +439,15 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             }),
             last_update_time: Some(now()),
         };
+        if vm
+            .status
+            .as_ref()
+            .is_some_and(|s| same_to_a_user(s, &active))
+        {
+            // Nothing a user would see changed: no write (with hundreds of VMs refreshed every
+            // few seconds, unchanged writes would be most of the apiserver's load).
+            return Ok(Action::RequeueAfter(self.config.refresh_interval));
+        }
         match self.set_status(vm, active, ctx).await? {
             Some(_) => Ok(Action::RequeueAfter(self.config.refresh_interval)),
             None => Ok(Action::Done),
@@ -478,6 +487,24 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
         Ok(write_status(&self.api, vm, status, ctx).await?)
     }
+}
+
+/// A usage change smaller than this (percentage points) is not worth a status write.
+pub const USAGE_WRITE_THRESHOLD: f64 = 1.0;
+
+/// True if `new` would show a user nothing that `old` does not: the same phase, reason and
+/// server, and CPU and memory within [`USAGE_WRITE_THRESHOLD`] points (`lastUpdateTime` is
+/// then the time of the last change that was written).
+fn same_to_a_user(old: &VirtualMachineStatus, new: &VirtualMachineStatus) -> bool {
+    let (Some(o), Some(n)) = (&old.server, &new.server) else {
+        return false;
+    };
+    old.phase == new.phase
+        && old.reason == new.reason
+        && o.id == n.id
+        && o.state == n.state
+        && (o.usage.cpu - n.usage.cpu).abs() < USAGE_WRITE_THRESHOLD
+        && (o.usage.memory - n.usage.memory).abs() < USAGE_WRITE_THRESHOLD
 }
 
 /// Awaits `call`, or stops waiting once `ctx` is cancelled (a call that finished wins a tie).
@@ -610,6 +637,31 @@ mod tests {
             .usage;
         assert_eq!((usage.cpu, usage.memory), (97.12, 12.5));
         assert_eq!(driver.calls("create"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_refresh_that_changes_nothing_a_user_sees_writes_no_status() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        driver.set_usage(SERVER, 40.0, 10.0);
+        r.reconcile(&key, &ctx()).await.unwrap();
+        let writes = api.status_writes();
+        // Below the threshold on both: still requeued, nothing written.
+        driver.set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD / 2.0, 10.3);
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
+        assert_eq!(api.status_writes(), writes);
+        // A move of the threshold or more is written.
+        driver.set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD, 10.0);
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(api.status_writes(), writes + 1);
+        // So is a changed state, whatever the usage.
+        driver.stop(SERVER);
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert!(api.status_writes() > writes + 1);
     }
 
     #[tokio::test]
