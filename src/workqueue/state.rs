@@ -345,7 +345,6 @@ impl<T: Hash + Eq + Clone> Shared<T> {
         }
         true
     }
-
 }
 
 impl<T> Shared<T> {
@@ -369,10 +368,12 @@ impl<T: Hash + Eq + Clone> Future for Get<'_, T> {
         let this = self.get_mut();
         let shared = this.shared;
         let mut state = shared.state.lock();
-        let mut wake = Wakeups::default();
+        let mut wake = None;
         if !state.waiting.is_empty() {
             let now = state.now();
-            state.promote_ready(now, shared.hooks(), &mut wake);
+            let mut promoted = Wakeups::default();
+            state.promote_ready(now, shared.hooks(), &mut promoted);
+            wake = Some(promoted);
         }
         let outcome = if let Some(item) = state.take(shared.hooks()) {
             if let Some(ticket) = this.ticket.take() {
@@ -399,7 +400,9 @@ impl<T: Hash + Eq + Clone> Future for Get<'_, T> {
             Poll::Pending
         };
         drop(state);
-        wake.wake_all();
+        if let Some(wake) = wake {
+            wake.wake_all();
+        }
         outcome
     }
 }
