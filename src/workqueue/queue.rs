@@ -23,6 +23,7 @@
 //! - A plain queue has no timer: only the delaying face (`delaying_queue.rs`) starts one.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -145,8 +146,9 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// # Cancel safety
     /// Cancel safe: an item is only taken in the poll that returns it, and a wake-up meant for
     /// a cancelled `get` passes to another parked `get`.
-    pub async fn get(&self) -> Option<T> {
-        self.shared.get(None).await
+    #[allow(clippy::manual_async_fn)] // the future itself, not an `async` wrapper around it
+    pub fn get(&self) -> impl Future<Output = Option<T>> + Send + '_ {
+        self.shared.get(None)
     }
 
     /// Marks `item` as done processing; if it was added again meanwhile, it goes back in line.

@@ -553,23 +553,25 @@ impl<T> State<T> {
 
     /// Occupies the slot [`next_slot`](Self::next_slot) names, in a fresh state for `key`.
     fn occupy(&mut self, key: T, hash: u64) -> u32 {
-        let slot = Slot {
-            key: Some(key),
-            hash,
-            dirty: false,
-            processing: false,
-            ready: None,
-            added_at: None,
-            started_at: None,
-        };
         match self.free.pop() {
             Some(i) => {
-                self.slots[i as usize] = slot;
+                // A free slot is already clean (see `vacate`): set what differs.
+                let slot = &mut self.slots[i as usize];
+                slot.key = Some(key);
+                slot.hash = hash;
                 i
             }
             None => {
                 let i = u32::try_from(self.slots.len()).expect("more than 2^32 items in a queue");
-                self.slots.push(slot);
+                self.slots.push(Slot {
+                    key: Some(key),
+                    hash,
+                    dirty: false,
+                    processing: false,
+                    ready: None,
+                    added_at: None,
+                    started_at: None,
+                });
                 i
             }
         }
@@ -579,6 +581,9 @@ impl<T> State<T> {
     /// unlocking.
     fn vacate(&mut self, i: u32) -> Option<T> {
         let slot = &mut self.slots[i as usize];
+        slot.dirty = false;
+        slot.processing = false;
+        slot.ready = None;
         slot.started_at = None;
         slot.added_at = None;
         self.free.push(i);
