@@ -22,6 +22,7 @@
 //! Invariant: at most one timer task per queue is alive (`State::timer_running`); a new one is
 //! spawned, by this face only, when none is and the heap is not empty.
 
+use std::future::Future;
 use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::{Arc, Weak};
@@ -128,8 +129,8 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Queue::get`].
-    pub async fn get(&self) -> Option<T> {
-        self.queue.shared.get(Some(ensure_timer)).await
+    pub fn get(&self) -> impl Future<Output = Option<T>> + Send + '_ {
+        self.queue.shared.get(Some(ensure_timer))
     }
 
     /// Entries waiting for their time. An item whose time an earlier `add_after` brought

@@ -146,7 +146,6 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// # Cancel safety
     /// Cancel safe: an item is only taken in the poll that returns it, and a wake-up meant for
     /// a cancelled `get` passes to another parked `get`.
-    #[allow(clippy::manual_async_fn)] // the future itself, not an `async` wrapper around it
     pub fn get(&self) -> impl Future<Output = Option<T>> + Send + '_ {
         self.shared.get(None)
     }
