@@ -18,7 +18,7 @@
 //! type a `FLOOR... <ns>` line: one uncontended lock/unlock of the queue's mutex type plus one
 //! lookup in the queue's hash table type, the physical limit of a locked queue. Run with
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
-//! workloads.
+//! workloads and `KUBELOOP_BENCH_KEYS=string,arc,static` key types.
 
 use std::future::Future;
 use std::hash::Hash;
@@ -90,9 +90,18 @@ fn keys<K: Key>(n: usize) -> Arc<Vec<K>> {
 }
 
 fn main() {
-    run_all::<String>();
-    run_all::<Arc<str>>();
-    run_all::<&'static str>();
+    // `KUBELOOP_BENCH_KEYS=string,arc,static` picks key types (all by default), to profile one.
+    let picked = std::env::var("KUBELOOP_BENCH_KEYS").unwrap_or_default();
+    let wants = |name: &str| picked.is_empty() || picked.split(',').any(|k| k == name);
+    if wants("string") {
+        run_all::<String>();
+    }
+    if wants("arc") {
+        run_all::<Arc<str>>();
+    }
+    if wants("static") {
+        run_all::<&'static str>();
+    }
 }
 
 fn run_all<K: Key>() {
