@@ -1,21 +1,24 @@
 //! The Rust side of `hack/bench-vs-client-go`: the workloads of
-//! `hack/go/bench-workqueue/main.go` (same item counts, producers, workers, delays and key
-//! strings), plus Rust translations of client-go's own `BenchmarkQueue` and
+//! `hack/go/bench-workqueue/main.go` (same item counts, producers, workers, pacing, delays and
+//! key strings), plus Rust translations of client-go's own `BenchmarkQueue` and
 //! `BenchmarkDelayingQueue_AddAfter`.
 //!
-//! Every workload runs with two key types:
+//! Every workload runs with three key types:
+//! - `String` (lines `RESULT_STRING`): what kubeloop's controllers queue (`namespace/name`).
+//!   A clone allocates and copies; the workloads clone a key for every add, as a controller
+//!   builds a key for every event. This is the headline table.
+//! - `Arc<str>` (lines `RESULT_ARC`): shared keys; every clone and drop is an atomic on the
+//!   key's reference count, which Go does not pay.
 //! - `&'static str` (lines `RESULT`): the exact analogue of a Go `string`, a pointer and a
-//!   length whose copy neither allocates nor counts references. This compares the queues.
-//! - `Arc<str>` (lines `RESULT_ARC`): what a Rust controller holding shared keys would use.
-//!   Every clone and drop is an atomic on the key's reference count, which Go does not pay;
-//!   with several threads adding the same few keys that count's cache line bounces between
-//!   cores.
+//!   length whose copy neither allocates nor counts references.
 //!
-//! Output: one line per workload and key type, `RESULT <workload> <ops per second>`, the
+//! Output: one line per workload and key type, `<label> <workload> <ops per second>`, the
 //! median of `KUBELOOP_BENCH_RUNS` runs (default 5), or the best with
-//! `KUBELOOP_BENCH_STAT=best`. Run with
+//! `KUBELOOP_BENCH_STAT=best`; the dedup workload adds a `HANDED_OUT...` line, and each key
+//! type a `FLOOR... <ns>` line: one uncontended lock/unlock of the queue's mutex type plus one
+//! lookup in the queue's hash table type, the physical limit of a locked queue. Run with
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
-//! workloads.
+//! workloads and `KUBELOOP_BENCH_KEYS=string,arc,static` key types.
 
 use std::future::Future;
 use std::hash::Hash;
@@ -31,6 +34,8 @@ trait Key: Clone + Hash + Eq + Send + Sync + 'static {
     const LABEL: &'static str;
     /// The label of the "items handed out to workers" lines (dedup only).
     const HANDED_OUT_LABEL: &'static str;
+    /// The label of the floor line.
+    const FLOOR_LABEL: &'static str;
     fn make(s: String) -> Self;
     /// `key-0` .. `key-199999`, built once.
     fn all() -> &'static [Self];
@@ -39,6 +44,7 @@ trait Key: Clone + Hash + Eq + Send + Sync + 'static {
 impl Key for &'static str {
     const LABEL: &'static str = "RESULT";
     const HANDED_OUT_LABEL: &'static str = "HANDED_OUT";
+    const FLOOR_LABEL: &'static str = "FLOOR";
     fn make(s: String) -> Self {
         Box::leak(s.into_boxed_str())
     }
@@ -51,11 +57,25 @@ impl Key for &'static str {
 impl Key for Arc<str> {
     const LABEL: &'static str = "RESULT_ARC";
     const HANDED_OUT_LABEL: &'static str = "HANDED_OUT_ARC";
+    const FLOOR_LABEL: &'static str = "FLOOR_ARC";
     fn make(s: String) -> Self {
         Arc::from(s)
     }
     fn all() -> &'static [Self] {
         static KEYS: LazyLock<Vec<Arc<str>>> = LazyLock::new(make_keys);
+        &KEYS
+    }
+}
+
+impl Key for String {
+    const LABEL: &'static str = "RESULT_STRING";
+    const HANDED_OUT_LABEL: &'static str = "HANDED_OUT_STRING";
+    const FLOOR_LABEL: &'static str = "FLOOR_STRING";
+    fn make(s: String) -> Self {
+        s
+    }
+    fn all() -> &'static [Self] {
+        static KEYS: LazyLock<Vec<String>> = LazyLock::new(make_keys);
         &KEYS
     }
 }
@@ -70,8 +90,18 @@ fn keys<K: Key>(n: usize) -> Arc<Vec<K>> {
 }
 
 fn main() {
-    run_all::<&'static str>();
-    run_all::<Arc<str>>();
+    // `KUBELOOP_BENCH_KEYS=string,arc,static` picks key types (all by default), to profile one.
+    let picked = std::env::var("KUBELOOP_BENCH_KEYS").unwrap_or_default();
+    let wants = |name: &str| picked.is_empty() || picked.split(',').any(|k| k == name);
+    if wants("string") {
+        run_all::<String>();
+    }
+    if wants("arc") {
+        run_all::<Arc<str>>();
+    }
+    if wants("static") {
+        run_all::<&'static str>();
+    }
 }
 
 fn run_all<K: Key>() {
@@ -110,6 +140,12 @@ fn run_all<K: Key>() {
     };
     let report = |name: &str, f: &mut dyn FnMut() -> f64| counted(name, &mut || (f(), None));
 
+    if only
+        .as_deref()
+        .is_none_or(|o| "floor".contains(o) || "single".contains(o))
+    {
+        println!("{} lock+lookup {:.1}", K::FLOOR_LABEL, floor_ns::<K>());
+    }
     report("client-go/BenchmarkQueue", &mut || {
         client_go_benchmark_queue::<K>()
     });
@@ -133,6 +169,27 @@ fn run_all<K: Key>() {
     report("rate-limited/add-10k-default", &mut || {
         rate_limited_add::<K>()
     });
+}
+
+/// One uncontended lock/unlock of the queue's mutex type (parking_lot) around one successful
+/// lookup in the queue's hash table type (hashbrown, default hasher) with 1000 keys of type
+/// `K`, in nanoseconds: the cost a locked queue pays at least once per call.
+fn floor_ns<K: Key>() -> f64 {
+    const N: usize = 5_000_000;
+    let k = keys::<K>(1000);
+    let table: parking_lot::Mutex<hashbrown::HashMap<K, u32>> =
+        parking_lot::Mutex::new(k.iter().cloned().zip(0..).collect());
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for i in 0..N {
+            let guard = table.lock();
+            std::hint::black_box(guard.get(std::hint::black_box(&k[i % 1000])));
+            drop(guard);
+        }
+        best = best.min(start.elapsed().as_secs_f64() * 1e9 / N as f64);
+    }
+    best
 }
 
 /// The delay generator the Go side uses too: the same seed gives the same delays.
@@ -231,20 +288,19 @@ fn single_batch<K: Key>() -> f64 {
     })
 }
 
-/// What a producer task does between adds. tokio schedules cooperatively: a task whose loop
-/// never awaits keeps its worker thread, and a `get` it wakes waits in that thread's
-/// (unstealable) LIFO slot until the loop ends, so the "concurrent" run is sequential. Go
-/// preempts goroutines instead. `consume_budget` is tokio's answer: it yields once the task
-/// has used its budget (128 operations), as any await on a tokio resource would.
-/// `KUBELOOP_BENCH_GREEDY=1` skips it, to show the effect.
-async fn cooperate() {
-    if !*GREEDY {
-        tokio::task::consume_budget().await;
+/// How many adds a producer makes between two yields, on both sides (Go: `runtime.Gosched`).
+/// tokio schedules cooperatively: a task whose loop never awaits keeps its worker thread, and
+/// a `get` it wakes waits in that thread's (unstealable) LIFO slot until the loop ends. Go
+/// preempts a goroutine only after 10 ms. Both sides therefore yield every `PACE` adds, so the
+/// workers get in equally often and the rows compare queues, not schedulers.
+const PACE: usize = 128;
+
+/// Yields after every [`PACE`]th add (`j` counts the producer's adds from 0).
+async fn pace(j: usize) {
+    if (j + 1) % PACE == 0 {
+        tokio::task::yield_now().await;
     }
 }
-
-static GREEDY: std::sync::LazyLock<bool> =
-    std::sync::LazyLock::new(|| std::env::var_os("KUBELOOP_BENCH_GREEDY").is_some());
 
 /// Spawns `workers` tasks that Get and Done until the queue is shut down and empty; each
 /// returns how many items it was handed (a local count: no shared counter to contend on).
@@ -275,9 +331,9 @@ async fn contended<K: Key>(p: usize, w: usize) -> f64 {
             let q = q.clone();
             let k = k.clone();
             tokio::spawn(async move {
-                for j in (i..N).step_by(p) {
+                for (n, j) in (i..N).step_by(p).enumerate() {
                     q.add(k[j].clone());
-                    cooperate().await;
+                    pace(n).await;
                 }
             })
         })
@@ -292,6 +348,8 @@ async fn contended<K: Key>(p: usize, w: usize) -> f64 {
     N as f64 / start.elapsed().as_secs_f64()
 }
 
+/// 4 producers each add 100k times, cycling over 100 keys; 4 workers process. Reports queue
+/// calls per second (adds + gets + dones) and how many items the workers were handed.
 async fn dedup<K: Key>() -> (f64, u64) {
     const PRODUCERS: usize = 4;
     const WORKERS: usize = 4;
@@ -307,7 +365,7 @@ async fn dedup<K: Key>() -> (f64, u64) {
             tokio::spawn(async move {
                 for j in 0..ADDS_EACH {
                     q.add(k[(i * 7 + j) % 100].clone());
-                    cooperate().await;
+                    pace(j).await;
                 }
             })
         })
@@ -320,10 +378,10 @@ async fn dedup<K: Key>() -> (f64, u64) {
     for t in workers {
         handed_out += t.await.unwrap();
     }
-    (
-        (PRODUCERS * ADDS_EACH) as f64 / start.elapsed().as_secs_f64(),
-        handed_out,
-    )
+    // Queue calls per second, adds + gets + dones, as the Go side counts them: how many items
+    // the workers are handed depends on when they get in, and each costs a get and a done.
+    let calls = (PRODUCERS * ADDS_EACH) as f64 + 2.0 * handed_out as f64;
+    (calls / start.elapsed().as_secs_f64(), handed_out)
 }
 
 fn add_after_drain<K: Key>() -> f64 {

@@ -12,33 +12,28 @@
 //!
 //! What differs on purpose (see STYLE.md, "Avoid"):
 //! - No 1000-slot channel, no waiting-loop goroutine, no 10 s heartbeat. The waiting items are
-//!   a binary heap inside the queue's own `Inner`, under the queue's one lock.
+//!   a binary heap inside the queue's state (`state.rs`), under the queue's one lock.
 //! - One timer task per delaying queue sleeps until the earliest ready time
 //!   (`sleep_until(next)`) and is woken early only when an `add_after` brings that time
 //!   forward, or on shutdown. It holds a weak reference and ends with the queue.
 //! - `get` and `len` also move items whose time has passed, so a busy queue does not wait for
 //!   the timer task to be scheduled.
 //!
-//! Invariants:
-//! - An entry of the heap is current iff the item's `ItemState::ready_at` equals the entry's
-//!   time; superseded entries (an earlier `add_after` came) stay in the heap and are skipped
-//!   when popped, which is cheaper than client-go's decrease-key with an index per entry.
-//! - At most one timer task per queue is alive (`Inner::timer_running`); a new one is
-//!   spawned only when none is.
+//! Invariant: at most one timer task per queue is alive (`State::timer_running`); a new one is
+//! spawned, by this face only, when none is and the heap is not empty.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::future::Future;
 use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use hashbrown::hash_map::Entry;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
 
 use super::metrics::QueueMetrics;
-use super::queue::{Inner, ItemState, Queue, QueueConfig, Shared, Stamp};
+use super::queue::{Queue, QueueConfig};
+use super::state::{Shared, State};
 
 /// A [`Queue`] that can also add an item after a delay. Derefs to the [`Queue`], as client-go's
 /// `TypedDelayingInterface` embeds `TypedInterface`.
@@ -62,19 +57,6 @@ pub struct DelayingQueue<T> {
     queue: Queue<T>,
     /// `workqueue_retries_total{name}`, for a named queue.
     retries: Option<Counter>,
-}
-
-/// The items of a delaying queue whose time has not come, earliest first.
-pub(super) struct WaitingHeap<T> {
-    heap: BinaryHeap<Waiting<T>>,
-    /// Orders entries with the same ready time by insertion, so equal delays come out FIFO.
-    next_seq: u64,
-}
-
-struct Waiting<T> {
-    ready_at: Stamp,
-    seq: u64,
-    item: T,
 }
 
 impl<T> Clone for DelayingQueue<T> {
@@ -133,31 +115,28 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
             return;
         }
         let shared = &self.queue.shared;
-        let wake_timer = {
-            let mut inner = shared.inner.lock();
-            if inner.shutting_down {
-                return;
-            }
-            self.count_retry();
-            // A delay too large for the clock waits "forever" (30 years) instead of panicking.
-            let ready_at = inner.now().after(delay.min(FOREVER));
-            let earliest = inner.add_waiting(item, ready_at);
-            if !inner.timer_running() {
-                spawn_timer(shared, &mut inner);
-                false
-            } else {
-                earliest
-            }
+        let Some(earliest) = shared.add_after(item, delay, ensure_timer) else {
+            return; // shutting down
         };
-        if wake_timer {
+        self.count_retry();
+        if earliest {
             shared.timer.notify_one();
         }
+    }
+
+    /// Like [`Queue::get`], and starts the timer task if delayed items wait and none is alive
+    /// (for items added outside a runtime, or on a runtime that has gone).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Queue::get`].
+    pub fn get(&self) -> impl Future<Output = Option<T>> + Send + '_ {
+        self.queue.shared.get(Some(ensure_timer))
     }
 
     /// Entries waiting for their time. An item whose time an earlier `add_after` brought
     /// forward counts twice until its old time passes (superseded entries are dropped lazily).
     pub fn waiting_len(&self) -> usize {
-        self.queue.shared.inner.lock().waiting.len()
+        self.queue.shared.waiting_len()
     }
 
     fn count_retry(&self) {
@@ -167,117 +146,20 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     }
 }
 
-/// The longest delay `add_after` honours; longer ones are cut to this.
-const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
-
-impl<T> Default for WaitingHeap<T> {
-    fn default() -> Self {
-        WaitingHeap {
-            heap: BinaryHeap::new(),
-            next_seq: 0,
-        }
-    }
-}
-
-impl<T> WaitingHeap<T> {
-    pub(super) fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-
-    /// Entries in the heap, superseded ones included.
-    pub(super) fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.heap.clear();
-    }
-
-    fn push(&mut self, ready_at: Stamp, item: T) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.heap.push(Waiting {
-            ready_at,
-            seq,
-            item,
-        });
-    }
-
-    /// The earliest ready time in the heap (possibly of a superseded entry, which only makes
-    /// the timer wake early once).
-    fn next_ready_at(&self) -> Option<Stamp> {
-        self.heap.peek().map(|w| w.ready_at)
-    }
-
-    /// Removes and returns the earliest entry if its time is `now` or earlier.
-    fn pop_ready(&mut self, now: Stamp) -> Option<(Stamp, T)> {
-        if self.heap.peek()?.ready_at > now {
-            return None;
-        }
-        self.heap.pop().map(|w| (w.ready_at, w.item))
-    }
-}
-
-impl<T: Hash + Eq + Clone> Inner<T> {
-    /// Records that `item` should be added at `ready_at` unless an earlier time is already
-    /// set. Returns whether this became the heap's earliest time (the timer must re-arm).
-    fn add_waiting(&mut self, item: T, ready_at: Stamp) -> bool {
-        let next = self.waiting.next_ready_at();
-        match self.items.entry(item) {
-            Entry::Occupied(mut entry) => {
-                let state = entry.get_mut();
-                if state.ready_at.is_some_and(|current| current <= ready_at) {
-                    return false;
-                }
-                state.ready_at = Some(ready_at);
-                let item = entry.key().clone();
-                self.waiting.push(ready_at, item);
-            }
-            Entry::Vacant(entry) => {
-                let item = entry.key().clone();
-                entry.insert(ItemState {
-                    ready_at: Some(ready_at),
-                    ..ItemState::default()
-                });
-                self.waiting.push(ready_at, item);
-            }
-        }
-        next.is_none_or(|next| ready_at < next)
-    }
-
-    /// Adds every waiting item whose time is `now` or earlier. Returns how many went into the
-    /// line (each may wake a parked `get`).
-    pub(super) fn promote_ready(&mut self, now: Stamp, metrics: Option<&QueueMetrics>) -> usize {
-        if self.shutting_down {
-            return 0;
-        }
-        let mut queued = 0;
-        while let Some((ready_at, item)) = self.waiting.pop_ready(now) {
-            let Some(state) = self.items.get_mut(&item) else {
-                continue;
-            };
-            if state.ready_at != Some(ready_at) {
-                continue; // superseded by an earlier add_after, or already added
-            }
-            state.ready_at = None;
-            if self.add_tracked(item, metrics) {
-                queued += 1;
-            }
-        }
-        queued
-    }
-}
-
-/// Starts the timer task for `shared` if a tokio runtime is current. Without one, waiting
-/// items still move on the next `get` or `len`, and the next parked `get` starts the task.
-pub(super) fn spawn_timer<T: Hash + Eq + Clone + Send + 'static>(
+/// Starts the timer task if the delaying heap has entries, none is alive, and a tokio runtime
+/// is current. Without a runtime, waiting items still move on the next `get` or `len`, and
+/// the next `get` that parks starts the task.
+fn ensure_timer<T: Hash + Eq + Clone + Send + 'static>(
     shared: &Arc<Shared<T>>,
-    inner: &mut Inner<T>,
+    state: &mut State<T>,
 ) {
+    if !state.needs_timer() {
+        return;
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    inner.timer = Some(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
+    state.set_timer(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
 }
 
 /// Sleeps until the earliest ready time, adds what is ready, repeats. Ends when the queue
@@ -288,19 +170,9 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
             let Some(shared) = queue.upgrade() else {
                 return;
             };
-            let mut inner = shared.inner.lock();
-            if inner.shutting_down {
-                return;
-            }
-            let now = inner.now();
-            let queued = inner.promote_ready(now, shared.metrics.as_ref());
-            let wake_getters = inner.claim_wakeups(queued);
-            let next = inner
-                .waiting
-                .next_ready_at()
-                .map(|at| at.instant(inner.epoch));
-            drop(inner);
-            shared.wake_getters(wake_getters);
+            let Some(next) = shared.promote_ready() else {
+                return; // shutting down
+            };
             next
         };
         match next {
@@ -312,30 +184,6 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
             }
             None => wake.notified().await,
         }
-    }
-}
-
-impl<T> PartialEq for Waiting<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl<T> Eq for Waiting<T> {}
-
-impl<T> PartialOrd for Waiting<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<T> Ord for Waiting<T> {
-    /// Reversed, so `BinaryHeap` (a max-heap) pops the earliest time first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .ready_at
-            .cmp(&self.ready_at)
-            .then_with(|| other.seq.cmp(&self.seq))
     }
 }
 
@@ -488,7 +336,7 @@ mod tests {
         assert_eq!(q.len(), 0);
         assert_eq!(q.get().await, None);
         assert!(
-            q.shared.inner.lock().items.is_empty(),
+            q.shared.inspect(|s| s.tracked() == 0),
             "dropped items are forgotten"
         );
     }
@@ -617,9 +465,10 @@ mod tests {
                 fresh.values().all(|&done| done),
                 "a key was not processed after its last add"
             );
-            let inner = q.shared.inner.lock();
-            assert!(inner.items.is_empty(), "{} items left", inner.items.len());
-            assert_eq!((inner.idle_getters(), inner.processing()), (0, 0));
+            q.shared.inspect(|s| {
+                assert!(s.tracked() == 0, "{} items left", s.tracked());
+                assert_eq!((s.parked(), s.processing()), (0, 0));
+            });
         }
     }
 

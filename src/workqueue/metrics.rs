@@ -31,7 +31,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::queue::{Shared, Stamp};
+use super::state::{Hooks, Shared, Stamp};
 
 /// How often a named queue refreshes its unfinished-work gauges. client-go:
 /// `defaultUnfinishedWorkUpdatePeriod`.
@@ -195,9 +195,11 @@ impl QueueMetrics {
             name: name.to_owned(),
         }))
     }
+}
 
-    /// An item became dirty. client-go: `defaultQueueMetrics.add`.
-    pub(super) fn added(&self, added_at: &mut Option<Stamp>, epoch: Instant) {
+impl Hooks for QueueMetrics {
+    /// client-go: `defaultQueueMetrics.add`.
+    fn added(&self, added_at: &mut Option<Stamp>, epoch: Instant) {
         self.adds.inc();
         self.depth.inc();
         if added_at.is_none() {
@@ -205,13 +207,8 @@ impl QueueMetrics {
         }
     }
 
-    /// `get` handed the item out. client-go: `defaultQueueMetrics.get`.
-    pub(super) fn got(
-        &self,
-        added_at: &mut Option<Stamp>,
-        started_at: &mut Option<Stamp>,
-        epoch: Instant,
-    ) {
+    /// client-go: `defaultQueueMetrics.get`.
+    fn got(&self, added_at: &mut Option<Stamp>, started_at: &mut Option<Stamp>, epoch: Instant) {
         self.depth.dec();
         let now = Stamp::at(epoch, Instant::now());
         *started_at = Some(now);
@@ -220,12 +217,18 @@ impl QueueMetrics {
         }
     }
 
-    /// `done` for an item that was processing. client-go: `defaultQueueMetrics.done`.
-    pub(super) fn finished(&self, started_at: &mut Option<Stamp>, epoch: Instant) {
+    /// client-go: `defaultQueueMetrics.done`.
+    fn finished(&self, started_at: &mut Option<Stamp>, epoch: Instant) {
         if let Some(start) = started_at.take() {
             self.work_duration
                 .observe(start.secs_until(Stamp::at(epoch, Instant::now())));
         }
+    }
+
+    /// client-go: `defaultQueueMetrics.updateUnfinishedWork`.
+    fn unfinished(&self, total: f64, longest: f64) {
+        self.unfinished_work.set(total);
+        self.longest_running_processor.set(longest);
     }
 }
 
@@ -248,27 +251,11 @@ pub(super) fn spawn_unfinished_work_updater<T: Hash + Eq + Clone + Send + 'stati
             let Some(shared) = queue.upgrade() else {
                 return;
             };
-            if !update_unfinished_work(&shared) {
+            if !shared.update_unfinished_work() {
                 return;
             }
         }
     });
-}
-
-/// Sets the unfinished-work gauges from the items being processed now. Returns false once the
-/// queue is shutting down (client-go stops updating then). client-go: `updateUnfinishedWork`.
-pub(super) fn update_unfinished_work<T: Hash + Eq + Clone>(shared: &Shared<T>) -> bool {
-    let inner = shared.inner.lock();
-    if inner.shutting_down {
-        return false;
-    }
-    let (total, longest) = inner.unfinished_work(inner.now());
-    drop(inner);
-    if let Some(m) = &shared.metrics {
-        m.unfinished_work.set(total);
-        m.longest_running_processor.set(longest);
-    }
-    true
 }
 
 #[cfg(test)]
@@ -431,7 +418,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         let b = q.get().await.unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(update_unfinished_work(&q.shared));
+        assert!(q.shared.update_unfinished_work());
         let text = scrape(&registry);
         assert_eq!(
             sample(&text, r#"workqueue_unfinished_work_seconds{name="busy"}"#),
@@ -448,7 +435,7 @@ mod tests {
         q.done(&b);
         q.shutdown();
         assert!(
-            !update_unfinished_work(&q.shared),
+            !q.shared.update_unfinished_work(),
             "no updates after shutdown"
         );
     }
@@ -504,7 +491,7 @@ mod tests {
             !text.contains("name="),
             "an unnamed queue must not create series:\n{text}"
         );
-        assert!(q.shared.metrics.is_none());
+        assert!(!q.shared.has_hooks());
     }
 
     #[test]

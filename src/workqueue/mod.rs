@@ -14,13 +14,17 @@
 //! is processed again afterwards, once.
 //!
 //! All three queue types keep their state behind one lock, including the delaying queue's
-//! heap of not-yet-ready items; nothing polls or busy-waits.
+//! heap of not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. That
+//! state and every transition on it live in `state.rs`, a leaf module (it imports only the
+//! lock shim `sync.rs`); `queue.rs`, `delaying_queue.rs` and `metrics.rs` are faces over it.
 
 mod delaying_queue;
 mod metrics;
 mod queue;
 mod rate_limiters;
 mod rate_limiting_queue;
+mod state;
+mod sync;
 
 pub use delaying_queue::DelayingQueue;
 pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD};

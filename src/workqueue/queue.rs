@@ -10,46 +10,25 @@
 //! - `len` is the number of items waiting to be handed out, as in client-go.
 //!
 //! What differs on purpose:
-//! - One map, `items`, holds each item once with its state flags (dirty, processing, waiting
-//!   for a ready time) and its metric timestamps, instead of client-go's `dirty` and
-//!   `processing` sets plus two timestamp maps. One hash per operation, one clone per add.
-//! - `get` is async: an empty queue parks the task on a [`Notify`], not a condition variable.
-//!   A wake-up is only sent when some parked `get` has none coming (`idle_getters >
-//!   pending_wakeups`), so the uncontended path is a lock, a map lookup and an unlock, and a
-//!   burst of adds wakes each parked `get` once.
-//! - The delaying queue's heap lives under this same lock (see `delaying_queue.rs`), so ready
-//!   items move into the line without a channel and a second goroutine.
+//! - This file is a face: the state and every transition under the queue's one lock live in
+//!   `state.rs` (one slot per item with its flags and metric timestamps, instead of
+//!   client-go's `dirty` and `processing` sets plus two timestamp maps; two hashes and one
+//!   clone of the key per add, get, done round).
+//! - `get` is async: an empty queue parks the task in the queue's own list of waiters, under
+//!   the same lock, instead of a condition variable; an add wakes one parked `get`, and only
+//!   when one is parked.
 //! - `done` of an item that is not being processed is ignored; client-go would queue a dirty
 //!   item a second time.
 //! - No pluggable `Queue` backend (client-go's `Touch`/`Push`/`Pop` interface): FIFO only.
-//!
-//! Invariants (on [`Inner`]):
-//! - Every element of `queue` has an entry in `items` with `dirty && !processing`, and appears
-//!   in `queue` once.
-//! - An entry of `items` has at least one of `dirty`, `processing`, `ready_at`.
-//! - `processing` equals the number of entries with the processing flag.
-//! - `pending_wakeups` counts `notify_one` calls not yet answered by a `get` looking at the
-//!   queue again. While a stored `Notify` permit exists, `idle_getters <= pending_wakeups`
-//!   (a `get` that registers consumes the permit), so a wake-up sent when
-//!   `idle_getters > pending_wakeups` always reaches a parked `get` that had none coming.
-//! - No lock guard is ever held across an `.await`; the locked sections are plain functions.
+//! - A plain queue has no timer: only the delaying face (`delaying_queue.rs`) starts one.
 
-use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
-use std::num::NonZeroU64;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
-use hashbrown::hash_map::{Entry, EntryRef};
-use parking_lot::Mutex;
-use tokio::sync::Notify;
-use tokio::sync::futures::Notified;
-use tokio::time::Instant;
-
-use super::delaying_queue::WaitingHeap;
 use super::metrics::{MetricsProvider, QueueMetrics};
+use super::state::{Hooks, Shared};
 
 /// How to build a queue. client-go: `TypedQueueConfig` (and the delaying and rate-limiting
 /// configs, which only add fields we do not need).
@@ -96,71 +75,6 @@ pub struct Queue<T> {
     pub(super) shared: Arc<Shared<T>>,
 }
 
-/// What every handle of one queue shares.
-pub(super) struct Shared<T> {
-    pub(super) inner: Mutex<Inner<T>>,
-    /// Parked `get` calls wait here.
-    getters: Notify,
-    /// `shutdown_with_drain` waits here for the last `done`.
-    drained: Notify,
-    /// The delaying queue's timer task waits here for an earlier ready time or shutdown. Its
-    /// own `Arc` so the task can wait on it without keeping the queue alive.
-    pub(super) timer: Arc<Notify>,
-    pub(super) metrics: Option<QueueMetrics>,
-}
-
-/// The queue's state, behind the one lock.
-pub(super) struct Inner<T> {
-    /// Items ready to hand out, oldest first. Each is dirty and not processing.
-    queue: VecDeque<T>,
-    /// Every item the queue tracks, with its state.
-    pub(super) items: HashMap<T, ItemState>,
-    /// How many items are being processed (have the `processing` flag).
-    processing: usize,
-    pub(super) shutting_down: bool,
-    /// `shutdown_with_drain` is waiting; `shutdown` clears it to stop that wait.
-    drain: bool,
-    /// `get` calls parked on `Shared::getters` that have not looked at the queue again yet.
-    idle_getters: usize,
-    /// Wake-ups sent to parked `get` calls and not yet answered.
-    pending_wakeups: usize,
-    /// Time zero of this queue's [`Stamp`]s.
-    pub(super) epoch: Instant,
-    /// The delaying queue's items that are not ready yet (empty for a plain queue).
-    pub(super) waiting: WaitingHeap<T>,
-    /// The timer task for `waiting`, once spawned. It can end without the queue knowing when
-    /// its runtime shuts down; `timer_running` then says no, and the next user spawns anew.
-    pub(super) timer: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// What the queue knows about one item. 32 bytes: it is moved on every insert and removal.
-#[derive(Debug, Default)]
-pub(super) struct ItemState {
-    /// Needs processing: in `queue`, or processing and to be re-queued at `done`.
-    pub(super) dirty: bool,
-    /// Handed out by `get` and not `done` yet.
-    pub(super) processing: bool,
-    /// The delaying queue will add the item at this time (the earliest one asked for).
-    pub(super) ready_at: Option<Stamp>,
-    /// When the item became dirty, for `workqueue_queue_duration_seconds`.
-    pub(super) added_at: Option<Stamp>,
-    /// When `get` handed it out, for `workqueue_work_duration_seconds` and the unfinished-work
-    /// gauges.
-    pub(super) started_at: Option<Stamp>,
-}
-
-/// A point in time as nanoseconds after the queue's epoch, plus one, so that `Option<Stamp>`
-/// takes 8 bytes instead of an `Option<Instant>`'s 16. Covers 584 years.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Stamp(NonZeroU64);
-
-/// The outcome of one locked look at the queue from `get`.
-enum Take<T> {
-    Item(T),
-    ShutDown,
-    Wait,
-}
-
 impl<T> Clone for Queue<T> {
     fn clone(&self) -> Self {
         Queue {
@@ -171,13 +85,7 @@ impl<T> Clone for Queue<T> {
 
 impl<T> fmt::Debug for Queue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.shared.inner.lock();
-        f.debug_struct("Queue")
-            .field("len", &inner.queue.len())
-            .field("processing", &inner.processing)
-            .field("waiting", &inner.waiting.len())
-            .field("shutting_down", &inner.shutting_down)
-            .finish()
+        self.shared.inspect(|state| state.fmt(f))
     }
 }
 
@@ -200,25 +108,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// those two gauges stay at zero.
     pub fn with_config(config: QueueConfig) -> Self {
         let metrics = QueueMetrics::for_queue(config.metrics_provider.as_ref(), &config.name);
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner {
-                queue: VecDeque::new(),
-                items: HashMap::new(),
-                processing: 0,
-                shutting_down: false,
-                drain: false,
-                idle_getters: 0,
-                pending_wakeups: 0,
-                epoch: Instant::now(),
-                waiting: WaitingHeap::default(),
-                timer: None,
-            }),
-            getters: Notify::new(),
-            drained: Notify::new(),
-            timer: Arc::new(Notify::new()),
-            metrics,
-        });
-        if shared.metrics.is_some() {
+        let named = metrics.is_some();
+        let hooks = metrics.map(|m| Box::new(m) as Box<dyn Hooks>);
+        let shared = Arc::new(Shared::new(hooks));
+        if named {
             super::metrics::spawn_unfinished_work_updater(&shared);
         }
         Queue { shared }
@@ -232,33 +125,13 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// loop should `tokio::task::consume_budget().await` between adds, as event handlers fed
     /// by a watch stream do anyway.
     pub fn add(&self, item: T) {
-        let wake = {
-            let mut inner = self.shared.inner.lock();
-            if inner.shutting_down {
-                return;
-            }
-            inner.add(item, self.shared.metrics.as_ref())
-        };
-        if wake {
-            self.shared.getters.notify_one();
-        }
+        self.shared.add(item);
     }
 
     /// The number of items waiting to be handed out (not counting items being processed or
     /// delayed items whose time has not come). For information only. client-go: `Len`.
     pub fn len(&self) -> usize {
-        let mut inner = self.shared.inner.lock();
-        if !inner.waiting.is_empty() {
-            // A delayed item whose time has come counts, even if the timer task has not run.
-            let now = inner.now();
-            let queued = inner.promote_ready(now, self.shared.metrics.as_ref());
-            let wake = inner.claim_wakeups(queued);
-            let len = inner.queue.len();
-            drop(inner);
-            self.wake_getters(wake);
-            return len;
-        }
-        inner.queue.len()
+        self.shared.len()
     }
 
     /// Whether no item is waiting to be handed out.
@@ -273,345 +146,34 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// # Cancel safety
     /// Cancel safe: an item is only taken in the poll that returns it, and a wake-up meant for
     /// a cancelled `get` passes to another parked `get`.
-    pub async fn get(&self) -> Option<T> {
-        match self.shared.take(None) {
-            Take::Item(item) => return Some(item),
-            Take::ShutDown => return None,
-            Take::Wait => {}
-        }
-        let mut parked = Parked {
-            shared: &self.shared,
-            registered: false,
-        };
-        loop {
-            let notified = self.shared.getters.notified();
-            tokio::pin!(notified);
-            match self.shared.take(Some((notified.as_mut(), &mut parked))) {
-                Take::Item(item) => return Some(item),
-                Take::ShutDown => return None,
-                Take::Wait => notified.await,
-            }
-        }
+    pub fn get(&self) -> impl Future<Output = Option<T>> + Send + '_ {
+        self.shared.get(None)
     }
 
     /// Marks `item` as done processing; if it was added again meanwhile, it goes back in line.
     /// Ignored for an item that is not being processed. client-go: `Done`.
     pub fn done(&self, item: &T) {
-        let (wake_getter, wake_drain) = {
-            let mut inner = self.shared.inner.lock();
-            inner.done(item, self.shared.metrics.as_ref())
-        };
-        if wake_getter {
-            self.shared.getters.notify_one();
-        }
-        if wake_drain {
-            self.shared.drained.notify_waiters();
-        }
+        self.shared.done(item);
     }
 
     /// Stops the queue: new adds are ignored, delayed items are dropped, and `get` returns
     /// `None` once the remaining items are handed out. Wakes every parked `get` and stops a
     /// `shutdown_with_drain` wait. client-go: `ShutDown`.
     pub fn shutdown(&self) {
-        {
-            let mut inner = self.shared.inner.lock();
-            inner.drain = false;
-            inner.begin_shutdown();
-        }
-        self.shared.wake_all_for_shutdown();
+        self.shared.shutdown(false);
     }
 
     /// Like [`shutdown`](Self::shutdown), then waits until every item being processed is
     /// `done` (or until `shutdown` is called). Workers must keep calling `done`.
     /// client-go: `ShutDownWithDrain`.
     pub async fn shutdown_with_drain(&self) {
-        {
-            let mut inner = self.shared.inner.lock();
-            inner.drain = true;
-            inner.begin_shutdown();
-        }
-        self.shared.wake_all_for_shutdown();
-        loop {
-            // Created before the check, so a `notify_waiters` after the check reaches it.
-            let drained = self.shared.drained.notified();
-            {
-                let inner = self.shared.inner.lock();
-                if inner.processing == 0 || !inner.drain {
-                    return;
-                }
-            }
-            drained.await;
-        }
+        self.shared.shutdown(true);
+        self.shared.wait_drained().await;
     }
 
     /// Whether `shutdown` or `shutdown_with_drain` was called. client-go: `ShuttingDown`.
     pub fn is_shutting_down(&self) -> bool {
-        self.shared.inner.lock().shutting_down
-    }
-
-    /// Wakes up to `count` parked `get` calls.
-    pub(super) fn wake_getters(&self, count: usize) {
-        self.shared.wake_getters(count);
-    }
-}
-
-/// A `get` that has counted itself in `idle_getters`. Dropping it (a cancelled `get`) takes
-/// it out of the count again.
-struct Parked<'a, T> {
-    shared: &'a Shared<T>,
-    registered: bool,
-}
-
-impl<T> Drop for Parked<'_, T> {
-    fn drop(&mut self) {
-        if self.registered {
-            self.shared.inner.lock().idle_getters -= 1;
-        }
-    }
-}
-
-impl<T: Hash + Eq + Clone + Send + 'static> Shared<T> {
-    /// One locked look from `get`: promote ready delayed items, take the oldest item, or (with
-    /// `park`) register the `Notified` and count the caller as parked.
-    fn take(
-        self: &Arc<Self>,
-        park: Option<(Pin<&mut Notified<'_>>, &mut Parked<'_, T>)>,
-    ) -> Take<T> {
-        let mut inner = self.inner.lock();
-        let mut park = park;
-        if let Some((_, parked)) = park.as_mut() {
-            if parked.registered {
-                // Woken: this answers one wake-up (or shutdown's broadcast).
-                parked.registered = false;
-                inner.idle_getters -= 1;
-                inner.pending_wakeups = inner.pending_wakeups.saturating_sub(1);
-            }
-        }
-        let mut queued = 0;
-        if !inner.waiting.is_empty() {
-            let now = inner.now();
-            queued = inner.promote_ready(now, self.metrics.as_ref());
-        }
-        let outcome = if let Some(item) = inner.queue.pop_front() {
-            inner.start_processing(&item, self.metrics.as_ref());
-            queued = queued.saturating_sub(1);
-            Take::Item(item)
-        } else if inner.shutting_down {
-            Take::ShutDown
-        } else {
-            if let Some((notified, parked)) = park {
-                // Registered under the lock: an add after this unlock finds us parked.
-                notified.enable();
-                inner.idle_getters += 1;
-                parked.registered = true;
-                if !inner.waiting.is_empty() && !inner.timer_running() {
-                    super::delaying_queue::spawn_timer(self, &mut inner);
-                }
-            }
-            Take::Wait
-        };
-        let wake = inner.claim_wakeups(queued);
-        drop(inner);
-        self.wake_getters(wake);
-        outcome
-    }
-
-    fn wake_all_for_shutdown(&self) {
-        self.getters.notify_waiters();
-        self.drained.notify_waiters();
-        self.timer.notify_one();
-    }
-}
-
-impl<T> Shared<T> {
-    pub(super) fn wake_getters(&self, count: usize) {
-        for _ in 0..count {
-            self.getters.notify_one();
-        }
-    }
-}
-
-impl<T> Drop for Shared<T> {
-    fn drop(&mut self) {
-        // The timer task holds only a weak reference; wake it so it sees the queue is gone.
-        self.timer.notify_one();
-    }
-}
-
-impl<T> Inner<T> {
-    /// Claims wake-ups for up to `items` newly queued items, one per parked `get` that has
-    /// none coming. Returns how many `notify_one` calls to make (after unlocking).
-    pub(super) fn claim_wakeups(&mut self, items: usize) -> usize {
-        let free = self.idle_getters.saturating_sub(self.pending_wakeups);
-        let wake = items.min(free);
-        self.pending_wakeups += wake;
-        wake
-    }
-
-    /// Parked `get` calls (for tests).
-    #[cfg(test)]
-    pub(super) fn idle_getters(&self) -> usize {
-        self.idle_getters
-    }
-
-    /// Items being processed (for tests).
-    #[cfg(test)]
-    pub(super) fn processing(&self) -> usize {
-        self.processing
-    }
-
-    /// Whether a timer task for `waiting` is alive.
-    pub(super) fn timer_running(&self) -> bool {
-        self.timer.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
-    /// The current time as a [`Stamp`] of this queue.
-    pub(super) fn now(&self) -> Stamp {
-        Stamp::at(self.epoch, Instant::now())
-    }
-}
-
-impl Stamp {
-    /// `t` as a stamp of a queue whose epoch is `epoch` (saturating at both ends).
-    pub(super) fn at(epoch: Instant, t: Instant) -> Stamp {
-        let nanos =
-            u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX - 1);
-        Stamp(NonZeroU64::MIN.saturating_add(nanos))
-    }
-
-    /// This stamp plus `d` (saturating).
-    pub(super) fn after(self, d: std::time::Duration) -> Stamp {
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Stamp(self.0.saturating_add(nanos))
-    }
-
-    /// Back to an `Instant`, for `sleep_until`.
-    pub(super) fn instant(self, epoch: Instant) -> Instant {
-        epoch + std::time::Duration::from_nanos(self.0.get() - 1)
-    }
-
-    /// Seconds from `self` to `later` (zero if `later` is earlier).
-    pub(super) fn secs_until(self, later: Stamp) -> f64 {
-        std::time::Duration::from_nanos(later.0.get().saturating_sub(self.0.get())).as_secs_f64()
-    }
-}
-
-impl<T: Hash + Eq + Clone> Inner<T> {
-    /// `add` under the lock. Returns whether a parked `get` should be woken.
-    fn add(&mut self, item: T, metrics: Option<&QueueMetrics>) -> bool {
-        let epoch = self.epoch;
-        match self.items.entry(item) {
-            Entry::Occupied(mut entry) => {
-                let state = entry.get_mut();
-                if state.dirty {
-                    return false;
-                }
-                state.dirty = true;
-                if let Some(m) = metrics {
-                    m.added(&mut state.added_at, epoch);
-                }
-                if state.processing {
-                    return false;
-                }
-                self.queue.push_back(entry.key().clone());
-            }
-            Entry::Vacant(entry) => {
-                self.queue.push_back(entry.key().clone());
-                let state = entry.insert(ItemState {
-                    dirty: true,
-                    ..ItemState::default()
-                });
-                if let Some(m) = metrics {
-                    m.added(&mut state.added_at, epoch);
-                }
-            }
-        }
-        self.claim_wakeups(1) == 1
-    }
-
-    /// Makes an owned, already-tracked item dirty and puts it in line (the delaying queue's
-    /// promotion). Returns whether it went into `queue`.
-    pub(super) fn add_tracked(&mut self, item: T, metrics: Option<&QueueMetrics>) -> bool {
-        let epoch = self.epoch;
-        let Some(state) = self.items.get_mut(&item) else {
-            return false;
-        };
-        if state.dirty {
-            return false;
-        }
-        state.dirty = true;
-        if let Some(m) = metrics {
-            m.added(&mut state.added_at, epoch);
-        }
-        if state.processing {
-            return false;
-        }
-        self.queue.push_back(item);
-        true
-    }
-
-    /// `get` took `item` from `queue`: mark it processing.
-    fn start_processing(&mut self, item: &T, metrics: Option<&QueueMetrics>) {
-        self.processing += 1;
-        let epoch = self.epoch;
-        if let Some(state) = self.items.get_mut(item) {
-            state.dirty = false;
-            state.processing = true;
-            if let Some(m) = metrics {
-                m.got(&mut state.added_at, &mut state.started_at, epoch);
-            }
-        }
-    }
-
-    /// `done` under the lock. Returns (wake a parked get, wake the drain waiter).
-    fn done(&mut self, item: &T, metrics: Option<&QueueMetrics>) -> (bool, bool) {
-        let epoch = self.epoch;
-        let EntryRef::Occupied(mut entry) = self.items.entry_ref(item) else {
-            return (false, false);
-        };
-        let state = entry.get_mut();
-        if !state.processing {
-            return (false, false);
-        }
-        state.processing = false;
-        if let Some(m) = metrics {
-            m.finished(&mut state.started_at, epoch);
-        }
-        let mut wake_getter = false;
-        if state.dirty {
-            self.queue.push_back(entry.key().clone());
-            wake_getter = self.claim_wakeups(1) == 1;
-        } else if state.ready_at.is_none() {
-            entry.remove();
-        }
-        self.processing -= 1;
-        (wake_getter, self.processing == 0 && self.drain)
-    }
-
-    fn begin_shutdown(&mut self) {
-        self.shutting_down = true;
-        // client-go's waiting loop exits on shutdown and its pending items are never added.
-        if !self.waiting.is_empty() {
-            self.waiting.clear();
-            self.items.retain(|_, state| {
-                state.ready_at = None;
-                state.dirty || state.processing
-            });
-        }
-    }
-
-    /// Seconds of unfinished work and of the longest-running item, at `now`.
-    pub(super) fn unfinished_work(&self, now: Stamp) -> (f64, f64) {
-        let mut total = 0.0;
-        let mut longest: f64 = 0.0;
-        for state in self.items.values() {
-            if let Some(start) = state.started_at {
-                let age = start.secs_until(now);
-                total += age;
-                longest = longest.max(age);
-            }
-        }
-        (total, longest)
+        self.shared.is_shutting_down()
     }
 }
 
@@ -620,6 +182,8 @@ mod tests {
     use std::collections::HashMap as StdHashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+
+    use parking_lot::Mutex;
 
     use super::*;
 
@@ -651,7 +215,7 @@ mod tests {
         q.done(&again);
         assert_eq!(q.len(), 0);
         assert!(
-            q.shared.inner.lock().items.is_empty(),
+            q.shared.inspect(|s| s.tracked() == 0),
             "finished items are forgotten"
         );
     }
@@ -778,13 +342,13 @@ mod tests {
             getters.push(tokio::spawn(async move { q.get().await }));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(q.shared.inner.lock().idle_getters, 8);
+        assert_eq!(q.shared.inspect(|s| s.parked()), 8);
         assert!(getters.iter().all(|g| !g.is_finished()));
         q.shutdown();
         for g in getters {
             assert_eq!(g.await.unwrap(), None);
         }
-        assert_eq!(q.shared.inner.lock().idle_getters, 0);
+        assert_eq!(q.shared.inspect(|s| s.parked()), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -793,7 +357,7 @@ mod tests {
         let cancelled = tokio::time::timeout(Duration::from_millis(5), q.get()).await;
         assert!(cancelled.is_err());
         assert_eq!(
-            q.shared.inner.lock().idle_getters,
+            q.shared.inspect(|s| s.parked()),
             0,
             "cancelled get uncounted"
         );
@@ -817,23 +381,20 @@ mod tests {
         for i in 0..10 {
             q.add(i);
         }
-        {
-            let inner = q.shared.inner.lock();
-            assert_eq!(inner.idle_getters, 4);
-            assert_eq!(
-                inner.pending_wakeups, 4,
-                "one wake-up per parked get, not per add"
-            );
-        }
+        q.shared.inspect(|s| {
+            assert_eq!(s.parked(), 0, "every parked get was woken");
+            assert_eq!(s.wakeups(), 4, "one wake-up per parked get, not per add");
+        });
         let mut got: Vec<u32> = Vec::new();
         for g in getters {
             got.push(g.await.unwrap().unwrap());
         }
         got.sort();
         assert_eq!(got, vec![0, 1, 2, 3]);
-        let inner = q.shared.inner.lock();
-        assert_eq!((inner.idle_getters, inner.pending_wakeups), (0, 0));
-        assert_eq!(inner.queue.len(), 6);
+        q.shared.inspect(|s| {
+            assert_eq!((s.parked(), s.wakeups()), (0, 4));
+            assert_eq!(s.line_len(), 6);
+        });
     }
 
     #[tokio::test(start_paused = true)]
@@ -940,7 +501,7 @@ mod tests {
             }
             q.shutdown_with_drain().await;
         } else {
-            while !q.is_empty() || q.shared.inner.lock().processing > 0 {
+            while !q.is_empty() || q.shared.inspect(|s| s.processing()) > 0 {
                 tokio::task::yield_now().await;
             }
             q.shutdown();
@@ -949,15 +510,11 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(q.len(), 0);
-        let inner = q.shared.inner.lock();
-        assert_eq!(inner.processing, 0);
-        assert!(
-            inner.items.is_empty(),
-            "queue ends empty, left {}",
-            inner.items.len()
-        );
-        assert_eq!(inner.idle_getters, 0);
-        drop(inner);
+        q.shared.inspect(|s| {
+            assert_eq!(s.processing(), 0);
+            assert!(s.tracked() == 0, "queue ends empty, left {}", s.tracked());
+            assert_eq!(s.parked(), 0);
+        });
         let seen = last_processed_after_add.lock();
         assert_eq!(seen.len(), KEYS);
         assert!(
@@ -1035,9 +592,10 @@ mod tests {
                 q.done(&item);
             }
         });
-        let inner = q.shared.inner.lock();
-        assert_eq!(inner.processing, 0);
-        assert!(inner.items.is_empty());
+        q.shared.inspect(|s| {
+            assert_eq!(s.processing(), 0);
+            assert!(s.tracked() == 0);
+        });
         assert!(handled.load(Ordering::Relaxed) > 0);
     }
 }

@@ -1,0 +1,194 @@
+//! Model-checks the workqueue's hand-off protocol with loom (kubeloop's own tests).
+//!
+//! `src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
+//! test target compiles that very file next to a shim of the same shape that hands out loom's
+//! `Mutex`, so loom runs every interleaving of the queue's transitions, its parked-`get` list
+//! and its wake-ups (at most three preemptions per execution, loom's usual bound). No
+//! `--cfg loom` is needed: `cargo test --test workqueue_loom` (and so `hack/test` and
+//! `cargo test --all-targets`) runs the models.
+//!
+//! What must hold in every interleaving:
+//! - an item added while a `get` parks is handed to a `get` (no lost wake-up);
+//! - an item is never handed to two workers at once, and one added while processing comes
+//!   back after `done`;
+//! - a `get` that is woken and then cancelled passes the wake-up on;
+//! - `shutdown` wakes every parked `get`;
+//! - the queue ends with nothing tracked and nothing parked.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::thread;
+
+/// The loom side of `src/workqueue/sync.rs`: same shape, loom's lock.
+mod sync {
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().expect("the queue's lock is never poisoned")
+        }
+    }
+}
+
+#[path = "../src/workqueue/state.rs"]
+#[allow(dead_code)]
+mod state;
+
+use state::Shared;
+
+fn queue() -> Arc<Shared<u32>> {
+    Arc::new(Shared::new(None))
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+/// Every item and every parked `get` is gone.
+fn assert_empty(q: &Shared<u32>) {
+    q.inspect(|s| {
+        assert_eq!(s.tracked(), 0, "items left tracked");
+        assert_eq!(s.parked(), 0, "gets left parked");
+        assert_eq!(s.processing(), 0);
+    });
+}
+
+#[test]
+fn an_add_reaches_a_parked_get() {
+    model(|| {
+        let q = queue();
+        let getter = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get(None)))
+        };
+        q.add(7);
+        let got = getter.join().unwrap();
+        assert_eq!(got, Some(7));
+        q.done(&7);
+        assert_empty(&q);
+    });
+}
+
+#[test]
+fn two_workers_never_hold_one_item_and_a_readd_comes_back() {
+    model(|| {
+        let q = queue();
+        q.add(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        // Each worker handles one item; the first to get 1 adds it again while processing,
+        // so 1 is handed out exactly twice, never to both at once.
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, busy) = (q.clone(), busy.clone());
+                thread::spawn(move || {
+                    let item = loom::future::block_on(q.get(None)).expect("not shut down");
+                    assert!(
+                        !busy.swap(true, Ordering::SeqCst),
+                        "item handed to two workers at once"
+                    );
+                    q.add(item); // dirty while processing: comes back after done
+                    busy.store(false, Ordering::SeqCst);
+                    q.done(&item);
+                    item
+                })
+            })
+            .collect();
+        let handled: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_eq!(handled, vec![1, 1]);
+        // The second worker's own re-add left 1 in line once more.
+        q.inspect(|s| assert_eq!((s.line_len(), s.tracked()), (1, 1)));
+        q.shutdown(false);
+        let last = loom::future::block_on(q.get(None));
+        assert_eq!(last, Some(1));
+        q.done(&1);
+        assert_eq!(loom::future::block_on(q.get(None)), None);
+        assert_empty(&q);
+    });
+}
+
+/// Polls `fut` once with a waker that does nothing.
+fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    Pin::new(fut).poll(&mut cx)
+}
+
+#[test]
+fn a_cancelled_get_passes_its_wake_up_on() {
+    model(|| {
+        let q = queue();
+        // This get parks (or takes the item), then is dropped without being polled again.
+        let canceller = {
+            let q = q.clone();
+            thread::spawn(move || {
+                let mut get = q.get(None);
+                if let Poll::Ready(Some(item)) = poll_once(&mut get) {
+                    // It got the item after all: hand it back as a worker would.
+                    q.done(&item);
+                    q.add(item);
+                }
+                drop(get);
+            })
+        };
+        let getter = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get(None)))
+        };
+        q.add(3);
+        canceller.join().unwrap();
+        assert_eq!(
+            getter.join().unwrap(),
+            Some(3),
+            "the item reached the live get"
+        );
+        q.done(&3);
+        assert_empty(&q);
+    });
+}
+
+#[test]
+fn shutdown_wakes_every_parked_get() {
+    model(|| {
+        let q = queue();
+        let getters: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || loom::future::block_on(q.get(None)))
+            })
+            .collect();
+        q.shutdown(false);
+        for g in getters {
+            assert_eq!(g.join().unwrap(), None);
+        }
+        q.add(1);
+        assert_empty(&q);
+    });
+}
+
+#[test]
+fn done_requeues_for_a_parked_get() {
+    model(|| {
+        let q = queue();
+        q.add(5);
+        let first = loom::future::block_on(q.get(None));
+        assert_eq!(first, Some(5));
+        q.add(5); // dirty while processing
+        let getter = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get(None)))
+        };
+        q.done(&5);
+        assert_eq!(getter.join().unwrap(), Some(5));
+        q.done(&5);
+        assert_empty(&q);
+    });
+}
