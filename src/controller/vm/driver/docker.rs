@@ -15,10 +15,12 @@
 //! - Errors are typed: a transport failure is [`DriverError::Unreachable`] naming the engine's
 //!   address, so the VM's reason says which engine is down.
 //!
-//! Usage comes from one stats sample: CPU% = (cpu - precpu) / (system - presystem) *
-//! online_cpus * 100; Mem% = usage / limit * 100. When the engine leaves `precpu_stats` empty
-//! a second sample is taken [`DockerDriverConfig::second_sample_after`] later and the two are
-//! compared.
+//! Usage comes from one stats call per refresh, as `docker stats` computes it: CPU% =
+//! cpu_delta / system_delta * online_cpus * 100 between this sample and the previous one the
+//! driver kept for that container (so over the refresh interval; podman leaves
+//! `precpu_stats` empty, and a filled one, as Docker's, is used when there is no previous
+//! sample); Mem% = (usage - inactive file cache) / limit * 100. The first refresh of a
+//! container with neither reports CPU 0; no second call, no sleep.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,8 +59,6 @@ pub struct DockerDriverConfig {
     pub image: String,
     /// Per-request timeout; a hung engine must not hold a worker forever.
     pub timeout: Duration,
-    /// Gap between two stats samples when the engine does not fill `precpu_stats`.
-    pub second_sample_after: Duration,
     /// The value of the `kubeloop.dev/managed-by` label this driver puts on its containers and
     /// lists by (see [`super::LABEL_MANAGED_BY`]).
     pub managed_by: String,
@@ -70,7 +70,6 @@ impl Default for DockerDriverConfig {
             host: DEFAULT_DOCKER_HOST.to_string(),
             image: DEFAULT_IMAGE.to_string(),
             timeout: Duration::from_secs(30),
-            second_sample_after: Duration::from_millis(500),
             managed_by: DEFAULT_MANAGED_BY.to_string(),
         }
     }
@@ -100,6 +99,10 @@ pub struct DockerDriver {
     docker: Arc<Mutex<Option<Docker>>>,
     config: DockerDriverConfig,
     engine: String,
+    /// The last CPU sample of each container, by name, with the container's id (a container
+    /// re-created under the name starts afresh). Entries go when the driver deletes the
+    /// container; the map holds at most one entry per container the driver ever refreshed.
+    samples: Arc<Mutex<HashMap<String, (String, ContainerCpuStats)>>>,
 }
 
 impl DockerDriver {
@@ -110,6 +113,7 @@ impl DockerDriver {
             docker: Arc::default(),
             config,
             engine,
+            samples: Arc::default(),
         }
     }
 
@@ -199,26 +203,35 @@ impl DockerDriver {
         }
     }
 
-    /// (CPU%, Mem%) of a running container.
+    /// (CPU%, Mem%) of a running container, from one stats call and the previous sample.
     async fn usage(&self, name: &str) -> Result<(f64, f64), DriverError> {
-        let Some(first) = self.one_sample(name).await? else {
+        let Some(sample) = self.one_sample(name).await? else {
             return Ok((0.0, 0.0));
         };
-        let memory = memory_percent(&first);
-        let precpu_filled = first
+        let memory = memory_percent(&sample);
+        let id = sample.id.clone().unwrap_or_default();
+        let Some(now) = sample.cpu_stats.clone() else {
+            return Ok((0.0, memory));
+        };
+        let previous = {
+            let mut samples = self.samples.lock();
+            let previous = samples
+                .get(name)
+                .filter(|(prev_id, _)| *prev_id == id)
+                .map(|(_, cpu)| cpu.clone());
+            samples.insert(name.to_string(), (id, now.clone()));
+            previous
+        };
+        let precpu_filled = sample
             .precpu_stats
             .as_ref()
             .and_then(|p| p.system_cpu_usage)
             .unwrap_or(0)
             > 0;
-        let cpu = if precpu_filled {
-            cpu_percent(first.precpu_stats.as_ref(), first.cpu_stats.as_ref())
-        } else {
-            tokio::time::sleep(self.config.second_sample_after).await;
-            match self.one_sample(name).await? {
-                Some(second) => cpu_percent(first.cpu_stats.as_ref(), second.cpu_stats.as_ref()),
-                None => 0.0,
-            }
+        let cpu = match previous {
+            Some(previous) => cpu_percent(Some(&previous), Some(&now)),
+            None if precpu_filled => cpu_percent(sample.precpu_stats.as_ref(), Some(&now)),
+            None => 0.0,
         };
         Ok((cpu, memory))
     }
@@ -284,13 +297,25 @@ pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerC
     cpu_delta / system_delta * online * 100.0
 }
 
-/// Mem% = usage / limit * 100 (0 without a limit).
+/// Mem% as `docker stats` shows it: (usage - inactive file cache) / limit * 100 (0 without a
+/// limit). The cache is `inactive_file` under cgroup v2, `total_inactive_file` under v1.
 pub fn memory_percent(stats: &ContainerStatsResponse) -> f64 {
     let Some(memory) = stats.memory_stats.as_ref() else {
         return 0.0;
     };
+    let cache = memory
+        .stats
+        .as_ref()
+        .and_then(|s| {
+            s.get("inactive_file")
+                .or_else(|| s.get("total_inactive_file"))
+        })
+        .copied()
+        .unwrap_or(0);
     match (memory.usage, memory.limit) {
-        (Some(usage), Some(limit)) if limit > 0 => usage as f64 / limit as f64 * 100.0,
+        (Some(usage), Some(limit)) if limit > 0 => {
+            usage.saturating_sub(cache) as f64 / limit as f64 * 100.0
+        }
         _ => 0.0,
     }
 }
@@ -405,6 +430,7 @@ impl Driver for DockerDriver {
             return Ok(DeleteOutcome::NotOwned { id, found_uid });
         }
         let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        self.samples.lock().retain(|_, (sampled, _)| *sampled != id);
         match self.client()?.remove_container(&id, Some(options)).await {
             Ok(()) => Ok(DeleteOutcome::Deleted { id }),
             Err(BollardError::DockerResponseServerError {
@@ -554,6 +580,23 @@ mod tests {
         };
         assert_eq!(memory_percent(&stats), 25.0);
         assert_eq!(memory_percent(&ContainerStatsResponse::default()), 0.0);
+    }
+
+    #[test]
+    fn memory_percent_leaves_out_the_inactive_file_cache_as_docker_stats_does() {
+        let with = |key: &str| ContainerStatsResponse {
+            memory_stats: Some(ContainerMemoryStats {
+                usage: Some(3_000_000),
+                limit: Some(4_000_000),
+                stats: Some(HashMap::from([(key.to_string(), 2_000_000)])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // cgroup v2 and v1 names of the cache.
+        assert_eq!(memory_percent(&with("inactive_file")), 25.0);
+        assert_eq!(memory_percent(&with("total_inactive_file")), 25.0);
+        assert_eq!(memory_percent(&with("active_file")), 75.0);
     }
 
     #[tokio::test]
