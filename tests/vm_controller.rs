@@ -1088,8 +1088,39 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
         &controller,
     )
     .await;
-    let server = active.status.unwrap().server.unwrap();
+    let status = active.status.unwrap();
+    let server = status.server.clone().unwrap();
     assert!(server.id.starts_with("fake-"), "{server:?}");
+    // Conditions in the Kubernetes convention, and an event for each phase change, as
+    // `kubectl describe` shows them.
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Active")
+    );
+    assert_eq!(ready.observed_generation, active.metadata.generation);
+    let describe = eventually("both transition events", Duration::from_secs(30), || {
+        let (_, out, _) = kubectl(cluster, &["describe", "vm", "test-vm", "-n", &ns]);
+        let ok = out.contains("(new) -> Creating") && out.contains("Creating -> Active");
+        async move { ok.then_some(out) }
+    })
+    .await;
+    for expected in [
+        "Type:",
+        "Ready",
+        "ServerRunning",
+        "Last Transition Time:",
+        "Observed Generation:",
+    ] {
+        assert!(
+            describe.contains(expected),
+            "{expected} missing from kubectl describe:\n{describe}"
+        );
+    }
     let (ok, out, err) = kubectl(
         cluster,
         &["delete", "vm", "test-vm", "-n", &ns, "--timeout=60s"],

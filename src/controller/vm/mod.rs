@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod compensation;
+pub mod conditions;
 pub mod controller;
 pub mod driver;
 pub mod error_policy;

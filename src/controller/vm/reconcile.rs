@@ -46,6 +46,7 @@ use tracing::{debug, info, warn};
 
 use super::api::{VmApi, set_finalizer, write_status};
 use super::compensation::create_fenced;
+use super::conditions::{conditions_for, transition_event};
 use super::driver::{
     DeleteOutcome, Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus,
     server_name, uid_label_text,
@@ -253,6 +254,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             reason,
             server: None,
             last_update_time: Some(now()),
+            conditions: Vec::new(),
         };
         // The write may have re-read the object after a conflict: if that fresh copy is being
         // deleted, creating a server now would only leak it; finalize instead.
@@ -370,6 +372,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 reason: format!("deleting server {server}"),
                 server: vm.status.as_ref().and_then(|s| s.server.clone()),
                 last_update_time: Some(now()),
+                conditions: Vec::new(),
             };
             let Some(updated) = self.set_status(&vm, terminating, ctx).await? else {
                 return Ok(Action::Done);
@@ -408,6 +411,13 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 status.reason = format!("deleting server {server} failed: {e}");
                 status.last_update_time = Some(now());
                 if vm.status.as_ref().map(|s| &s.reason) != Some(&status.reason) {
+                    self.event(
+                        ctx,
+                        &vm,
+                        EventType::Warning,
+                        "DeleteFailed",
+                        &format!("VirtualMachine {}: {}", vm.key(), status.reason),
+                    );
                     self.set_status(&vm, status, ctx).await?;
                 }
                 return Err(ReconcileError::Driver {
@@ -438,7 +448,11 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 },
             }),
             last_update_time: Some(now()),
+            conditions: Vec::new(),
         };
+        let mut active = active;
+        let now = active.last_update_time.clone().unwrap_or_else(now);
+        active.conditions = conditions_for(vm, &active, &now);
         if vm
             .status
             .as_ref()
@@ -469,7 +483,11 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             .as_ref()
             .is_some_and(|s| s.phase == Phase::Failed && s.reason == status.reason);
         if !unchanged {
-            self.event(ctx, vm, EventType::Warning, "Failed", &status.reason);
+            // Into Failed: set_status's transition event says so; a new reason while Failed
+            // gets its own.
+            if vm.phase() == Phase::Failed {
+                self.event(ctx, vm, EventType::Warning, "Failed", &status.reason);
+            }
             self.set_status(vm, status, ctx).await?;
         }
         Err(ReconcileError::Driver {
@@ -484,16 +502,27 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         status: VirtualMachineStatus,
         ctx: &ReconcileContext,
     ) -> Result<Option<VirtualMachine>, ReconcileError> {
+        let mut status = status;
+        let now = status.last_update_time.clone().unwrap_or_else(now);
+        status.conditions = conditions_for(vm, &status, &now);
+        let transition = transition_event(vm, &status);
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
-        Ok(write_status(&self.api, vm, status, ctx).await?)
+        let written = write_status(&self.api, vm, status, ctx).await?;
+        if written.is_some()
+            && let Some((event_type, reason, message)) = transition
+        {
+            self.event(ctx, vm, event_type, reason, &message);
+        }
+        Ok(written)
     }
 }
 
 /// A usage change smaller than this (percentage points) is not worth a status write.
 pub const USAGE_WRITE_THRESHOLD: f64 = 1.0;
 
-/// True if `new` would show a user nothing that `old` does not: the same phase, reason and
-/// server, and CPU and memory within [`USAGE_WRITE_THRESHOLD`] points (`lastUpdateTime` is
+/// True if `new` would show a user nothing that `old` does not: the same phase, reason,
+/// conditions (generation included) and server, and CPU and memory within
+/// [`USAGE_WRITE_THRESHOLD`] points (`lastUpdateTime` is
 /// then the time of the last change that was written).
 fn same_to_a_user(old: &VirtualMachineStatus, new: &VirtualMachineStatus) -> bool {
     let (Some(o), Some(n)) = (&old.server, &new.server) else {
@@ -501,6 +530,7 @@ fn same_to_a_user(old: &VirtualMachineStatus, new: &VirtualMachineStatus) -> boo
     };
     old.phase == new.phase
         && old.reason == new.reason
+        && old.conditions == new.conditions
         && o.id == n.id
         && o.state == n.state
         && (o.usage.cpu - n.usage.cpu).abs() < USAGE_WRITE_THRESHOLD
@@ -533,6 +563,7 @@ fn failed(vm: &VirtualMachine, reason: String) -> VirtualMachineStatus {
         reason,
         server: vm.status.as_ref().and_then(|s| s.server.clone()),
         last_update_time: Some(now()),
+        conditions: Vec::new(),
     }
 }
 

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube_client::Resource;
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +72,10 @@ pub struct VirtualMachineStatus {
     pub server: Option<ServerStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
+    /// `Ready` and `ServerRunning` ([`super::conditions`]), derived from the rest of the status
+    /// each time it is written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// `status.server`: the container backing the VM.
