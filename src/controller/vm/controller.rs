@@ -141,6 +141,7 @@ async fn run_as<D: Driver>(
     let mut controller = Controller::new(CONTROLLER_NAME, factory.informer::<VirtualMachine>())
         .update_filter(needs_reconcile)
         .queue_name("virtualmachines")
+        .rate_limiter(super::error_policy::rate_limiter())
         .workers(config.workers)
         .with_readiness(config.ready.clone());
     let reconciler = Arc::new(

@@ -3,8 +3,9 @@
 //!
 //! - [`ReconcileError::retry`] true (driver and apiserver failures): the worker puts the key
 //!   back with `add_rate_limited`, so a Failed VM is retried with the rate limiter's per-item
-//!   exponential backoff (5 ms doubling to 1000 s) and never in a hot loop; a success
-//!   `forget`s the key and resets the backoff.
+//!   exponential backoff and never in a hot loop; a success `forget`s the key and resets the
+//!   backoff. The backoff is capped at [`MAX_RETRY_DELAY`] ([`rate_limiter`]), not client-go's
+//!   1000 s: an engine that comes back is noticed within two minutes, not seventeen.
 //! - Not retried: a key that is not `namespace/name`. A VM that is gone is not an error at all
 //!   (the reconcile returns done), so a deleted object is never requeued forever; an invalid
 //!   spec is recorded in the VM's status and waits for the user to edit the spec (the edit's
@@ -17,11 +18,32 @@
 //!   enqueues every VM anyway ([`ReconcileError::not_entitled`] tells it apart from a key to
 //!   drop).
 
+use std::time::Duration;
+
 use thiserror::Error;
 
 use super::api::ApiError;
 use super::driver::DriverError;
 use crate::controller::context::NotEntitled;
+
+/// The longest a failing VM waits before its next try.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
+
+/// The VM controller's queue limiter: per VM 5 ms doubling up to [`MAX_RETRY_DELAY`], and
+/// overall 10 retries a second with bursts of 100 (client-go's `DefaultControllerRateLimiter`
+/// with the per-item cap lowered).
+pub fn rate_limiter() -> crate::workqueue::MaxOfRateLimiter<String> {
+    use crate::workqueue::{
+        BucketRateLimiter, ItemExponentialFailureRateLimiter, MaxOfRateLimiter,
+    };
+    MaxOfRateLimiter::new(vec![
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            Duration::from_millis(5),
+            MAX_RETRY_DELAY,
+        )),
+        Box::new(BucketRateLimiter::new(10.0, 100).expect("10 qps, burst 100 is valid")),
+    ])
+}
 
 /// Why one reconcile of a key failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -75,6 +97,20 @@ impl From<NotEntitled> for ReconcileError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workqueue::RateLimiter;
+
+    #[test]
+    fn a_failing_vm_backs_off_exponentially_up_to_two_minutes() {
+        let limiter = rate_limiter();
+        let key = "ns/vm".to_string();
+        let delays: Vec<Duration> = (0..40).map(|_| limiter.when(&key)).collect();
+        assert_eq!(delays[0], Duration::from_millis(5));
+        assert_eq!(delays[1], Duration::from_millis(10));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
+        assert_eq!(*delays.last().unwrap(), MAX_RETRY_DELAY);
+        limiter.forget(&key);
+        assert_eq!(limiter.when(&key), Duration::from_millis(5));
+    }
 
     #[test]
     fn engine_and_apiserver_failures_are_retried_but_bad_keys_are_dropped() {
