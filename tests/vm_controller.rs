@@ -1583,18 +1583,47 @@ fn side_effects(log: &str) -> Vec<(jiff_now::Stamp, String)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
+/// What a test that runs replicas against podman starts from: the shared cluster with the CRD,
+/// a ready engine, and a namespace of its own whose containers are removed when it ends.
+struct EngineNamespace {
+    cluster: &'static Cluster,
+    host: String,
+    docker: Docker,
+    ns: String,
+    _cleanup: ContainerCleanup,
+    vms: Api<VirtualMachine>,
+}
+
+async fn engine_namespace(prefix: &str) -> EngineNamespace {
     let cluster = testenv::shared().await;
     install_crd(cluster).await;
     let host = docker_host();
     engine_ready(&host).await;
     let docker = docker_at(&host);
-    let ns = cluster.new_namespace("chaos").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let vms: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let ns = cluster.new_namespace(prefix).await.unwrap();
+    let vms = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    EngineNamespace {
+        cluster,
+        host,
+        docker,
+        _cleanup: ContainerCleanup {
+            namespace: ns.clone(),
+        },
+        ns,
+        vms,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
+    let EngineNamespace {
+        cluster,
+        host,
+        docker,
+        ns,
+        _cleanup,
+        vms,
+    } = engine_namespace("chaos").await;
 
     let mut generation = 0;
     let mut next_identity = |slot: usize| {
@@ -2033,30 +2062,16 @@ async fn converge(
 /// reconciled by two replicas at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let docker = docker_at(&host);
-    let ns = cluster.new_namespace("shards-podman").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let vms: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
-    let args = [
-        "--shards",
-        "4",
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "500ms",
-        "--refresh-interval",
-        "3s",
-        "--threads",
-        "2",
-    ];
+    let EngineNamespace {
+        cluster,
+        host,
+        docker,
+        ns,
+        _cleanup,
+        vms,
+    } = engine_namespace("shards-podman").await;
+    // The chaos test's timing, sharded.
+    let args: Vec<&str> = ["--shards", "4"].into_iter().chain(CHAOS_TIMING).collect();
     let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = ["a", "b", "c"]
         .iter()
         .map(|id| {

@@ -145,16 +145,24 @@ async fn run_with<D: Driver>(
                 .filter(|s| !s.is_empty())
         })
         .unwrap_or_else(|| "default".to_string());
-    if args.shards > 0 {
-        let identity = common::holder_identity(args.holder_identity.as_deref());
-        let sharding = ShardingConfig {
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-            ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
+    if args.shards > 0 || !args.leader_elect {
+        // Sharded, or one replica doing everything: no leader-election health check.
+        let ring = if args.shards > 0 {
+            let identity = common::holder_identity(args.holder_identity.as_deref());
+            let sharding = ShardingConfig {
+                lease_duration: args.lease_duration,
+                renew_deadline: args.renew_deadline,
+                retry_period: args.retry_period,
+                ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
+            };
+            info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, "joining the shard ring");
+            Some(
+                ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
+                    .context("invalid sharding settings")?,
+            )
+        } else {
+            None
         };
-        let ring = ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
-            .context("invalid sharding settings")?;
         common::serve_controller_ops(
             &args.ops,
             &config.cache_metrics,
@@ -164,29 +172,22 @@ async fn run_with<D: Driver>(
             &shutdown,
         )
         .await?;
-        info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, "joining the shard ring");
-        vm::run_sharded(client, driver, config, shutdown, ring).await?;
-        info!("shut down; shard Leases released");
-        return Ok(());
-    }
-    if !args.leader_elect {
-        common::serve_controller_ops(
-            &args.ops,
-            &config.cache_metrics,
-            config.ready.clone(),
-            ready_check,
-            None,
-            &shutdown,
-        )
-        .await?;
-        vm::run(
-            client,
-            driver,
-            config,
-            shutdown,
-            None::<LeaderElector<LeaseLock>>,
-        )
-        .await?;
+        match ring {
+            Some(ring) => {
+                vm::run_sharded(client, driver, config, shutdown, ring).await?;
+                info!("shut down; shard Leases released");
+            }
+            None => {
+                vm::run(
+                    client,
+                    driver,
+                    config,
+                    shutdown,
+                    None::<LeaderElector<LeaseLock>>,
+                )
+                .await?
+            }
+        }
         return Ok(());
     }
 
