@@ -1643,7 +1643,6 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
         apply_vm(cluster, &ns, &name, "100m", "32Mi").await;
         wanted.insert(name, "100m");
     }
-    let mut next_vm = 30;
     let mut deleted = Vec::new();
 
     let started = Instant::now();
@@ -1671,8 +1670,8 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
         );
         wanted.remove(&victim);
         deleted.push(victim);
-        let fresh = format!("vm-{next_vm}");
-        next_vm += 1;
+        // One new VM per round, after the 30 first ones.
+        let fresh = format!("vm-{}", 30 + round);
         apply_vm(cluster, &ns, &fresh, "100m", "32Mi").await;
         wanted.insert(fresh, "100m");
 
