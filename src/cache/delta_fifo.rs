@@ -492,6 +492,28 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     }
 }
 
+impl<K: Send + Sync + 'static> super::queue::InformerQueue<K> for DeltaFIFO<K> {
+    fn pop_with<'a>(
+        &'a self,
+        process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
+    ) -> futures::future::BoxFuture<'a, Result<(), FifoClosed>> {
+        use futures::FutureExt;
+        self.pop(move |d, initial| process(d, initial)).boxed()
+    }
+    fn queue_has_synced(&self) -> bool {
+        self.has_synced()
+    }
+    fn set_queue_transform(&self, transform: Option<TransformFunc<K>>) {
+        self.set_transform(transform)
+    }
+    fn close_queue(&self) {
+        self.close()
+    }
+    fn queued(&self) -> usize {
+        self.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

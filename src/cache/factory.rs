@@ -159,6 +159,7 @@ impl SharedInformerFactory {
                 resync_period: self.options.resync_period,
                 reflector: self.options.reflector.clone(),
                 metrics: self.options.metrics.clone(),
+                ..Default::default()
             },
         );
         inner.informers.insert(key, Box::new(informer.clone()));

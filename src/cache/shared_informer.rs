@@ -41,6 +41,8 @@ use super::processor::{
     Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler,
     determine_resync_period, distribute, run_listener, should_resync,
 };
+use super::queue::{InformerQueue, QueueKind};
+use super::real_fifo::RealFIFO;
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
 use super::store::{KeyFunc, ReflectorStore, default_key_func, resource_version};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -55,6 +57,8 @@ pub struct InformerConfig {
     pub reflector: ReflectorConfig,
     /// Where the reflector and handler series go.
     pub metrics: CacheMetrics,
+    /// The queue between reflector and handlers. client-go 1.36: always the RealFIFO.
+    pub queue: QueueKind,
 }
 
 /// Per-handler options.
@@ -125,7 +129,7 @@ struct StartParams<K> {
 struct Shared<K> {
     type_name: String,
     store: ThreadSafeStore<K>,
-    fifo: DeltaFIFO<K>,
+    fifo: Arc<dyn InformerQueue<K>>,
     key_func: KeyFunc<K>,
     metrics: CacheMetrics,
     /// Woken after each processed key (for `wait_for_cache_sync`).
@@ -183,7 +187,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let store = ThreadSafeStore::new(indexers);
         let key_func = default_key_func::<K>();
         let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
-        let fifo = DeltaFIFO::new(key_func.clone(), Some(known));
+        let fifo: Arc<dyn InformerQueue<K>> = match config.queue {
+            QueueKind::RealFifo => Arc::new(RealFIFO::new(key_func.clone(), known)),
+            QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
+        };
         let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
             let mut r = Reflector::new(lw, p.store, p.config)
                 .with_metrics(&p.metrics)
@@ -257,7 +264,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let inner = self.shared.inner.lock();
         self.ensure_not_started(&inner, "set a transform")?;
         let t: TransformFunc<K> = Arc::new(transform);
-        self.shared.fifo.set_transform(Some(t));
+        self.shared.fifo.set_queue_transform(Some(t));
         Ok(())
     }
 
@@ -434,7 +441,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         };
         let reflector = start(StartParams {
             last_sync_rv: self.shared.last_sync_rv.clone(),
-            store: Arc::new(self.shared.fifo.clone()),
+            store: self.shared.fifo.clone(),
             config,
             metrics: self.shared.metrics.clone(),
             should_resync: should,
@@ -456,12 +463,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
     pub fn has_synced(&self) -> bool {
-        self.shared.fifo.has_synced()
+        self.shared.fifo.queue_has_synced()
     }
 
     /// Waits until synced; `false` if the informer is shut down first.
     pub async fn wait_for_cache_sync(&self) -> bool {
-        self.shared.wait_until(|s| s.fifo.has_synced()).await
+        self.shared.wait_until(|s| s.fifo.queue_has_synced()).await
     }
 
     /// Whether `shutdown` was called.
@@ -472,7 +479,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// Stops everything and waits for the tasks to end. Idempotent.
     pub async fn shutdown(&self) {
         self.shared.stop.cancel();
-        self.shared.fifo.close();
+        self.shared.fifo.close_queue();
         self.shared.progressed.notify_waiters();
         let tasks = {
             let mut inner = self.shared.inner.lock();
@@ -527,7 +534,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
     pub fn has_synced(&self) -> bool {
         self.informer
             .upgrade()
-            .is_some_and(|s| s.fifo.has_synced() && self.buffer.initial_pending() == 0)
+            .is_some_and(|s| s.fifo.queue_has_synced() && self.buffer.initial_pending() == 0)
     }
 
     /// Waits until [`has_synced`](Self::has_synced); `false` if the informer stops first.
@@ -537,7 +544,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
         };
         let buffer = self.buffer.clone();
         shared
-            .wait_until(move |s| s.fifo.has_synced() && buffer.initial_pending() == 0)
+            .wait_until(move |s| s.fifo.queue_has_synced() && buffer.initial_pending() == 0)
             .await
     }
 }
@@ -626,10 +633,12 @@ impl<K: CacheObject> Shared<K> {
 
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).
 async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
+    let process_shared = shared.clone();
+    let mut process = move |deltas, initial| process_shared.process_deltas(deltas, initial);
     loop {
         let popped = tokio::select! {
             _ = shared.stop.cancelled() => return,
-            r = shared.fifo.pop(|deltas, initial| shared.process_deltas(deltas, initial)) => r,
+            r = shared.fifo.pop_with(&mut process) => r,
         };
         if popped.is_err() {
             return;
