@@ -284,11 +284,26 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
 
     /// Queues a `Replaced` delta for every item, then tombstones for keys that disappeared:
     /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
-    pub fn replace(&self, list: Vec<K>, _resource_version: &str) -> Result<(), StoreError> {
+    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with(list, resource_version, true)
+    }
+
+    /// `replace`, running the transform on `list` only if `transform` (the reflector ran it
+    /// already when it reports `false`).
+    fn replace_with(
+        &self,
+        list: Vec<K>,
+        _resource_version: &str,
+        transform: bool,
+    ) -> Result<(), StoreError> {
         let mut inner = self.shared.inner.lock();
         let mut keys = HashSet::with_capacity(list.len());
         for obj in list {
-            let obj = inner.transformed(obj);
+            let obj = if transform {
+                inner.transformed(obj)
+            } else {
+                obj
+            };
             let key = self.key_of(&obj)?;
             keys.insert(key);
             self.queue_action(&mut inner, Delta::Replaced(Arc::new(obj)))?;
@@ -489,6 +504,12 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     }
     fn resync(&self) -> Result<(), StoreError> {
         DeltaFIFO::resync(self)
+    }
+    fn transformer(&self) -> Option<TransformFunc<K>> {
+        self.shared.inner.lock().transform.clone()
+    }
+    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with(list, resource_version, false)
     }
 }
 

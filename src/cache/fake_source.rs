@@ -207,6 +207,11 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
     fn type_description(&self) -> String {
         self.type_description.clone()
     }
+
+    /// Like client-go's fake source: no `sendInitialEvents`, so reflectors LIST it.
+    fn supports_watch_list(&self) -> bool {
+        false
+    }
 }
 
 fn tokio_stream_from<K: CacheObject>(

@@ -210,6 +210,13 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
 
     /// A short description of the type for logs and metrics, e.g. `v1/configmaps`.
     fn type_description(&self) -> String;
+
+    /// Whether `watch` understands `sendInitialEvents` (client-go
+    /// `IsWatchListSemanticsUnSupported`, inverted): a reflector streams its list only then.
+    /// True for the real apiserver; fakes that only replay events say false.
+    fn supports_watch_list(&self) -> bool {
+        true
+    }
 }
 
 /// The real [`ListerWatcher`]: requests through a kube-client [`Client`].
@@ -387,8 +394,10 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 .request(get_request(&url))
                 .await
                 .map_err(|e| classify("LIST", &url, e))?;
+            let mut items = body.items.unwrap_or_default();
+            items.iter_mut().for_each(shrink_metadata);
             Ok(ListPage {
-                items: body.items.unwrap_or_default(),
+                items,
                 resource_version: body.metadata.resource_version.unwrap_or_default(),
                 continue_token: body.metadata.continue_.filter(|c| !c.is_empty()),
             })
@@ -408,13 +417,50 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 .map_err(|e| classify("WATCH", &url, e))?;
             let url2 = url.clone();
             Ok(stream
-                .map(move |r| r.map_err(|e| classify("WATCH", &url2, e)))
+                .map(move |r| match r {
+                    Ok(e) => Ok(shrunk(e)),
+                    Err(e) => Err(classify("WATCH", &url2, e)),
+                })
                 .boxed())
         }
     }
 
     fn type_description(&self) -> String {
         self.description.clone()
+    }
+}
+
+/// Gives back the spare room serde's `Vec` growth leaves in the metadata lists a cached
+/// object keeps for its whole life: a ConfigMap's one managedFields entry is decoded into
+/// room for four (about 500 bytes per object).
+fn shrink_metadata<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    if let Some(v) = &mut meta.managed_fields {
+        v.shrink_to_fit();
+    }
+    if let Some(v) = &mut meta.owner_references {
+        v.shrink_to_fit();
+    }
+    if let Some(v) = &mut meta.finalizers {
+        v.shrink_to_fit();
+    }
+}
+
+fn shrunk<K: Resource>(event: WatchEvent<K>) -> WatchEvent<K> {
+    match event {
+        WatchEvent::Added(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Added(o)
+        }
+        WatchEvent::Modified(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Modified(o)
+        }
+        WatchEvent::Deleted(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Deleted(o)
+        }
+        other => other,
     }
 }
 

@@ -132,7 +132,18 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// client-go `Replace` (non-atomic, `reconcileReplacement`): first a tombstone for every
     /// key that is queued or known but not in `list` (a queued key whose last item is a
     /// deletion needs none), then a `Replaced` item per object, in list order.
-    pub fn replace(&self, list: Vec<K>, _resource_version: &str) -> Result<(), StoreError> {
+    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with(list, resource_version, true)
+    }
+
+    /// `replace`, running the transform on `list` only if `transform` (the reflector ran it
+    /// already when it reports `false`).
+    fn replace_with(
+        &self,
+        list: Vec<K>,
+        _resource_version: &str,
+        transform: bool,
+    ) -> Result<(), StoreError> {
         // Keys first, so a bad object leaves the queue untouched.
         let mut new_keys = HashSet::with_capacity(list.len());
         for obj in &list {
@@ -174,7 +185,11 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         inner.items.extend(tombstones);
         inner.items.reserve(list.len());
         for obj in list {
-            let obj = inner.transformed(obj);
+            let obj = if transform {
+                inner.transformed(obj)
+            } else {
+                obj
+            };
             inner.items.push_back(Delta::Replaced(Arc::new(obj)));
         }
         if !inner.populated {
@@ -313,6 +328,12 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     }
     fn resync(&self) -> Result<(), StoreError> {
         RealFIFO::resync(self)
+    }
+    fn transformer(&self) -> Option<TransformFunc<K>> {
+        self.shared.inner.lock().transform.clone()
+    }
+    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with(list, resource_version, false)
     }
 }
 

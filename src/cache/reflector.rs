@@ -17,9 +17,10 @@
 //! - One [`Backoff`] for everything, reset only after two quiet minutes, so a LIST that keeps
 //!   failing backs off to the cap.
 //! - Undecodable events (wrong kind) are logged and skipped.
-//! - Optional streaming list (`sendInitialEvents`): events are collected until the bookmark
-//!   annotated `k8s.io/initial-events-end`, then replace; the wait is bounded by
-//!   `watch_list_timeout` and any failure falls back to a paged LIST (kubernetes#140890).
+//! - Streaming list (`sendInitialEvents`, on by default as in client-go 1.35+): events are
+//!   collected until the bookmark annotated `k8s.io/initial-events-end`, then replace. The
+//!   bound is on lack of progress (`watch_list_timeout` between events, not on the whole
+//!   stream); any failure falls back to a paged LIST (kubernetes#140890).
 //! - Resync: every `resync_period` (zero = off) the store's `resync` runs, if the
 //!   `should_resync` hook agrees.
 //!
@@ -27,7 +28,6 @@
 //! watch also ends if nothing (not even a bookmark) arrives for the server timeout plus a
 //! minute, which guards against half-open TCP connections the server timeout cannot end.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,10 +64,12 @@ pub struct ReflectorConfig {
     /// Resync period; zero turns resync off. client-go: 0 unless an informer asks.
     pub resync_period: Duration,
     /// Use the streaming list (`sendInitialEvents=true`) instead of paged LISTs.
-    /// client-go: the `WatchListClient` feature gate; off here by default.
+    /// client-go: the `WatchListClient` feature gate, on by default since 1.35.
     pub use_watch_list: bool,
-    /// Bound on waiting for a streaming list's initial events before falling back to a paged
-    /// LIST. client-go has none (kubernetes#140890); 60 s here.
+    /// Bound on a streaming list's lack of progress: the watch must open, and each next event
+    /// arrive, within this long, or the reflector falls back to a paged LIST. A stream that
+    /// keeps delivering is never cut off, however long the list. client-go has no bound
+    /// (kubernetes#140890); 60 s here.
     pub watch_list_timeout: Duration,
 }
 
@@ -78,7 +80,7 @@ impl Default for ReflectorConfig {
             min_watch_timeout: Duration::from_secs(5 * 60),
             backoff: BackoffConfig::default(),
             resync_period: Duration::ZERO,
-            use_watch_list: false,
+            use_watch_list: true,
             watch_list_timeout: Duration::from_secs(60),
         }
     }
@@ -325,7 +327,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
 
 impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     fn initial_state(&self) -> State<K> {
-        if self.config.use_watch_list {
+        if self.config.use_watch_list && self.lw.supports_watch_list() {
             State::WatchList
         } else {
             State::List
@@ -418,7 +420,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
         match result {
             Ok((items, rv)) => {
-                if let Err(source) = self.store.replace(items, &rv) {
+                if let Err(source) = self.store.replace_transformed(items, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -448,11 +450,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             limit: Some(self.config.page_size).filter(|_| paginate),
             ..Default::default()
         };
+        let transform = self.store.transformer();
         let mut page = self.lw.list(&first).await?;
         if rv == "0" && page.continue_token.is_some() {
             self.paginated_result = true;
         }
-        let mut items = std::mem::take(&mut page.items);
+        let mut items = transformed(std::mem::take(&mut page.items), &transform);
         while let Some(token) = page.continue_token.take() {
             let next = ListOptions {
                 limit: first.limit,
@@ -462,7 +465,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             match self.lw.list(&next).await {
                 Ok(p) => {
                     page = p;
-                    items.append(&mut page.items);
+                    items.append(&mut transformed(
+                        std::mem::take(&mut page.items),
+                        &transform,
+                    ));
                 }
                 Err(e) if e.is_expired() => {
                     // The snapshot behind the continue token is compacted: one full LIST.
@@ -473,7 +479,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         ..first.clone()
                     };
                     let p = self.lw.list(&full).await?;
-                    return Ok((p.items, p.resource_version));
+                    return Ok((transformed(p.items, &transform), p.resource_version));
                 }
                 Err(e) => return Err(e),
             }
@@ -620,13 +626,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             send_initial_events: true,
         };
         self.metrics.watches.inc();
-        let deadline = Instant::now() + self.config.watch_list_timeout;
-        let collected =
-            tokio::time::timeout_at(deadline, self.collect_initial_events(&options)).await;
-        let failure = match collected {
-            Ok(Ok((items, rv, stream))) => {
-                let items: Vec<K> = items.into_values().collect();
-                if let Err(source) = self.store.replace(items, &rv) {
+        let failure = match self.collect_initial_events(&options).await {
+            Ok((items, rv, stream)) => {
+                if let Err(source) = self.store.replace_transformed(items, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -644,11 +646,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     idle_deadline: now + timeout + WATCH_IDLE_GRACE,
                 };
             }
-            Ok(Err(reason)) => reason,
-            Err(_) => format!(
-                "no initial-events-end bookmark within {:?}",
-                self.config.watch_list_timeout
-            ),
+            Err(reason) => reason,
         };
         self.report(ReflectorError::WatchList {
             type_name: self.type_name.clone(),
@@ -659,29 +657,41 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         self.list_and_replace().await
     }
 
-    /// Reads a streaming list up to its end bookmark.
+    /// Reads a streaming list up to its end bookmark. The bound is on lack of progress:
+    /// opening the watch and every next event must each come within `watch_list_timeout`,
+    /// so a long stream that keeps delivering is never cut off.
+    ///
+    /// The objects are kept in arrival order in a `Vec` (the server sends each object once
+    /// as ADDED); the rare DELETED before the end bookmark removes its key by a scan.
     async fn collect_initial_events(
         &mut self,
         options: &WatchOptions,
-    ) -> Result<(HashMap<String, K>, String, WatchStream<K>), String> {
-        let mut stream = self.lw.watch(options).await.map_err(|e| e.to_string())?;
-        let mut items: HashMap<String, K> = HashMap::new();
+    ) -> Result<(Vec<K>, String, WatchStream<K>), String> {
+        let bound = self.config.watch_list_timeout;
+        let silent = || format!("no progress for {bound:?} before the initial-events-end bookmark");
+        let mut stream = tokio::time::timeout(bound, self.lw.watch(options))
+            .await
+            .map_err(|_| silent())?
+            .map_err(|e| e.to_string())?;
+        let transform = self.store.transformer();
+        let mut items: Vec<K> = Vec::new();
         loop {
-            match stream.next().await {
+            let next = tokio::time::timeout(bound, stream.next())
+                .await
+                .map_err(|_| silent())?;
+            match next {
                 None => return Err("the stream closed before the initial events ended".into()),
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                     self.metrics.watch_events.inc();
-                    match meta_namespace_key(&obj) {
-                        Ok(key) => {
-                            items.insert(key, obj);
-                        }
-                        Err(e) => tracing::warn!(type_name = %self.type_name, "skipping: {e}"),
-                    }
+                    items.push(match &transform {
+                        Some(t) => t(obj),
+                        None => obj,
+                    });
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
                     self.metrics.watch_events.inc();
                     if let Ok(key) = meta_namespace_key(&obj) {
-                        items.remove(&key);
+                        items.retain(|o| meta_namespace_key(o).is_ok_and(|k| k != key));
                     }
                 }
                 Some(Ok(WatchEvent::Bookmark(b))) => {
@@ -692,6 +702,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         .get(INITIAL_EVENTS_END_ANNOTATION)
                         .is_some_and(|v| v == "true");
                     if end {
+                        items.shrink_to_fit();
                         return Ok((items, b.metadata.resource_version, stream));
                     }
                 }
@@ -709,6 +720,17 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 Some(Err(e)) => return Err(e.to_string()),
             }
         }
+    }
+}
+
+/// Runs the store's transform over a page of listed objects.
+fn transformed<K>(
+    items: Vec<K>,
+    transform: &Option<super::delta_fifo::TransformFunc<K>>,
+) -> Vec<K> {
+    match transform {
+        Some(t) => items.into_iter().map(|o| t(o)).collect(),
+        None => items,
     }
 }
 
@@ -933,12 +955,14 @@ mod tests {
         }
     }
 
+    /// The paged-LIST reflector most tests here script (streaming list tests turn it on).
     fn no_jitter() -> ReflectorConfig {
         ReflectorConfig {
             backoff: BackoffConfig {
                 jitter: 0.0,
                 ..Default::default()
             },
+            use_watch_list: false,
             ..Default::default()
         }
     }
@@ -1276,8 +1300,41 @@ mod tests {
                 .1
                 .starts_with(r#"list rv=Some("0") limit=Some(500)"#)
         );
-        assert_eq!(calls[1].0, Duration::from_secs(3));
+        // The bound runs from the last event (at 10 ms), not from the start.
+        assert_eq!(calls[1].0, Duration::from_millis(3010));
         assert!(errs.lock()[0].contains("falling back"), "{:?}", errs.lock());
+    }
+
+    // kubeloop's own: the bound is on lack of progress, so a slow but steady stream (an
+    // event every 2 s for 20 s, bound 3 s) is read to its end bookmark without a fallback.
+    #[tokio::test(start_paused = true)]
+    async fn watch_list_that_keeps_delivering_is_not_cut_off() {
+        let lw = FakeLw::new();
+        let mut events: Vec<_> = (0..10)
+            .map(|i| {
+                Ok(WatchEvent::Added(cm(
+                    &format!("o{i}"),
+                    &(i + 1).to_string(),
+                )))
+            })
+            .collect();
+        events.push(Ok(bookmark("20", true)));
+        lw.watch_raw(Ok(ScriptedWatch {
+            events,
+            then_hang: true,
+            pace: Duration::from_secs(2),
+        }));
+        let config = ReflectorConfig {
+            use_watch_list: true,
+            watch_list_timeout: Duration::from_secs(3),
+            ..no_jitter()
+        };
+        let errs = Arc::new(Mutex::new(vec![]));
+        let (ops, m) = run_for(&lw, config, 30, Some(errs.clone())).await;
+        assert_eq!(ops, ["replace [o0,o1,o2,o3,o4,o5,o6,o7,o8,o9] @20"]);
+        assert_eq!(lw.call_names().len(), 1, "no fallback LIST");
+        assert!(errs.lock().is_empty(), "{:?}", errs.lock());
+        assert_eq!(m.lists(), 1);
     }
 
     #[test]
@@ -1287,6 +1344,6 @@ mod tests {
         assert_eq!(c.min_watch_timeout, Duration::from_secs(300));
         assert_eq!(c.backoff, BackoffConfig::default());
         assert_eq!(c.resync_period, Duration::ZERO);
-        assert!(!c.use_watch_list);
+        assert!(c.use_watch_list);
     }
 }

@@ -972,6 +972,40 @@ mod tests {
         inf.shutdown().await;
     }
 
+    // kubeloop's own: the reflector runs the transform on each listed object as it arrives
+    // (client-go's TransformingStore) and the queue does not run it again, for both queues;
+    // watch events are transformed once by the queue.
+    #[tokio::test(start_paused = true)]
+    async fn listed_and_watched_objects_are_transformed_exactly_once() {
+        for queue in [QueueKind::RealFifo, QueueKind::DeltaFifo] {
+            let source = FakeControllerSource::new();
+            source.add(cm("a"));
+            let inf = SharedIndexInformer::new(
+                source.clone(),
+                InformerConfig {
+                    queue,
+                    ..Default::default()
+                },
+            );
+            inf.set_transform(|mut o: ConfigMap| {
+                let data = o.data.get_or_insert_with(Default::default);
+                let n: u32 = data.get("runs").map_or(0, |v| v.parse().unwrap());
+                data.insert("runs".into(), (n + 1).to_string());
+                o
+            })
+            .unwrap();
+            inf.start();
+            assert!(inf.wait_for_cache_sync().await);
+            source.add(cm("b"));
+            settle().await;
+            for name in ["a", "b"] {
+                let o = inf.lister().get("ns", name).expect(name);
+                assert_eq!(o.data.as_ref().unwrap()["runs"], "1", "{queue:?} {name}");
+            }
+            inf.shutdown().await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn start_is_idempotent_and_shutdown_waits_for_tasks() {
         let source = FakeControllerSource::new();

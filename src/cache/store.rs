@@ -111,6 +111,20 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError>;
     /// A periodic resync.
     fn resync(&self) -> Result<(), StoreError>;
+
+    /// The transform this store runs on incoming objects (client-go `TransformingStore`).
+    /// The reflector runs it on each listed object as it arrives, so a list never holds
+    /// untransformed objects (their managedFields, say) all at once, and hands the result to
+    /// [`replace_transformed`](Self::replace_transformed).
+    fn transformer(&self) -> Option<super::delta_fifo::TransformFunc<K>> {
+        None
+    }
+
+    /// [`replace`](Self::replace) for objects `transformer()` has already run on. A store
+    /// that reports a transformer must override this so it does not run twice.
+    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace(list, resource_version)
+    }
 }
 
 #[cfg(test)]
