@@ -285,28 +285,31 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
     /// Queues a `Replaced` delta for every item, then tombstones for keys that disappeared:
     /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        self.replace_with(list, resource_version, true)
+        let transform = self.shared.inner.lock().transform.clone();
+        let list = list
+            .into_iter()
+            .map(|o| {
+                Arc::new(match &transform {
+                    Some(t) => t(o),
+                    None => o,
+                })
+            })
+            .collect();
+        self.replace_listed(list, resource_version)
     }
 
-    /// `replace`, running the transform on `list` only if `transform` (the reflector ran it
-    /// already when it reports `false`).
-    fn replace_with(
+    /// `replace` for objects already transformed and shared (what the reflector hands over).
+    pub fn replace_listed(
         &self,
-        list: Vec<K>,
+        list: Vec<Arc<K>>,
         _resource_version: &str,
-        transform: bool,
     ) -> Result<(), StoreError> {
         let mut inner = self.shared.inner.lock();
         let mut keys = HashSet::with_capacity(list.len());
         for obj in list {
-            let obj = if transform {
-                inner.transformed(obj)
-            } else {
-                obj
-            };
             let key = self.key_of(&obj)?;
             keys.insert(key);
-            self.queue_action(&mut inner, Delta::Replaced(Arc::new(obj)))?;
+            self.queue_action(&mut inner, Delta::Replaced(obj))?;
         }
 
         let mut queued_deletions = 0;
@@ -508,8 +511,8 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
-    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        self.replace_with(list, resource_version, false)
+    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        DeltaFIFO::replace_listed(self, list, resource_version)
     }
 }
 

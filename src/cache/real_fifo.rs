@@ -133,21 +133,29 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// key that is queued or known but not in `list` (a queued key whose last item is a
     /// deletion needs none), then a `Replaced` item per object, in list order.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        self.replace_with(list, resource_version, true)
+        let transform = self.shared.inner.lock().transform.clone();
+        let list = list
+            .into_iter()
+            .map(|o| {
+                Arc::new(match &transform {
+                    Some(t) => t(o),
+                    None => o,
+                })
+            })
+            .collect();
+        self.replace_listed(list, resource_version)
     }
 
-    /// `replace`, running the transform on `list` only if `transform` (the reflector ran it
-    /// already when it reports `false`).
-    fn replace_with(
+    /// `replace` for objects already transformed and shared (what the reflector hands over).
+    pub fn replace_listed(
         &self,
-        list: Vec<K>,
+        list: Vec<Arc<K>>,
         _resource_version: &str,
-        transform: bool,
     ) -> Result<(), StoreError> {
         // Keys first, so a bad object leaves the queue untouched.
         let mut new_keys = HashSet::with_capacity(list.len());
         for obj in &list {
-            new_keys.insert((self.shared.key_func)(obj)?);
+            new_keys.insert((self.shared.key_func)(&**obj)?);
         }
         let mut inner = self.shared.inner.lock();
 
@@ -183,15 +191,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         drop(new_keys);
         drop(last_queued);
         inner.items.extend(tombstones);
-        inner.items.reserve(list.len());
-        for obj in list {
-            let obj = if transform {
-                inner.transformed(obj)
-            } else {
-                obj
-            };
-            inner.items.push_back(Delta::Replaced(Arc::new(obj)));
-        }
+        inner.items.extend(list.into_iter().map(Delta::Replaced));
         if !inner.populated {
             inner.populated = true;
             inner.initial_population_count = inner.items.len();
@@ -332,8 +332,8 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
-    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        self.replace_with(list, resource_version, false)
+    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        RealFIFO::replace_listed(self, list, resource_version)
     }
 }
 

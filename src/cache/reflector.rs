@@ -14,9 +14,10 @@
 //!   version, after backoff. Connection refused / 429 opening a watch: back off, re-watch.
 //!   A watch that closes in under a second with no events, and any other failure: back off,
 //!   relist.
-//! - One [`Backoff`] for everything, reset only after two quiet minutes, so a LIST that keeps
-//!   failing backs off to the cap.
-//! - Undecodable events (wrong kind) are logged and skipped.
+//! - One [`Backoff`] for everything (apimachinery's `DelayWithReset`: jitter after the cap,
+//!   reset every two minutes).
+//! - An event that does not decode ends the watch like an error from the server: back off,
+//!   relist (client-go's `StreamWatcher` reports it as an error event and stops).
 //! - Streaming list (`sendInitialEvents`, on by default as in client-go 1.35+): events are
 //!   collected until the bookmark annotated `k8s.io/initial-events-end`, then replace. The
 //!   bound is on lack of progress (`watch_list_timeout` between events, not on the whole
@@ -420,7 +421,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
         match result {
             Ok((items, rv)) => {
-                if let Err(source) = self.store.replace_transformed(items, &rv) {
+                if let Err(source) = self.store.replace_listed(items, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -443,7 +444,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     }
 
     /// All pages of one LIST at `rv` ("" = quorum read): the items and the list's version.
-    async fn list_pages(&mut self, rv: &str) -> Result<(Vec<K>, String), ListWatchError> {
+    async fn list_pages(&mut self, rv: &str) -> Result<(Vec<Arc<K>>, String), ListWatchError> {
         let paginate = self.paginated_result || rv.is_empty() || rv == "0";
         let first = ListOptions {
             resource_version: Some(rv.to_string()).filter(|r| !r.is_empty()),
@@ -555,14 +556,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         let event = match item {
             None => return self.watch_closed(started, events),
             Some(Ok(event)) => event,
-            Some(Err(ListWatchError::Decode { source, .. })) => {
-                tracing::warn!(type_name = %self.type_name, "skipping an undecodable watch event: {source}");
-                return State::Watching {
-                    stream,
-                    started,
-                    events,
-                    idle_deadline,
-                };
+            Some(Err(e @ ListWatchError::Decode { .. })) => {
+                // client-go's StreamWatcher turns a decode failure into an error event and
+                // stops; the reflector then backs off and relists. The event may have been
+                // a change we would otherwise miss, so skipping it is not safe.
+                return self.watch_failed(e);
             }
             Some(Err(e @ ListWatchError::Api { .. })) => return self.watch_failed(e),
             Some(Err(e @ ListWatchError::Transport { .. })) => {
@@ -628,7 +626,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         self.metrics.watches.inc();
         let failure = match self.collect_initial_events(&options).await {
             Ok((items, rv, stream)) => {
-                if let Err(source) = self.store.replace_transformed(items, &rv) {
+                if let Err(source) = self.store.replace_listed(items, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -666,7 +664,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     async fn collect_initial_events(
         &mut self,
         options: &WatchOptions,
-    ) -> Result<(Vec<K>, String, WatchStream<K>), String> {
+    ) -> Result<(Vec<Arc<K>>, String, WatchStream<K>), String> {
         let bound = self.config.watch_list_timeout;
         let silent = || format!("no progress for {bound:?} before the initial-events-end bookmark");
         let mut stream = tokio::time::timeout(bound, self.lw.watch(options))
@@ -674,7 +672,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             .map_err(|_| silent())?
             .map_err(|e| e.to_string())?;
         let transform = self.store.transformer();
-        let mut items: Vec<K> = Vec::new();
+        let mut items: Vec<Arc<K>> = Vec::new();
         loop {
             let next = tokio::time::timeout(bound, stream.next())
                 .await
@@ -683,15 +681,15 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 None => return Err("the stream closed before the initial events ended".into()),
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                     self.metrics.watch_events.inc();
-                    items.push(match &transform {
+                    items.push(Arc::new(match &transform {
                         Some(t) => t(obj),
                         None => obj,
-                    });
+                    }));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
                     self.metrics.watch_events.inc();
                     if let Ok(key) = meta_namespace_key(&obj) {
-                        items.retain(|o| meta_namespace_key(o).is_ok_and(|k| k != key));
+                        items.retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
                     }
                 }
                 Some(Ok(WatchEvent::Bookmark(b))) => {
@@ -714,23 +712,20 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     )
                     .to_string());
                 }
-                Some(Err(ListWatchError::Decode { source, .. })) => {
-                    tracing::warn!(type_name = %self.type_name, "skipping an undecodable event: {source}");
-                }
                 Some(Err(e)) => return Err(e.to_string()),
             }
         }
     }
 }
 
-/// Runs the store's transform over a page of listed objects.
+/// Runs the store's transform over a page of listed objects and shares each.
 fn transformed<K>(
     items: Vec<K>,
     transform: &Option<super::delta_fifo::TransformFunc<K>>,
-) -> Vec<K> {
+) -> Vec<Arc<K>> {
     match transform {
-        Some(t) => items.into_iter().map(|o| t(o)).collect(),
-        None => items,
+        Some(t) => items.into_iter().map(|o| Arc::new(t(o))).collect(),
+        None => items.into_iter().map(Arc::new).collect(),
     }
 }
 
@@ -1201,8 +1196,10 @@ mod tests {
         );
     }
 
+    // kubeloop's own, after client-go's streamwatcher.go: an event that does not decode ends
+    // the watch, and the reflector relists instead of silently missing a change.
     #[tokio::test(start_paused = true)]
-    async fn undecodable_events_are_skipped() {
+    async fn an_undecodable_event_ends_the_watch_and_relists() {
         let lw = FakeLw::new();
         let bad = serde_json::from_str::<ConfigMap>("{\"kind\":\"Pod\"}").unwrap_err();
         lw.list_ok(vec![], "10", None).watch_raw(Ok(ScriptedWatch {
@@ -1217,9 +1214,16 @@ mod tests {
             then_hang: true,
             pace: Duration::from_millis(1),
         }));
-        let (ops, _) = run_for(&lw, no_jitter(), 3, None).await;
-        assert_eq!(ops, ["replace [] @10", "add a"]);
-        assert_eq!(lw.call_names().len(), 2, "no relist for a bad event");
+        lw.list_ok(vec![cm("a", "11")], "12", None)
+            .watch(vec![], true);
+        let errs = Arc::new(Mutex::new(vec![]));
+        let (ops, m) = run_for(&lw, no_jitter(), 5, Some(errs.clone())).await;
+        assert_eq!(ops, ["replace [] @10", "replace [a] @12"]);
+        let calls = lw.call_names();
+        assert_eq!(calls.len(), 4, "{calls:?}");
+        assert!(calls[2].starts_with(r#"list rv=Some("10")"#), "{calls:?}");
+        assert_eq!(m.relists(), 1);
+        assert!(errs.lock()[0].contains("decode"), "{:?}", errs.lock());
     }
 
     #[tokio::test(start_paused = true)]

@@ -115,14 +115,23 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// The transform this store runs on incoming objects (client-go `TransformingStore`).
     /// The reflector runs it on each listed object as it arrives, so a list never holds
     /// untransformed objects (their managedFields, say) all at once, and hands the result to
-    /// [`replace_transformed`](Self::replace_transformed).
+    /// [`replace_listed`](Self::replace_listed).
     fn transformer(&self) -> Option<super::delta_fifo::TransformFunc<K>> {
         None
     }
 
-    /// [`replace`](Self::replace) for objects `transformer()` has already run on. A store
-    /// that reports a transformer must override this so it does not run twice.
-    fn replace_transformed(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+    /// [`replace`](Self::replace) for objects `transformer()` has already run on, each
+    /// already in the `Arc` it will be shared through (so no object is moved or copied
+    /// again). A store that reports a transformer must override this so it does not run
+    /// twice.
+    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError>
+    where
+        K: Clone,
+    {
+        let list = list
+            .into_iter()
+            .map(|o| Arc::try_unwrap(o).unwrap_or_else(|shared| (*shared).clone()))
+            .collect();
         self.replace(list, resource_version)
     }
 }
