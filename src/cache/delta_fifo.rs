@@ -911,7 +911,7 @@ mod tests {
         assert_eq!(q.pop(|d, _| newest(d)).await.unwrap(), 14);
     }
 
-    // client-go: TestDeltaFIFO_PopReturnsIsInInitialList
+    // kubeloop's own: pop reports is_in_initial_list
     #[tokio::test(start_paused = true)]
     async fn pop_reports_is_in_initial_list() {
         let q = fifo();
@@ -926,7 +926,7 @@ mod tests {
         assert!(!initial(&q).await);
     }
 
-    // client-go: TestDedupDeltas / TestDeltaFIFO_checkDeletionDups
+    // kubeloop's own, on client-go's dedupDeltas / isDeletionDup rule
     #[test]
     fn only_consecutive_deletions_collapse() {
         let a = || Arc::new(obj("a", 1));

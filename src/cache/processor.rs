@@ -367,7 +367,7 @@ mod tests {
         task.await.unwrap();
     }
 
-    // client-go: TestDetermineResyncPeriod (shared_informer_test.go)
+    // kubeloop's own, on client-go's determineResyncPeriod (TestResyncCheckPeriod covers it there)
     #[test]
     fn resync_period_is_never_below_the_check_period() {
         let s = Duration::from_secs;

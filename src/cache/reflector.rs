@@ -47,6 +47,9 @@ use super::store::{ReflectorStore, StoreError, meta_namespace_key, resource_vers
 /// The annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
+/// The smallest `min_watch_timeout` honoured (client-go `defaultMinWatchTimeout`).
+const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 /// A watch that ends this soon with no events counts as failed (client-go: 1 s).
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
@@ -58,7 +61,8 @@ const WATCH_IDLE_GRACE: Duration = Duration::from_secs(60);
 pub struct ReflectorConfig {
     /// LIST page size. client-go: 500 (pager `defaultPageSize`).
     pub page_size: u32,
-    /// Lower bound of the random watch timeout. client-go: 5 min (`minWatchTimeout`).
+    /// Lower bound of the random watch timeout; values under 5 min count as 5 min.
+    /// client-go: 5 min (`defaultMinWatchTimeout`, also its floor).
     pub min_watch_timeout: Duration,
     /// Backoff after failures. client-go: 800 ms x2 to 30 s, jitter 1.0, reset after 2 min.
     pub backoff: BackoffConfig,
@@ -319,6 +323,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
             }
         };
         tokio::select! {
+            // Checked first: a reflector cancelled before it runs does nothing.
+            biased;
             _ = cancel.cancelled() => {}
             _ = resync => {}
             _ = machine => {}
@@ -488,9 +494,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         Ok((items, page.resource_version))
     }
 
+    /// Random in [min, 2 x min), where min is never below client-go's 5 minutes
+    /// (`NewReflectorWithOptions` ignores a smaller `MinWatchTimeout`).
     fn watch_timeout(&self) -> Duration {
         self.config
             .min_watch_timeout
+            .max(DEFAULT_MIN_WATCH_TIMEOUT)
             .mul_f64(1.0 + rand::random::<f64>())
     }
 
@@ -803,6 +812,8 @@ mod tests {
         watches: VecDeque<Result<ScriptedWatch, ListWatchError>>,
         /// What was asked, with the (paused) time since the start.
         calls: Vec<(Duration, String)>,
+        /// `timeoutSeconds` of every watch opened.
+        watch_timeouts: Vec<Option<u32>>,
     }
 
     #[derive(Clone)]
@@ -884,6 +895,7 @@ mod tests {
                 o.timeout_seconds.is_some_and(|t| (300..600).contains(&t))
             );
             s.calls.push((self.start.elapsed(), desc));
+            s.watch_timeouts.push(o.timeout_seconds);
             let w = s.watches.pop_front().unwrap_or(Ok(ScriptedWatch {
                 events: vec![],
                 then_hang: true,
@@ -1085,7 +1097,7 @@ mod tests {
         assert_eq!(m.list_errors() as usize, times.len());
     }
 
-    // client-go: TestReflectorWatchStoppedAfterClose / "watch close -> rewatch"
+    // kubeloop's own: a clean watch close re-watches
     #[tokio::test(start_paused = true)]
     async fn short_watch_relists_but_a_normal_close_rewatches() {
         let lw = FakeLw::new();
@@ -1339,6 +1351,220 @@ mod tests {
         assert_eq!(lw.call_names().len(), 1, "no fallback LIST");
         assert!(errs.lock().is_empty(), "{:?}", errs.lock());
         assert_eq!(m.lists(), 1);
+    }
+
+    fn pods(n: usize) -> Vec<ConfigMap> {
+        (0..n)
+            .map(|i| cm(&format!("pod-{i}"), &i.to_string()))
+            .collect()
+    }
+
+    fn list_rvs(lw: &FakeLw) -> Vec<String> {
+        lw.call_names()
+            .into_iter()
+            .filter_map(|c| {
+                let rv = c.strip_prefix("list rv=")?.split(' ').next()?.to_string();
+                Some(rv)
+            })
+            .collect()
+    }
+
+    // client-go: TestReflectorResyncWithResourceVersion
+    #[tokio::test(start_paused = true)]
+    async fn reflector_resync_with_resource_version() {
+        let lw = FakeLw::new();
+        // The watch fails, so the reflector lists again, at the version it synced.
+        lw.list_ok(pods(4), "10", None)
+            .watch(vec![status_event(500, "InternalError")], true)
+            .list_ok(pods(8), "11", None)
+            .watch(vec![], true);
+        let (ops, _) = run_for(&lw, no_jitter(), 3, None).await;
+        assert_eq!(
+            ops,
+            [
+                "replace [pod-0,pod-1,pod-2,pod-3] @10",
+                "replace [pod-0,pod-1,pod-2,pod-3,pod-4,pod-5,pod-6,pod-7] @11"
+            ]
+        );
+        assert_eq!(list_rvs(&lw), [r#"Some("0")"#, r#"Some("10")"#]);
+    }
+
+    // client-go: TestReflectorExpiredExactResourceVersion
+    #[tokio::test(start_paused = true)]
+    async fn reflector_expired_exact_resource_version() {
+        let lw = FakeLw::new();
+        lw.list_ok(pods(4), "10", None)
+            .watch(vec![status_event(500, "InternalError")], true)
+            .list_err(api_err(410, "Expired"))
+            .list_ok(pods(8), "11", None)
+            .watch(vec![], true);
+        let (ops, _) = run_for(&lw, no_jitter(), 3, None).await;
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert!(ops[1].ends_with("@11"), "{ops:?}");
+        assert_eq!(list_rvs(&lw), [r#"Some("0")"#, r#"Some("10")"#, "None"]);
+    }
+
+    // client-go: TestWatchTimeout
+    #[tokio::test(start_paused = true)]
+    async fn watch_timeout() {
+        let cases = [
+            (
+                "no timeout",
+                ReflectorConfig::default().min_watch_timeout,
+                300,
+            ),
+            ("small timeout not honored", Duration::from_secs(1), 300),
+            ("30m timeout", Duration::from_secs(30 * 60), 30 * 60),
+        ];
+        for (name, min_watch_timeout, want_min) in cases {
+            let lw = FakeLw::new();
+            lw.list_ok(vec![], "10", None).watch(vec![], true);
+            let config = ReflectorConfig {
+                min_watch_timeout,
+                ..no_jitter()
+            };
+            run_for(&lw, config, 1, None).await;
+            let got = lw.script.lock().watch_timeouts.clone();
+            let t = got[0].expect("timeoutSeconds set");
+            assert!(
+                (want_min..=2 * want_min).contains(&t),
+                "{name}: {t} not in [{want_min}, {}]",
+                2 * want_min
+            );
+        }
+    }
+
+    // client-go: TestRetryInternalError ("retries off", client-go's default: kubeloop has
+    // no MaxInternalErrorRetryDuration): an internal error on the watch ends it and the
+    // reflector lists again instead of re-opening the watch.
+    #[tokio::test(start_paused = true)]
+    async fn retry_internal_error() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![], "1", None)
+            .watch(vec![status_event(500, "InternalError")], true)
+            .list_ok(vec![], "1", None)
+            .watch(vec![], true);
+        let (_, m) = run_for(&lw, no_jitter(), 3, None).await;
+        let calls = lw.call_names();
+        assert!(calls[0].starts_with("list") && calls[1].starts_with("watch"));
+        assert!(calls[2].starts_with("list"), "{calls:?}");
+        assert_eq!(m.relists(), 1);
+    }
+
+    // client-go: TestReflectorWatchHandler (the wrong-kind event is left out: a typed
+    // kubeloop watch cannot decode one, and an undecodable event ends the watch).
+    #[tokio::test(start_paused = true)]
+    async fn reflector_watch_handler() {
+        let store = Arc::new(ThreadSafeStoreAsReflectorStore::default());
+        store.seed(&[cm("foo", ""), cm("bar", "")]);
+        let lw = FakeLw::new();
+        lw.list_ok(vec![cm("foo", ""), cm("bar", "")], "1", None)
+            .watch(
+                vec![
+                    WatchEvent::Deleted(cm("foo", "")),
+                    WatchEvent::Modified(cm("bar", "55")),
+                    WatchEvent::Added(cm("baz", "32")),
+                ],
+                true,
+            );
+        let r = Reflector::new(lw.clone(), store.clone(), no_jitter());
+        let rv = r.last_sync_resource_version();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(r.run(cancel.clone()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        cancel.cancel();
+        task.await.unwrap();
+        let state = store.state();
+        assert_eq!(state.get("ns/foo"), None);
+        assert_eq!(state.get("ns/bar").map(String::as_str), Some("55"));
+        assert_eq!(state.get("ns/baz").map(String::as_str), Some("32"));
+        assert_eq!(
+            *rv.read(),
+            "32",
+            "the last event's version is the last synced one"
+        );
+    }
+
+    // client-go: TestReflectorStopWatch
+    #[tokio::test(start_paused = true)]
+    async fn reflector_stop_watch() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![cm("a", "1")], "1", None)
+            .watch(vec![], true);
+        let store = Arc::new(RecStore::default());
+        let r = Reflector::new(lw.clone(), store.clone(), no_jitter());
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        r.run(cancel).await;
+        assert!(store.ops.lock().is_empty(), "a stopped reflector wrote");
+        assert!(
+            lw.call_names().is_empty(),
+            "a stopped reflector called the server"
+        );
+    }
+
+    // client-go: TestNoRelistOnTooManyRequests
+    #[tokio::test(start_paused = true)]
+    async fn no_relist_on_too_many_requests() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![], "1", None);
+        for _ in 0..4 {
+            lw.watch_raw(Err(api_err(429, "TooManyRequests")));
+        }
+        lw.watch(vec![], true);
+        let (_, m) = run_for(&lw, no_jitter(), 60, None).await;
+        let calls = lw.call_names();
+        let lists = calls.iter().filter(|c| c.starts_with("list")).count();
+        let watches = calls.iter().filter(|c| c.starts_with("watch")).count();
+        assert_eq!((lists, watches), (1, 5), "{calls:?}");
+        assert_eq!(m.relists(), 0);
+    }
+
+    /// A key -> resourceVersion store, to check what watch events did (client-go's tests use
+    /// a plain `Store`).
+    #[derive(Default)]
+    struct ThreadSafeStoreAsReflectorStore {
+        items: Mutex<std::collections::BTreeMap<String, String>>,
+    }
+
+    impl ThreadSafeStoreAsReflectorStore {
+        fn seed(&self, objs: &[ConfigMap]) {
+            for o in objs {
+                self.put(o);
+            }
+        }
+        fn put(&self, o: &ConfigMap) {
+            self.items.lock().insert(
+                meta_namespace_key(o).unwrap(),
+                o.metadata.resource_version.clone().unwrap_or_default(),
+            );
+        }
+        fn state(&self) -> std::collections::BTreeMap<String, String> {
+            self.items.lock().clone()
+        }
+    }
+
+    impl ReflectorStore<ConfigMap> for ThreadSafeStoreAsReflectorStore {
+        fn add(&self, o: ConfigMap) -> Result<(), StoreError> {
+            self.put(&o);
+            Ok(())
+        }
+        fn update(&self, o: ConfigMap) -> Result<(), StoreError> {
+            self.put(&o);
+            Ok(())
+        }
+        fn delete(&self, o: ConfigMap) -> Result<(), StoreError> {
+            self.items.lock().remove(&meta_namespace_key(&o).unwrap());
+            Ok(())
+        }
+        fn replace(&self, list: Vec<ConfigMap>, _: &str) -> Result<(), StoreError> {
+            self.items.lock().clear();
+            self.seed(&list);
+            Ok(())
+        }
+        fn resync(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
     }
 
     #[test]

@@ -403,12 +403,38 @@ impl<K: CacheObject> SharedIndexInformer<K> {
 
     /// Removes a handler; what it had queued is dropped.
     pub fn remove_event_handler(&self, registration: &HandlerRegistration<K>) {
+        // A registration from another informer names nothing here (ids are per informer).
+        if !self.owns(registration) {
+            return;
+        }
         let mut inner = self.shared.inner.lock();
         inner.listeners.retain(|l| l.id != registration.id);
         registration.buffer.close();
         if let Lifecycle::Running { listener_tasks, .. } = &mut inner.lifecycle {
             listener_tasks.retain(|(id, _)| *id != registration.id);
         }
+    }
+
+    /// Whether `registration` is a handler currently registered on this informer (client-go's
+    /// tests read `processor.listeners` for this).
+    pub fn is_registered(&self, registration: &HandlerRegistration<K>) -> bool {
+        self.owns(registration)
+            && self
+                .shared
+                .inner
+                .lock()
+                .listeners
+                .iter()
+                .any(|l| l.id == registration.id)
+    }
+
+    /// How many handlers are registered.
+    pub fn handler_count(&self) -> usize {
+        self.shared.inner.lock().listeners.len()
+    }
+
+    fn owns(&self, registration: &HandlerRegistration<K>) -> bool {
+        std::ptr::eq(registration.informer.as_ptr(), Arc::as_ptr(&self.shared))
     }
 
     /// Starts the reflector, the processing loop and the handlers' tasks. Idempotent; a no-op
@@ -1028,6 +1054,143 @@ mod tests {
         assert_eq!(reg.backlog(), 0);
         // And removing a handler drops it.
         inf.remove_event_handler(&reg);
+    }
+
+    // client-go: TestSharedInformerErrorHandling
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_error_handling() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        source.set_list_error(Some("Access Denied"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        inf.set_watch_error_handler(move |e| {
+            let _ = tx.send(e.to_string());
+        })
+        .unwrap();
+        inf.start();
+        let err = tokio::time::timeout(Duration::from_secs(1), rx.recv())
+            .await
+            .expect("no error reported within a second")
+            .unwrap();
+        assert!(err.contains("Access Denied"), "{err}");
+        assert!(!inf.has_synced());
+        inf.shutdown().await;
+    }
+
+    // client-go: TestSharedInformerRemoveHandler
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_remove_handler() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let h1 = inf.add_event_handler(Recorder::default()).unwrap();
+        let h2 = inf.add_event_handler(Recorder::default()).unwrap();
+        assert_eq!(inf.handler_count(), 2);
+        inf.remove_event_handler(&h2);
+        assert_eq!(inf.handler_count(), 1);
+        inf.remove_event_handler(&h1);
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestSharedInformerRemoveForeignHandler
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_remove_foreign_handler() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let source2 = FakeControllerSource::new();
+        source2.add(cm("pod1"));
+        let inf2 = informer(&source2, Duration::from_secs(1));
+        let h1 = inf.add_event_handler(Recorder::default()).unwrap();
+        let h2 = inf.add_event_handler(Recorder::default()).unwrap();
+        // The other informer's first handler has the same id as `h1` would there.
+        let foreign = inf2.add_event_handler(Recorder::default()).unwrap();
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (2, 1));
+        assert!(!inf2.is_registered(&h1) && !inf2.is_registered(&h2));
+        inf2.remove_event_handler(&h1);
+        inf2.remove_event_handler(&h2);
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (2, 1));
+        assert!(
+            inf2.is_registered(&foreign),
+            "a foreign removal took a handler of ours"
+        );
+        inf.remove_event_handler(&h1);
+        inf.remove_event_handler(&h2);
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (0, 1));
+    }
+
+    // client-go: TestSharedInformerMultipleRegistration
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_multiple_registration() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let handler = Recorder::default();
+        let reg1 = inf.add_event_handler(handler.clone()).unwrap();
+        let reg2 = inf.add_event_handler(handler.clone()).unwrap();
+        assert!(inf.is_registered(&reg1) && inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 2);
+        inf.remove_event_handler(&reg1);
+        assert!(!inf.is_registered(&reg1));
+        assert!(inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 1);
+        inf.remove_event_handler(&reg2);
+        assert!(!inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestRemovingRemovedSharedInformer
+    #[tokio::test(start_paused = true)]
+    async fn removing_removed_shared_informer() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let reg = inf.add_event_handler(Recorder::default()).unwrap();
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestRemoveOnStoppedSharedInformer
+    #[tokio::test(start_paused = true)]
+    async fn remove_on_stopped_shared_informer() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::ZERO);
+        let reg = inf.add_event_handler(Recorder::default()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        inf.shutdown().await;
+        assert!(inf.is_stopped());
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+    }
+
+    // client-go: TestRemoveWhileActive
+    #[tokio::test(start_paused = true)]
+    async fn remove_while_active() {
+        let source = FakeControllerSource::new();
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        source.add(cm("pod1"));
+        settle().await;
+        assert_eq!(rec.take(), ["add pod1"]);
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        source.add(cm("pod2"));
+        settle().await;
+        assert!(rec.take().is_empty(), "a removed handler got events");
+        assert!(
+            inf.lister().get("ns", "pod2").is_some(),
+            "the cache still follows"
+        );
+        inf.shutdown().await;
     }
 
     /// Checks the per-key event rules as events arrive and keeps the handler's view.

@@ -142,7 +142,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use kube_client::api::ObjectMeta;
 
-    // client-go: TestMetaNamespaceKeyFunc (store_test.go, keys part)
+    // kubeloop's own: MetaNamespaceKeyFunc's keys
     #[test]
     fn keys_are_namespace_slash_name_or_name() {
         let cm = ConfigMap {
@@ -166,7 +166,7 @@ mod tests {
         assert!(err.to_string().contains("ConfigMap"), "{err}");
     }
 
-    // client-go: TestSplitMetaNamespaceKey
+    // kubeloop's own: SplitMetaNamespaceKey
     #[test]
     fn split_accepts_one_or_two_parts() {
         assert_eq!(split_meta_namespace_key("a/b").unwrap(), ("a", "b"));

@@ -420,7 +420,7 @@ mod tests {
         assert!(err.to_string().contains("nope"));
     }
 
-    // client-go: TestAddIndexerAfterAdd
+    // kubeloop's own (indexers added after objects are backfilled)
     #[test]
     fn add_indexers_backfills_and_rejects_clashes() {
         let s = ThreadSafeStore::new(namespace_indexers::<Pod>());
@@ -447,7 +447,7 @@ mod tests {
         );
     }
 
-    // client-go: TestThreadSafeStoreReplace (replace rebuilds indices)
+    // kubeloop's own: replace rebuilds indices
     #[test]
     fn replace_rebuilds_indices() {
         let s = store_with_users();
@@ -465,7 +465,7 @@ mod tests {
         );
     }
 
-    // client-go: TestThreadSafeStoreIndexingConcurrency (writers and index readers at once)
+    // kubeloop's own: writers and index readers at once
     #[test]
     fn concurrent_writers_keep_indices_consistent() {
         let s = store_with_users();
