@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_informer -- --kubeconfig K --namespace NS \
-//!     [--transform strip-managed-fields] [--updates 200] [--interval-ms 20]
+//!     [--transform strip-managed-fields] [--streaming on|off] [--updates 200] [--interval-ms 20]
 //! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
 //! ```
 //!
@@ -19,13 +19,16 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
-use kubeloop::cache::{InformerConfig, ListWatch, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kubeloop::cache::{
+    InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
+};
 use parking_lot::Mutex;
 
 struct Args {
     kubeconfig: String,
     namespace: String,
     transform: String,
+    streaming: bool,
     updates: usize,
     interval: Duration,
 }
@@ -35,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
         kubeconfig: String::new(),
         namespace: "bench".into(),
         transform: "none".into(),
+        streaming: true,
         updates: 200,
         interval: Duration::from_millis(20),
     };
@@ -45,10 +49,21 @@ fn parse_args() -> Result<Args, String> {
             "--kubeconfig" => args.kubeconfig = value()?,
             "--namespace" => args.namespace = value()?,
             "--transform" => args.transform = value()?,
-            "--updates" => args.updates = value()?.parse().map_err(|e| format!("--updates: {e}"))?,
+            "--streaming" => {
+                args.streaming = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--streaming: on or off, not {other}")),
+                }
+            }
+            "--updates" => {
+                args.updates = value()?.parse().map_err(|e| format!("--updates: {e}"))?
+            }
             "--interval-ms" => {
                 args.interval = Duration::from_millis(
-                    value()?.parse().map_err(|e| format!("--interval-ms: {e}"))?,
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--interval-ms: {e}"))?,
                 )
             }
             other => return Err(format!("unknown flag {other}")),
@@ -69,7 +84,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let informer = SharedIndexInformer::new(
         ListWatch::<ConfigMap>::namespaced(client.clone(), &args.namespace),
-        InformerConfig::default(),
+        InformerConfig {
+            reflector: ReflectorConfig {
+                use_watch_list: args.streaming,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
     );
     match args.transform.as_str() {
         "none" => {}
@@ -87,7 +108,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if new.metadata.name.as_deref() != Some("probe") {
                 return;
             }
-            let seq = new.data.as_ref().and_then(|d| d.get("seq")).and_then(|s| s.parse().ok());
+            let seq = new
+                .data
+                .as_ref()
+                .and_then(|d| d.get("seq"))
+                .and_then(|s| s.parse().ok());
             if let Some(n) = seq {
                 seen2.lock().entry(n).or_insert_with(Instant::now);
             }
@@ -113,7 +138,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut sent = Vec::with_capacity(args.updates);
     for i in 0..args.updates {
         sent.push(Instant::now());
-        cms.replace("probe", &PostParams::default(), &probe(i as i64)).await?;
+        cms.replace("probe", &PostParams::default(), &probe(i as i64))
+            .await?;
         tokio::time::sleep(args.interval).await;
     }
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -124,7 +150,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let seen = seen.lock();
     let mut lat: Vec<f64> = (0..args.updates)
-        .filter_map(|i| seen.get(&(i as i64)).map(|t| (*t - sent[i]).as_secs_f64() * 1000.0))
+        .filter_map(|i| {
+            seen.get(&(i as i64))
+                .map(|t| (*t - sent[i]).as_secs_f64() * 1000.0)
+        })
         .collect();
     if lat.len() < args.updates {
         return Err(format!("the handler saw {} of {} updates", lat.len(), args.updates).into());

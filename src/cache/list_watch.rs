@@ -12,12 +12,13 @@
 use std::fmt::Write as _;
 use std::future::Future;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt};
 use kube_client::core::WatchEvent;
 use kube_client::{Client, Resource};
 use serde::de::DeserializeOwned;
+
+use super::list_decoder::{ListDecodeError, ListDecoder};
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
 pub trait CacheObject:
@@ -344,14 +345,16 @@ impl<K: Resource> ListWatch<K> {
     }
 }
 
-/// The body of a LIST response.
-#[derive(serde::Deserialize)]
-#[serde(bound(deserialize = "K: DeserializeOwned"))]
-struct ListBody<K> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(default)]
-    items: Option<Vec<K>>,
+fn list_decode_error(url: &str, e: ListDecodeError) -> ListWatchError {
+    let source = match e {
+        ListDecodeError::Item { source, .. } => source,
+        other => <serde_json::Error as serde::de::Error>::custom(other),
+    };
+    ListWatchError::Decode {
+        verb: "LIST",
+        url: url.to_string(),
+        source: kube_client::Error::SerdeError(source),
+    }
 }
 
 fn classify(verb: &'static str, url: &str, err: kube_client::Error) -> ListWatchError {
@@ -390,16 +393,38 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         let url = self.list_url(options);
         let client = self.client.clone();
         async move {
-            let body: ListBody<K> = client
-                .request(get_request(&url))
+            // The body is decoded item by item as it arrives (list_decoder.rs): a LIST the
+            // watch cache answers whole is never held as one string.
+            let reader = client
+                .request_stream(get_request(&url))
                 .await
                 .map_err(|e| classify("LIST", &url, e))?;
-            let mut items = body.items.unwrap_or_default();
+            let mut reader = std::pin::pin!(reader);
+            let mut decoder = ListDecoder::<K>::new();
+            loop {
+                let chunk = reader
+                    .fill_buf()
+                    .await
+                    .map_err(|e| ListWatchError::Transport {
+                        verb: "LIST",
+                        url: url.clone(),
+                        source: kube_client::Error::ReadEvents(e),
+                    })?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let n = chunk.len();
+                decoder
+                    .feed(chunk)
+                    .map_err(|e| list_decode_error(&url, e))?;
+                reader.as_mut().consume(n);
+            }
+            let (mut items, metadata) = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
             items.iter_mut().for_each(shrink_metadata);
             Ok(ListPage {
                 items,
-                resource_version: body.metadata.resource_version.unwrap_or_default(),
-                continue_token: body.metadata.continue_.filter(|c| !c.is_empty()),
+                resource_version: metadata.resource_version.unwrap_or_default(),
+                continue_token: metadata.continue_.filter(|c| !c.is_empty()),
             })
         }
     }

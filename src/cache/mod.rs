@@ -7,6 +7,7 @@
 //! | kubeloop                | client-go                                               |
 //! |-------------------------|---------------------------------------------------------|
 //! | [`list_watch`]          | `listwatch.go` + the typed clients' List/Watch           |
+//! | [`list_decoder`]        | none: a LIST body decoded item by item as it arrives     |
 //! | [`reflector`]           | `reflector.go`                                          |
 //! | [`backoff`]             | apimachinery `wait` backoff manager as the reflector uses it |
 //! | [`queue`]               | `fifo.go` (`Queue`): what the informer pops              |
@@ -57,6 +58,7 @@ pub mod factory;
 pub mod fake_source;
 pub mod index;
 pub mod labels;
+pub mod list_decoder;
 pub mod list_watch;
 pub mod lister;
 pub mod metrics;
