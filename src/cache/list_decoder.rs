@@ -19,6 +19,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
+use super::delta_fifo::TransformFunc;
+
 /// A LIST body that is not a well-formed `*List` object.
 #[derive(Debug, thiserror::Error)]
 pub enum ListDecodeError {
@@ -75,6 +77,8 @@ pub struct ListDecoder<K> {
     state: State,
     items: Vec<K>,
     metadata: ListMeta,
+    /// Run on each item as it is decoded.
+    transform: Option<TransformFunc<K>>,
 }
 
 impl<K: DeserializeOwned> Default for ListDecoder<K> {
@@ -93,7 +97,15 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             state: State::ObjectStart,
             items: Vec::new(),
             metadata: ListMeta::default(),
+            transform: None,
         }
+    }
+
+    /// Runs `transform` on each item as soon as it is decoded (the informer's transform,
+    /// so the untransformed objects never pile up).
+    pub fn with_transform(mut self, transform: Option<TransformFunc<K>>) -> Self {
+        self.transform = transform;
+        self
     }
 
     /// Feeds the next bytes of the body; decodes every item they complete.
@@ -229,7 +241,10 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                             source,
                         }
                     })?;
-                    self.items.push(item);
+                    self.items.push(match &self.transform {
+                        Some(t) => t(item),
+                        None => item,
+                    });
                     self.pos = end;
                 }
                 State::Done => return Ok(()),

@@ -18,6 +18,7 @@ use kube_client::core::WatchEvent;
 use kube_client::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::delta_fifo::TransformFunc;
 use super::list_decoder::{ListDecodeError, ListDecoder};
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
@@ -212,6 +213,27 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// A short description of the type for logs and metrics, e.g. `v1/configmaps`.
     fn type_description(&self) -> String;
 
+    /// [`list`](Self::list), running `transform` on each object as it is decoded, so a big
+    /// LIST never holds all its objects untransformed at once (their managedFields, say).
+    /// The default decodes the page first, then transforms.
+    fn list_transformed(
+        &self,
+        options: &ListOptions,
+        transform: Option<TransformFunc<K>>,
+    ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send
+    where
+        K: Send + 'static,
+    {
+        let page = self.list(options);
+        async move {
+            let mut page = page.await?;
+            if let Some(t) = transform {
+                page.items = page.items.into_iter().map(|o| t(o)).collect();
+            }
+            Ok(page)
+        }
+    }
+
     /// Whether `watch` understands `sendInitialEvents` (client-go
     /// `IsWatchListSemanticsUnSupported`, inverted): a reflector streams its list only then.
     /// True for the real apiserver; fakes that only replay events say false.
@@ -390,6 +412,14 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         &self,
         options: &ListOptions,
     ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
+        self.list_transformed(options, None)
+    }
+
+    fn list_transformed(
+        &self,
+        options: &ListOptions,
+        transform: Option<TransformFunc<K>>,
+    ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
         let url = self.list_url(options);
         let client = self.client.clone();
         async move {
@@ -400,7 +430,7 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 .await
                 .map_err(|e| classify("LIST", &url, e))?;
             let mut reader = std::pin::pin!(reader);
-            let mut decoder = ListDecoder::<K>::new();
+            let mut decoder = ListDecoder::<K>::new().with_transform(transform);
             loop {
                 let chunk = reader
                     .fill_buf()

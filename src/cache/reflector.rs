@@ -457,25 +457,23 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             limit: Some(self.config.page_size).filter(|_| paginate),
             ..Default::default()
         };
+        // The store's transform runs on each object as the LIST body is decoded.
         let transform = self.store.transformer();
-        let mut page = self.lw.list(&first).await?;
+        let mut page = self.lw.list_transformed(&first, transform.clone()).await?;
         if rv == "0" && page.continue_token.is_some() {
             self.paginated_result = true;
         }
-        let mut items = transformed(std::mem::take(&mut page.items), &transform);
+        let mut items = shared(std::mem::take(&mut page.items));
         while let Some(token) = page.continue_token.take() {
             let next = ListOptions {
                 limit: first.limit,
                 continue_token: Some(token),
                 ..Default::default()
             };
-            match self.lw.list(&next).await {
+            match self.lw.list_transformed(&next, transform.clone()).await {
                 Ok(p) => {
                     page = p;
-                    items.append(&mut transformed(
-                        std::mem::take(&mut page.items),
-                        &transform,
-                    ));
+                    items.append(&mut shared(std::mem::take(&mut page.items)));
                 }
                 Err(e) if e.is_expired() => {
                     // The snapshot behind the continue token is compacted: one full LIST.
@@ -485,8 +483,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         continue_token: None,
                         ..first.clone()
                     };
-                    let p = self.lw.list(&full).await?;
-                    return Ok((transformed(p.items, &transform), p.resource_version));
+                    let p = self.lw.list_transformed(&full, transform.clone()).await?;
+                    return Ok((shared(p.items), p.resource_version));
                 }
                 Err(e) => return Err(e),
             }
@@ -727,15 +725,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     }
 }
 
-/// Runs the store's transform over a page of listed objects and shares each.
-fn transformed<K>(
-    items: Vec<K>,
-    transform: &Option<super::delta_fifo::TransformFunc<K>>,
-) -> Vec<Arc<K>> {
-    match transform {
-        Some(t) => items.into_iter().map(|o| Arc::new(t(o))).collect(),
-        None => items.into_iter().map(Arc::new).collect(),
-    }
+/// Puts each listed object in the `Arc` the queue and the cache will share.
+fn shared<K>(items: Vec<K>) -> Vec<Arc<K>> {
+    items.into_iter().map(Arc::new).collect()
 }
 
 #[cfg(test)]
