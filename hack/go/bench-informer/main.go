@@ -72,6 +72,20 @@ func check(err error) {
 // create makes the namespace and `count` ConfigMaps of 1 KiB of data with one label.
 func create(ctx context.Context, client *kubernetes.Clientset, ns string, count int) {
 	_, _ = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	// A second run against the same cluster only creates what is missing.
+	existing := map[string]bool{}
+	opts := metav1.ListOptions{Limit: 5000}
+	for {
+		page, err := client.CoreV1().ConfigMaps(ns).List(ctx, opts)
+		check(err)
+		for _, cm := range page.Items {
+			existing[cm.Name] = true
+		}
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+	}
 	payload := strings.Repeat("0123456789abcdef", 64)
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -98,7 +112,9 @@ func create(ctx context.Context, client *kubernetes.Clientset, ns string, count 
 		}()
 	}
 	for i := 0; i < count; i++ {
-		work <- i
+		if !existing[fmt.Sprintf("cm-%06d", i)] {
+			work <- i
+		}
 	}
 	close(work)
 	wg.Wait()
