@@ -148,7 +148,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let seen = seen.lock();
+    let seen = seen.lock().clone();
     let mut lat: Vec<f64> = (0..args.updates)
         .filter_map(|i| {
             seen.get(&(i as i64))

@@ -522,7 +522,7 @@ impl<K: Send + Sync + 'static> super::queue::InformerQueue<K> for DeltaFIFO<K> {
         process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
     ) -> futures::future::BoxFuture<'a, Result<(), FifoClosed>> {
         use futures::FutureExt;
-        self.pop(move |d, initial| process(d, initial)).boxed()
+        self.pop(process).boxed()
     }
     fn queue_has_synced(&self) -> bool {
         self.has_synced()

@@ -342,7 +342,7 @@ impl<K: Send + Sync + 'static> InformerQueue<K> for RealFIFO<K> {
         &'a self,
         process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
     ) -> BoxFuture<'a, Result<(), FifoClosed>> {
-        self.pop(move |d, initial| process(d, initial)).boxed()
+        self.pop(process).boxed()
     }
     fn queue_has_synced(&self) -> bool {
         self.has_synced()
