@@ -307,11 +307,27 @@ pub(crate) fn should_resync<K>(listeners: &mut [Listener<K>]) -> bool {
 }
 
 /// The listener task: hands each notification to the handler, in order, until closed.
+#[cfg(test)]
+thread_local! {
+    /// Delays the start of every listener task first polled on this thread (client-go's
+    /// `sharedProcessorRunHook`), for tests in which handlers start after the first
+    /// notifications were distributed. Paused-time tests run their tasks on their own thread.
+    pub(crate) static LISTENER_START_DELAY: std::cell::Cell<std::time::Duration> =
+        const { std::cell::Cell::new(std::time::Duration::ZERO) };
+}
+
 pub(crate) async fn run_listener<K: Send + Sync + 'static>(
     name: String,
     handler: Arc<dyn ResourceEventHandler<K>>,
     buffer: Arc<ListenerBuffer<K>>,
 ) {
+    #[cfg(test)]
+    {
+        let delay = LISTENER_START_DELAY.with(|d| d.get());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
     while let Some(n) = buffer.pop().await {
         let initial = n.is_initial();
         let result = catch_unwind(AssertUnwindSafe(|| match &n {

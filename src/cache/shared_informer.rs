@@ -875,6 +875,19 @@ mod tests {
     // client-go: TestListenerResyncPeriods
     #[tokio::test(start_paused = true)]
     async fn each_listener_resyncs_on_its_own_period() {
+        listener_resync_periods(Duration::ZERO).await;
+    }
+
+    // client-go: TestListenerResyncPeriodsDelayed (the handlers start a second after the
+    // first notifications were distributed; their buffers hold them, nothing deadlocks)
+    #[tokio::test(start_paused = true)]
+    async fn listener_resync_periods_delayed() {
+        crate::cache::processor::LISTENER_START_DELAY.with(|d| d.set(Duration::from_secs(1)));
+        listener_resync_periods(Duration::from_secs(1)).await;
+        crate::cache::processor::LISTENER_START_DELAY.with(|d| d.set(Duration::ZERO));
+    }
+
+    async fn listener_resync_periods(startup_delay: Duration) {
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         let inf = informer(&source, Duration::from_secs(1));
@@ -891,10 +904,16 @@ mod tests {
             .unwrap();
         inf.start();
         assert!(inf.wait_for_cache_sync().await);
+        if !startup_delay.is_zero() {
+            assert_eq!(r1.count("add a"), 0, "the handlers have not started yet");
+        }
         tokio::time::sleep(Duration::from_millis(4500)).await;
-        assert_eq!(r1.count("sync a"), 4);
-        assert_eq!(r2.count("sync a"), 2);
-        assert_eq!(r3.count("sync a"), 0);
+        for r in [&r1, &r2, &r3] {
+            assert_eq!(r.count("add a"), 1, "startup delay {startup_delay:?}");
+        }
+        assert_eq!(r1.count("sync a"), 4, "startup delay {startup_delay:?}");
+        assert_eq!(r2.count("sync a"), 2, "startup delay {startup_delay:?}");
+        assert_eq!(r3.count("sync a"), 0, "startup delay {startup_delay:?}");
         inf.shutdown().await;
     }
 
