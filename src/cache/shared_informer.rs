@@ -1,11 +1,12 @@
 //! One watch, one cache, many handlers: client-go `tools/cache/shared_informer.go`
 //! (`sharedIndexInformer`) with `controller.go`'s `processDeltas`.
 //!
-//! Pieces per informer: a [`Reflector`] writing into a [`DeltaFIFO`], a loop popping the
-//! FIFO that updates the [`ThreadSafeStore`] and fans notifications out to every handler's
-//! buffer, and one task per handler.
+//! Pieces per informer: a [`Reflector`] writing into a queue ([`RealFIFO`] by default, as
+//! client-go 1.36 informers always use; [`DeltaFIFO`] with [`QueueKind::DeltaFifo`]), a loop
+//! popping it that updates the [`ThreadSafeStore`] and fans notifications out to every
+//! handler's buffer, and one task per handler.
 //!
-//! Locking: the FIFO's lock is held while a key's deltas are processed (as in client-go);
+//! Locking: the queue's lock is held while an item's deltas are processed (as in client-go);
 //! inside it the informer's one lock (`Inner`: handlers and lifecycle) and then the store's.
 //! Adding a handler takes the informer lock, so its replay of the cache and live
 //! notifications never interleave. No lock is held across an `.await`.
