@@ -306,7 +306,6 @@ pub(crate) fn should_resync<K>(listeners: &mut [Listener<K>]) -> bool {
     any
 }
 
-/// The listener task: hands each notification to the handler, in order, until closed.
 #[cfg(test)]
 thread_local! {
     /// Delays the start of every listener task first polled on this thread (client-go's
@@ -316,6 +315,7 @@ thread_local! {
         const { std::cell::Cell::new(std::time::Duration::ZERO) };
 }
 
+/// The listener task: hands each notification to the handler, in order, until closed.
 pub(crate) async fn run_listener<K: Send + Sync + 'static>(
     name: String,
     handler: Arc<dyn ResourceEventHandler<K>>,
