@@ -55,6 +55,8 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
                 // too (client-go's paginatedResult rule); a paginated list at a compacted
                 // version is Exact and gets 410.
                 page_size: 5,
+                // This test is about the paged LIST path (the streaming list is the default).
+                use_watch_list: false,
                 ..Default::default()
             },
             ..Default::default()

@@ -355,6 +355,52 @@ async fn streaming_list_mode_syncs_from_send_initial_events() {
     informer.shutdown().await;
 }
 
+/// The real `ListWatch`, with every event of a streaming list (`sendInitialEvents`) delayed
+/// by `delay`: a stream that makes progress slower than the reflector's bound.
+struct SlowStreamingList {
+    inner: ListWatch<ConfigMap>,
+    delay: Duration,
+}
+
+impl kubeloop::cache::ListerWatcher<ConfigMap> for SlowStreamingList {
+    fn list(
+        &self,
+        options: &kubeloop::cache::ListOptions,
+    ) -> impl std::future::Future<
+        Output = Result<kubeloop::cache::ListPage<ConfigMap>, kubeloop::cache::ListWatchError>,
+    > + Send {
+        self.inner.list(options)
+    }
+
+    fn watch(
+        &self,
+        options: &kubeloop::cache::WatchOptions,
+    ) -> impl std::future::Future<
+        Output = Result<kubeloop::cache::WatchStream<ConfigMap>, kubeloop::cache::ListWatchError>,
+    > + Send {
+        use futures::StreamExt;
+        let slow = options.send_initial_events;
+        let delay = self.delay;
+        let fut = self.inner.watch(options);
+        async move {
+            let stream = fut.await?;
+            if !slow {
+                return Ok(stream);
+            }
+            Ok(stream
+                .then(move |item| async move {
+                    tokio::time::sleep(delay).await;
+                    item
+                })
+                .boxed())
+        }
+    }
+
+    fn type_description(&self) -> String {
+        self.inner.type_description()
+    }
+}
+
 #[tokio::test]
 async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() {
     let cluster = testenv::shared().await;
@@ -374,12 +420,15 @@ async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() 
     }
     let metrics = kubeloop::cache::CacheMetrics::new();
     let informer = SharedIndexInformer::new(
-        ListWatch::<ConfigMap>::namespaced(client.clone(), &ns),
+        SlowStreamingList {
+            inner: ListWatch::<ConfigMap>::namespaced(client.clone(), &ns),
+            delay: Duration::from_millis(500),
+        },
         InformerConfig {
             reflector: ReflectorConfig {
                 use_watch_list: true,
-                // Too short for any stream to deliver its initial events.
-                watch_list_timeout: Duration::from_micros(1),
+                // Each event of the (slowed) stream comes later than this: no progress.
+                watch_list_timeout: Duration::from_millis(100),
                 ..Default::default()
             },
             metrics: metrics.clone(),

@@ -1,13 +1,19 @@
-//! The reflector's backoff: apimachinery `wait.NewExponentialBackoffManager` as client-go's
-//! reflector configures it (800 ms initial, factor 2, cap 30 s, jitter 1.0, reset after 2 min).
+//! The reflector's backoff: apimachinery's `wait.Backoff{...}.DelayWithReset(clock, 2 min)`
+//! (its backoff manager) as client-go 1.36's reflector configures it: 800 ms initial,
+//! factor 2, cap 30 s, jitter 1.0, reset every 2 min.
 //!
-//! The delay grows with every consecutive failure, whatever failed (LIST or WATCH), and only
-//! resets when `reset_after` has passed since the previous backoff. That is the difference
-//! from kube-rs's watcher, whose backoff resets on every `Init` event so a LIST that keeps
-//! failing retries every 0.8 s forever.
+//! The rules, as apimachinery's `delay` and `backoffManager.Step` have them:
+//! - Each delay is the current base plus jitter: a random extra in `[0, jitter x base)`.
+//!   The base doubles per delay until doubling would pass the cap; from then on the base is
+//!   the cap, and jitter is still added *after* capping, so capped delays spread over
+//!   `[30 s, 60 s)` and a fleet of clients that failed together does not retry in lockstep.
+//! - The base goes back to `initial` when more than `reset_after` has passed since the
+//!   last reset (or since the backoff was made), whatever happened in between. So even a
+//!   LIST that fails forever comes back to short delays every 2 minutes, as in client-go;
+//!   `reset_after` of zero resets on every delay.
+//! - One backoff serves LIST and WATCH failures alike (what failed does not matter).
 //!
-//! Differs on purpose: the jittered delay never exceeds `max` (client-go's can reach 2 x cap
-//! because jitter is applied after capping). Time comes from tokio so tests run paused.
+//! Time comes from tokio so tests run paused.
 
 use std::time::Duration;
 
@@ -45,47 +51,58 @@ impl Default for BackoffConfig {
 pub struct Backoff {
     config: BackoffConfig,
     /// The un-jittered delay the next failure gets.
-    next: Duration,
-    /// When the previous delay was handed out.
-    last: Option<Instant>,
+    base: Duration,
+    /// The base has reached the cap: it stays there until the next reset (apimachinery's
+    /// `steps = 0`).
+    capped: bool,
+    /// When the base was last reset (or the backoff made).
+    last_reset: Instant,
 }
 
 impl Backoff {
-    /// A fresh backoff.
+    /// A fresh backoff; its reset clock starts now.
     pub fn new(config: BackoffConfig) -> Self {
-        let next = config.initial;
         Self {
+            base: config.initial,
+            capped: false,
+            last_reset: Instant::now(),
             config,
-            next,
-            last: None,
         }
     }
 
-    /// The delay for a failure now; grows the next one.
+    /// The delay for a failure now; moves the base on.
     pub fn next_delay(&mut self) -> Duration {
         let now = Instant::now();
-        if let Some(last) = self.last
-            && now.duration_since(last) >= self.config.reset_after
+        if now.duration_since(self.last_reset) > self.config.reset_after
+            || self.config.reset_after.is_zero()
         {
-            self.next = self.config.initial;
+            self.base = self.config.initial;
+            self.capped = false;
+            self.last_reset = now;
         }
-        self.last = Some(now);
-        let base = self.next.min(self.config.max);
-        self.next = base
-            .mul_f64(self.config.factor.max(1.0))
-            .min(self.config.max);
-        let extra = if self.config.jitter > 0.0 {
-            base.mul_f64(self.config.jitter * rand::random::<f64>())
+        let base = self.base;
+        if !self.capped && self.config.factor > 0.0 {
+            let next = base.mul_f64(self.config.factor);
+            if next > self.config.max {
+                self.base = self.config.max;
+                self.capped = true;
+            } else {
+                self.base = next;
+            }
+        }
+        // Jitter on top of the (possibly capped) base, as apimachinery's `Jitter`.
+        if self.config.jitter > 0.0 {
+            base + base.mul_f64(self.config.jitter * rand::random::<f64>())
         } else {
-            Duration::ZERO
-        };
-        (base + extra).min(self.config.max)
+            base
+        }
     }
 
-    /// Forgets past failures.
+    /// Forgets past failures; the reset clock starts again now.
     pub fn reset(&mut self) {
-        self.next = self.config.initial;
-        self.last = None;
+        self.base = self.config.initial;
+        self.capped = false;
+        self.last_reset = Instant::now();
     }
 }
 
@@ -93,7 +110,7 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    // client-go: the values NewReflectorWithOptions passes to NewExponentialBackoffManager.
+    // client-go: the values NewReflectorWithOptions passes to DelayWithReset.
     #[test]
     fn defaults_are_client_go_values() {
         let c = BackoffConfig::default();
@@ -104,36 +121,122 @@ mod tests {
         assert_eq!(c.reset_after, Duration::from_secs(120));
     }
 
+    fn unit(reset_after: u64) -> Backoff {
+        Backoff::new(BackoffConfig {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+            factor: 2.0,
+            jitter: 0.0,
+            reset_after: Duration::from_secs(reset_after),
+        })
+    }
+
+    fn secs(b: &mut Backoff, n: usize) -> Vec<u64> {
+        (0..n).map(|_| b.next_delay().as_secs()).collect()
+    }
+
+    // apimachinery wait: TestBackoffDelayWithResetExponential
     #[tokio::test(start_paused = true)]
-    async fn grows_to_the_cap_and_resets_after_a_quiet_period() {
+    async fn backoff_delay_with_reset_exponential() {
+        let mut b = unit(10);
+        assert_eq!(secs(&mut b, 7), [1, 2, 4, 8, 10, 10, 10]);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(b.next_delay(), Duration::from_secs(1), "reset after 11 s");
+    }
+
+    // apimachinery wait: TestBackoffDelayWithResetEmpty
+    #[tokio::test(start_paused = true)]
+    async fn backoff_delay_with_reset_empty() {
+        let mut b = unit(0);
+        assert_eq!(secs(&mut b, 7), [1, 1, 1, 1, 1, 1, 1]);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(b.next_delay(), Duration::from_secs(1));
+    }
+
+    // apimachinery wait: TestBackoffDelayWithResetJitter
+    #[tokio::test(start_paused = true)]
+    async fn backoff_delay_with_reset_jitter() {
+        let mut b = Backoff::new(BackoffConfig {
+            initial: Duration::from_secs(1),
+            factor: 0.0,
+            jitter: 1.0,
+            reset_after: Duration::ZERO,
+            ..Default::default()
+        });
+        for _ in 0..5 {
+            let d = b.next_delay();
+            assert!(
+                d >= Duration::from_secs(1) && d < Duration::from_secs(2),
+                "{d:?}"
+            );
+        }
+        let mut fixed = Backoff::new(BackoffConfig {
+            initial: Duration::from_secs(1),
+            factor: 0.0,
+            jitter: -1.0,
+            reset_after: Duration::ZERO,
+            ..Default::default()
+        });
+        assert_eq!(fixed.next_delay(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn client_go_sequence_grows_to_the_cap() {
         let mut b = Backoff::new(BackoffConfig {
             jitter: 0.0,
             ..Default::default()
         });
-        let ms: Vec<u128> = (0..8)
-            .map(|_| {
-                let d = b.next_delay();
-                d.as_millis()
-            })
-            .collect();
+        let ms: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
         assert_eq!(ms, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
-        tokio::time::advance(Duration::from_secs(119)).await;
-        assert_eq!(
-            b.next_delay(),
-            Duration::from_secs(30),
-            "not quiet long enough"
-        );
-        tokio::time::advance(Duration::from_secs(120)).await;
-        assert_eq!(b.next_delay(), Duration::from_millis(800));
     }
 
+    // kubeloop's own: the reset runs on a clock of its own (2 min after the last reset),
+    // not on quiet periods, so a LIST failing without pause still gets short delays again.
     #[tokio::test(start_paused = true)]
-    async fn jitter_stays_within_base_and_cap() {
+    async fn failing_without_pause_resets_every_two_minutes() {
+        let mut b = Backoff::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let mut elapsed = Duration::ZERO;
+        let mut delays = Vec::new();
+        while elapsed <= Duration::from_secs(250) {
+            let d = b.next_delay();
+            delays.push((elapsed.as_secs(), d.as_millis()));
+            tokio::time::advance(d).await;
+            elapsed += d;
+        }
+        // 0.8+1.6+3.2+6.4+12.8+25.6 = 50.4 s, then 30 s steps: 80.4, 110.4, 140.4 (> 120 s
+        // since the start: reset), ...
+        let resets: Vec<u64> = delays
+            .iter()
+            .skip(1)
+            .filter(|(_, ms)| *ms == 800)
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(resets, [140], "{delays:?}");
+    }
+
+    // kubeloop's own: jitter comes after the cap, as apimachinery's `delay` applies it, so
+    // capped delays spread over [cap, 2 x cap) instead of all being the cap.
+    #[tokio::test(start_paused = true)]
+    async fn jitter_is_applied_after_the_cap() {
         let mut b = Backoff::new(BackoffConfig::default());
         let first = b.next_delay();
-        assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1600));
-        for _ in 0..20 {
-            assert!(b.next_delay() <= Duration::from_secs(30));
+        assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1600));
+        for _ in 0..6 {
+            b.next_delay();
         }
+        let capped: Vec<Duration> = (0..20).map(|_| b.next_delay()).collect();
+        assert!(
+            capped
+                .iter()
+                .all(|d| *d >= Duration::from_secs(30) && *d < Duration::from_secs(60)),
+            "{capped:?}"
+        );
+        assert!(
+            capped.iter().any(|d| *d > Duration::from_secs(30)),
+            "no jitter above the cap: {capped:?}"
+        );
     }
 }

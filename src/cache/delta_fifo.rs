@@ -284,14 +284,32 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
 
     /// Queues a `Replaced` delta for every item, then tombstones for keys that disappeared:
     /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
-    pub fn replace(&self, list: Vec<K>, _resource_version: &str) -> Result<(), StoreError> {
+    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
+        let transform = self.shared.inner.lock().transform.clone();
+        let list = list
+            .into_iter()
+            .map(|o| {
+                Arc::new(match &transform {
+                    Some(t) => t(o),
+                    None => o,
+                })
+            })
+            .collect();
+        self.replace_listed(list, resource_version)
+    }
+
+    /// `replace` for objects already transformed and shared (what the reflector hands over).
+    pub fn replace_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        _resource_version: &str,
+    ) -> Result<(), StoreError> {
         let mut inner = self.shared.inner.lock();
         let mut keys = HashSet::with_capacity(list.len());
         for obj in list {
-            let obj = inner.transformed(obj);
             let key = self.key_of(&obj)?;
             keys.insert(key);
-            self.queue_action(&mut inner, Delta::Replaced(Arc::new(obj)))?;
+            self.queue_action(&mut inner, Delta::Replaced(obj))?;
         }
 
         let mut queued_deletions = 0;
@@ -489,6 +507,34 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     }
     fn resync(&self) -> Result<(), StoreError> {
         DeltaFIFO::resync(self)
+    }
+    fn transformer(&self) -> Option<TransformFunc<K>> {
+        self.shared.inner.lock().transform.clone()
+    }
+    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        DeltaFIFO::replace_listed(self, list, resource_version)
+    }
+}
+
+impl<K: Send + Sync + 'static> super::queue::InformerQueue<K> for DeltaFIFO<K> {
+    fn pop_with<'a>(
+        &'a self,
+        process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
+    ) -> futures::future::BoxFuture<'a, Result<(), FifoClosed>> {
+        use futures::FutureExt;
+        self.pop(process).boxed()
+    }
+    fn queue_has_synced(&self) -> bool {
+        self.has_synced()
+    }
+    fn set_queue_transform(&self, transform: Option<TransformFunc<K>>) {
+        self.set_transform(transform)
+    }
+    fn close_queue(&self) {
+        self.close()
+    }
+    fn queued(&self) -> usize {
+        self.len()
     }
 }
 
@@ -865,7 +911,7 @@ mod tests {
         assert_eq!(q.pop(|d, _| newest(d)).await.unwrap(), 14);
     }
 
-    // client-go: TestDeltaFIFO_PopReturnsIsInInitialList
+    // kubeloop's own: pop reports is_in_initial_list
     #[tokio::test(start_paused = true)]
     async fn pop_reports_is_in_initial_list() {
         let q = fifo();
@@ -880,7 +926,7 @@ mod tests {
         assert!(!initial(&q).await);
     }
 
-    // client-go: TestDedupDeltas / TestDeltaFIFO_checkDeletionDups
+    // kubeloop's own, on client-go's dedupDeltas / isDeletionDup rule
     #[test]
     fn only_consecutive_deletions_collapse() {
         let a = || Arc::new(obj("a", 1));

@@ -159,6 +159,7 @@ impl SharedInformerFactory {
                 resync_period: self.options.resync_period,
                 reflector: self.options.reflector.clone(),
                 metrics: self.options.metrics.clone(),
+                ..Default::default()
             },
         );
         inner.informers.insert(key, Box::new(informer.clone()));
@@ -216,7 +217,7 @@ mod tests {
         Client::try_from(cfg).unwrap()
     }
 
-    // client-go: TestSharedInformerFactoryForResource / "one informer per type"
+    // kubeloop's own: one informer per type
     #[tokio::test(start_paused = true)]
     async fn one_informer_per_type_and_shutdown_makes_start_a_no_op() {
         let f = SharedInformerFactory::new(client(), FactoryOptions::default());

@@ -39,6 +39,8 @@ struct Inner<K> {
     /// Watches from before this version answer with a 410 ERROR event.
     compacted_rv: u64,
     lists: usize,
+    /// Every LIST fails with this message (client-go's `ListError`).
+    list_error: Option<String>,
 }
 
 impl<K: CacheObject + Resource<DynamicType = ()>> Default for FakeControllerSource<K> {
@@ -68,6 +70,7 @@ impl<K: CacheObject + Resource<DynamicType = ()>> FakeControllerSource<K> {
                 watchers: Vec::new(),
                 compacted_rv: 0,
                 lists: 0,
+                list_error: None,
             })),
             type_description: format!("{}/{}", K::api_version(&()), K::plural(&())),
         }
@@ -162,6 +165,12 @@ impl<K: CacheObject> FakeControllerSource<K> {
             .map(|o| o.meta().name.clone().unwrap_or_default())
             .collect()
     }
+    /// Makes every LIST fail with `message` (a 403), or succeed again with `None`
+    /// (client-go's `ListError`).
+    pub fn set_list_error(&self, message: Option<&str>) {
+        self.inner.lock().list_error = message.map(str::to_string);
+    }
+
     /// How many LISTs were served.
     pub fn list_count(&self) -> usize {
         self.inner.lock().lists
@@ -175,12 +184,23 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
     ) -> impl std::future::Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
         let mut inner = self.inner.lock();
         inner.lists += 1;
+        if let Some(message) = inner.list_error.clone() {
+            let err = ListWatchError::Api {
+                verb: "LIST",
+                url: format!("(fake {})", self.type_description),
+                code: 403,
+                reason: "Forbidden".into(),
+                message,
+                causes: vec![],
+            };
+            return futures::future::Either::Left(async move { Err(err) });
+        }
         let page = ListPage {
             items: inner.items.values().cloned().collect(),
             resource_version: inner.rv.to_string(),
             continue_token: None,
         };
-        async move { Ok(page) }
+        futures::future::Either::Right(async move { Ok(page) })
     }
 
     fn watch(
@@ -206,6 +226,11 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
 
     fn type_description(&self) -> String {
         self.type_description.clone()
+    }
+
+    /// Like client-go's fake source: no `sendInitialEvents`, so reflectors LIST it.
+    fn supports_watch_list(&self) -> bool {
+        false
     }
 }
 

@@ -12,12 +12,14 @@
 use std::fmt::Write as _;
 use std::future::Future;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt};
 use kube_client::core::WatchEvent;
 use kube_client::{Client, Resource};
 use serde::de::DeserializeOwned;
+
+use super::delta_fifo::TransformFunc;
+use super::list_decoder::{ListDecodeError, ListDecoder};
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
 pub trait CacheObject:
@@ -210,6 +212,34 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
 
     /// A short description of the type for logs and metrics, e.g. `v1/configmaps`.
     fn type_description(&self) -> String;
+
+    /// [`list`](Self::list), running `transform` on each object as it is decoded, so a big
+    /// LIST never holds all its objects untransformed at once (their managedFields, say).
+    /// The default decodes the page first, then transforms.
+    fn list_transformed(
+        &self,
+        options: &ListOptions,
+        transform: Option<TransformFunc<K>>,
+    ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send
+    where
+        K: Send + 'static,
+    {
+        let page = self.list(options);
+        async move {
+            let mut page = page.await?;
+            if let Some(t) = transform {
+                page.items = page.items.into_iter().map(|o| t(o)).collect();
+            }
+            Ok(page)
+        }
+    }
+
+    /// Whether `watch` understands `sendInitialEvents` (client-go
+    /// `IsWatchListSemanticsUnSupported`, inverted): a reflector streams its list only then.
+    /// True for the real apiserver; fakes that only replay events say false.
+    fn supports_watch_list(&self) -> bool {
+        true
+    }
 }
 
 /// The real [`ListerWatcher`]: requests through a kube-client [`Client`].
@@ -337,14 +367,16 @@ impl<K: Resource> ListWatch<K> {
     }
 }
 
-/// The body of a LIST response.
-#[derive(serde::Deserialize)]
-#[serde(bound(deserialize = "K: DeserializeOwned"))]
-struct ListBody<K> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(default)]
-    items: Option<Vec<K>>,
+fn list_decode_error(url: &str, e: ListDecodeError) -> ListWatchError {
+    let source = match e {
+        ListDecodeError::Item { source, .. } => source,
+        other => <serde_json::Error as serde::de::Error>::custom(other),
+    };
+    ListWatchError::Decode {
+        verb: "LIST",
+        url: url.to_string(),
+        source: kube_client::Error::SerdeError(source),
+    }
 }
 
 fn classify(verb: &'static str, url: &str, err: kube_client::Error) -> ListWatchError {
@@ -380,17 +412,49 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         &self,
         options: &ListOptions,
     ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
+        self.list_transformed(options, None)
+    }
+
+    fn list_transformed(
+        &self,
+        options: &ListOptions,
+        transform: Option<TransformFunc<K>>,
+    ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
         let url = self.list_url(options);
         let client = self.client.clone();
         async move {
-            let body: ListBody<K> = client
-                .request(get_request(&url))
+            // The body is decoded item by item as it arrives (list_decoder.rs): a LIST the
+            // watch cache answers whole is never held as one string.
+            let reader = client
+                .request_stream(get_request(&url))
                 .await
                 .map_err(|e| classify("LIST", &url, e))?;
+            let mut reader = std::pin::pin!(reader);
+            let mut decoder = ListDecoder::<K>::new().with_transform(transform);
+            loop {
+                let chunk = reader
+                    .fill_buf()
+                    .await
+                    .map_err(|e| ListWatchError::Transport {
+                        verb: "LIST",
+                        url: url.clone(),
+                        source: kube_client::Error::ReadEvents(e),
+                    })?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let n = chunk.len();
+                decoder
+                    .feed(chunk)
+                    .map_err(|e| list_decode_error(&url, e))?;
+                reader.as_mut().consume(n);
+            }
+            let (mut items, metadata) = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
+            items.iter_mut().for_each(shrink_metadata);
             Ok(ListPage {
-                items: body.items.unwrap_or_default(),
-                resource_version: body.metadata.resource_version.unwrap_or_default(),
-                continue_token: body.metadata.continue_.filter(|c| !c.is_empty()),
+                items,
+                resource_version: metadata.resource_version.unwrap_or_default(),
+                continue_token: metadata.continue_.filter(|c| !c.is_empty()),
             })
         }
     }
@@ -408,13 +472,50 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 .map_err(|e| classify("WATCH", &url, e))?;
             let url2 = url.clone();
             Ok(stream
-                .map(move |r| r.map_err(|e| classify("WATCH", &url2, e)))
+                .map(move |r| match r {
+                    Ok(e) => Ok(shrunk(e)),
+                    Err(e) => Err(classify("WATCH", &url2, e)),
+                })
                 .boxed())
         }
     }
 
     fn type_description(&self) -> String {
         self.description.clone()
+    }
+}
+
+/// Gives back the spare room serde's `Vec` growth leaves in the metadata lists a cached
+/// object keeps for its whole life: a ConfigMap's one managedFields entry is decoded into
+/// room for four (about 500 bytes per object).
+fn shrink_metadata<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    if let Some(v) = &mut meta.managed_fields {
+        v.shrink_to_fit();
+    }
+    if let Some(v) = &mut meta.owner_references {
+        v.shrink_to_fit();
+    }
+    if let Some(v) = &mut meta.finalizers {
+        v.shrink_to_fit();
+    }
+}
+
+fn shrunk<K: Resource>(event: WatchEvent<K>) -> WatchEvent<K> {
+    match event {
+        WatchEvent::Added(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Added(o)
+        }
+        WatchEvent::Modified(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Modified(o)
+        }
+        WatchEvent::Deleted(mut o) => {
+            shrink_metadata(&mut o);
+            WatchEvent::Deleted(o)
+        }
+        other => other,
     }
 }
 

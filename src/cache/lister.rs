@@ -135,7 +135,7 @@ mod tests {
         Lister::new(s.reader())
     }
 
-    // client-go: TestListersListAll / TestListAllByNamespace (listers_test.go)
+    // client-go: TestListAll (listers_test.go), and kubeloop's own by-namespace cases
     #[test]
     fn list_all_and_by_namespace_with_selectors() {
         for indexed in [true, false] {
@@ -159,7 +159,7 @@ mod tests {
         }
     }
 
-    // client-go: TestGenericListerGet
+    // kubeloop's own: get by namespace and name
     #[test]
     fn get_by_namespace_and_name() {
         let l = fixture(true);

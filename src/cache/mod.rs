@@ -1,14 +1,17 @@
 //! The informer machinery: client-go's `tools/cache`, on raw watch streams.
 //!
-//! Data flows apiserver -> [`Reflector`] -> [`DeltaFIFO`] -> [`SharedIndexInformer`] ->
+//! Data flows apiserver -> [`Reflector`] -> [`RealFIFO`] (or [`DeltaFIFO`]) -> [`SharedIndexInformer`] ->
 //! ([`ThreadSafeStore`] and every handler's buffer). Readers get an [`Indexer`] or a
 //! [`Lister`] handing out `Arc<K>`; only the informer writes the cache.
 //!
 //! | kubeloop                | client-go                                               |
 //! |-------------------------|---------------------------------------------------------|
 //! | [`list_watch`]          | `listwatch.go` + the typed clients' List/Watch           |
+//! | [`list_decoder`]        | none: a LIST body decoded item by item as it arrives     |
 //! | [`reflector`]           | `reflector.go`                                          |
 //! | [`backoff`]             | apimachinery `wait` backoff manager as the reflector uses it |
+//! | [`queue`]               | `fifo.go` (`Queue`): what the informer pops              |
+//! | [`real_fifo`]           | `the_real_fifo.go` (the informer default)                |
 //! | [`delta_fifo`]          | `delta_fifo.go`                                         |
 //! | [`store`]               | `store.go` (keys) and the reflector's `Store`           |
 //! | [`index`]               | `index.go`                                              |
@@ -55,10 +58,13 @@ pub mod factory;
 pub mod fake_source;
 pub mod index;
 pub mod labels;
+pub mod list_decoder;
 pub mod list_watch;
 pub mod lister;
 pub mod metrics;
 pub mod processor;
+pub mod queue;
+pub mod real_fifo;
 pub mod reflector;
 pub mod shared_informer;
 pub mod store;
@@ -79,6 +85,8 @@ pub use list_watch::{
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};
 pub use processor::{Notification, ResourceEventHandler, ResourceEventHandlerFuncs};
+pub use queue::{InformerQueue, QueueKind};
+pub use real_fifo::RealFIFO;
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
     default_watch_error_handler,

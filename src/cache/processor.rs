@@ -306,12 +306,28 @@ pub(crate) fn should_resync<K>(listeners: &mut [Listener<K>]) -> bool {
     any
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Delays the start of every listener task first polled on this thread (client-go's
+    /// `sharedProcessorRunHook`), for tests in which handlers start after the first
+    /// notifications were distributed. Paused-time tests run their tasks on their own thread.
+    pub(crate) static LISTENER_START_DELAY: std::cell::Cell<std::time::Duration> =
+        const { std::cell::Cell::new(std::time::Duration::ZERO) };
+}
+
 /// The listener task: hands each notification to the handler, in order, until closed.
 pub(crate) async fn run_listener<K: Send + Sync + 'static>(
     name: String,
     handler: Arc<dyn ResourceEventHandler<K>>,
     buffer: Arc<ListenerBuffer<K>>,
 ) {
+    #[cfg(test)]
+    {
+        let delay = LISTENER_START_DELAY.with(|d| d.get());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
     while let Some(n) = buffer.pop().await {
         let initial = n.is_initial();
         let result = catch_unwind(AssertUnwindSafe(|| match &n {
@@ -367,7 +383,7 @@ mod tests {
         task.await.unwrap();
     }
 
-    // client-go: TestDetermineResyncPeriod (shared_informer_test.go)
+    // kubeloop's own, on client-go's determineResyncPeriod (TestResyncCheckPeriod covers it there)
     #[test]
     fn resync_period_is_never_below_the_check_period() {
         let s = Duration::from_secs;

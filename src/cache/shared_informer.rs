@@ -1,11 +1,12 @@
 //! One watch, one cache, many handlers: client-go `tools/cache/shared_informer.go`
 //! (`sharedIndexInformer`) with `controller.go`'s `processDeltas`.
 //!
-//! Pieces per informer: a [`Reflector`] writing into a [`DeltaFIFO`], a loop popping the
-//! FIFO that updates the [`ThreadSafeStore`] and fans notifications out to every handler's
-//! buffer, and one task per handler.
+//! Pieces per informer: a [`Reflector`] writing into a queue ([`RealFIFO`] by default, as
+//! client-go 1.36 informers always use; [`DeltaFIFO`] with [`QueueKind::DeltaFifo`]), a loop
+//! popping it that updates the [`ThreadSafeStore`] and fans notifications out to every
+//! handler's buffer, and one task per handler.
 //!
-//! Locking: the FIFO's lock is held while a key's deltas are processed (as in client-go);
+//! Locking: the queue's lock is held while an item's deltas are processed (as in client-go);
 //! inside it the informer's one lock (`Inner`: handlers and lifecycle) and then the store's.
 //! Adding a handler takes the informer lock, so its replay of the cache and live
 //! notifications never interleave. No lock is held across an `.await`.
@@ -41,6 +42,8 @@ use super::processor::{
     Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler,
     determine_resync_period, distribute, run_listener, should_resync,
 };
+use super::queue::{InformerQueue, QueueKind};
+use super::real_fifo::RealFIFO;
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
 use super::store::{KeyFunc, ReflectorStore, default_key_func, resource_version};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -55,6 +58,8 @@ pub struct InformerConfig {
     pub reflector: ReflectorConfig,
     /// Where the reflector and handler series go.
     pub metrics: CacheMetrics,
+    /// The queue between reflector and handlers. client-go 1.36: always the RealFIFO.
+    pub queue: QueueKind,
 }
 
 /// Per-handler options.
@@ -125,7 +130,7 @@ struct StartParams<K> {
 struct Shared<K> {
     type_name: String,
     store: ThreadSafeStore<K>,
-    fifo: DeltaFIFO<K>,
+    fifo: Arc<dyn InformerQueue<K>>,
     key_func: KeyFunc<K>,
     metrics: CacheMetrics,
     /// Woken after each processed key (for `wait_for_cache_sync`).
@@ -183,7 +188,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let store = ThreadSafeStore::new(indexers);
         let key_func = default_key_func::<K>();
         let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
-        let fifo = DeltaFIFO::new(key_func.clone(), Some(known));
+        let fifo: Arc<dyn InformerQueue<K>> = match config.queue {
+            QueueKind::RealFifo => Arc::new(RealFIFO::new(key_func.clone(), known)),
+            QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
+        };
         let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
             let mut r = Reflector::new(lw, p.store, p.config)
                 .with_metrics(&p.metrics)
@@ -257,7 +265,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let inner = self.shared.inner.lock();
         self.ensure_not_started(&inner, "set a transform")?;
         let t: TransformFunc<K> = Arc::new(transform);
-        self.shared.fifo.set_transform(Some(t));
+        self.shared.fifo.set_queue_transform(Some(t));
         Ok(())
     }
 
@@ -396,12 +404,38 @@ impl<K: CacheObject> SharedIndexInformer<K> {
 
     /// Removes a handler; what it had queued is dropped.
     pub fn remove_event_handler(&self, registration: &HandlerRegistration<K>) {
+        // A registration from another informer names nothing here (ids are per informer).
+        if !self.owns(registration) {
+            return;
+        }
         let mut inner = self.shared.inner.lock();
         inner.listeners.retain(|l| l.id != registration.id);
         registration.buffer.close();
         if let Lifecycle::Running { listener_tasks, .. } = &mut inner.lifecycle {
             listener_tasks.retain(|(id, _)| *id != registration.id);
         }
+    }
+
+    /// Whether `registration` is a handler currently registered on this informer (client-go's
+    /// tests read `processor.listeners` for this).
+    pub fn is_registered(&self, registration: &HandlerRegistration<K>) -> bool {
+        self.owns(registration)
+            && self
+                .shared
+                .inner
+                .lock()
+                .listeners
+                .iter()
+                .any(|l| l.id == registration.id)
+    }
+
+    /// How many handlers are registered.
+    pub fn handler_count(&self) -> usize {
+        self.shared.inner.lock().listeners.len()
+    }
+
+    fn owns(&self, registration: &HandlerRegistration<K>) -> bool {
+        std::ptr::eq(registration.informer.as_ptr(), Arc::as_ptr(&self.shared))
     }
 
     /// Starts the reflector, the processing loop and the handlers' tasks. Idempotent; a no-op
@@ -434,7 +468,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         };
         let reflector = start(StartParams {
             last_sync_rv: self.shared.last_sync_rv.clone(),
-            store: Arc::new(self.shared.fifo.clone()),
+            store: self.shared.fifo.clone(),
             config,
             metrics: self.shared.metrics.clone(),
             should_resync: should,
@@ -456,12 +490,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
     pub fn has_synced(&self) -> bool {
-        self.shared.fifo.has_synced()
+        self.shared.fifo.queue_has_synced()
     }
 
     /// Waits until synced; `false` if the informer is shut down first.
     pub async fn wait_for_cache_sync(&self) -> bool {
-        self.shared.wait_until(|s| s.fifo.has_synced()).await
+        self.shared.wait_until(|s| s.fifo.queue_has_synced()).await
     }
 
     /// Whether `shutdown` was called.
@@ -472,7 +506,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// Stops everything and waits for the tasks to end. Idempotent.
     pub async fn shutdown(&self) {
         self.shared.stop.cancel();
-        self.shared.fifo.close();
+        self.shared.fifo.close_queue();
         self.shared.progressed.notify_waiters();
         let tasks = {
             let mut inner = self.shared.inner.lock();
@@ -527,7 +561,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
     pub fn has_synced(&self) -> bool {
         self.informer
             .upgrade()
-            .is_some_and(|s| s.fifo.has_synced() && self.buffer.initial_pending() == 0)
+            .is_some_and(|s| s.fifo.queue_has_synced() && self.buffer.initial_pending() == 0)
     }
 
     /// Waits until [`has_synced`](Self::has_synced); `false` if the informer stops first.
@@ -537,7 +571,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
         };
         let buffer = self.buffer.clone();
         shared
-            .wait_until(move |s| s.fifo.has_synced() && buffer.initial_pending() == 0)
+            .wait_until(move |s| s.fifo.queue_has_synced() && buffer.initial_pending() == 0)
             .await
     }
 }
@@ -626,10 +660,12 @@ impl<K: CacheObject> Shared<K> {
 
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).
 async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
+    let process_shared = shared.clone();
+    let mut process = move |deltas, initial| process_shared.process_deltas(deltas, initial);
     loop {
         let popped = tokio::select! {
             _ = shared.stop.cancelled() => return,
-            r = shared.fifo.pop(|deltas, initial| shared.process_deltas(deltas, initial)) => r,
+            r = shared.fifo.pop_with(&mut process) => r,
         };
         if popped.is_err() {
             return;
@@ -840,6 +876,19 @@ mod tests {
     // client-go: TestListenerResyncPeriods
     #[tokio::test(start_paused = true)]
     async fn each_listener_resyncs_on_its_own_period() {
+        listener_resync_periods(Duration::ZERO).await;
+    }
+
+    // client-go: TestListenerResyncPeriodsDelayed (the handlers start a second after the
+    // first notifications were distributed; their buffers hold them, nothing deadlocks)
+    #[tokio::test(start_paused = true)]
+    async fn listener_resync_periods_delayed() {
+        crate::cache::processor::LISTENER_START_DELAY.with(|d| d.set(Duration::from_secs(1)));
+        listener_resync_periods(Duration::from_secs(1)).await;
+        crate::cache::processor::LISTENER_START_DELAY.with(|d| d.set(Duration::ZERO));
+    }
+
+    async fn listener_resync_periods(startup_delay: Duration) {
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         let inf = informer(&source, Duration::from_secs(1));
@@ -856,10 +905,16 @@ mod tests {
             .unwrap();
         inf.start();
         assert!(inf.wait_for_cache_sync().await);
+        if !startup_delay.is_zero() {
+            assert_eq!(r1.count("add a"), 0, "the handlers have not started yet");
+        }
         tokio::time::sleep(Duration::from_millis(4500)).await;
-        assert_eq!(r1.count("sync a"), 4);
-        assert_eq!(r2.count("sync a"), 2);
-        assert_eq!(r3.count("sync a"), 0);
+        for r in [&r1, &r2, &r3] {
+            assert_eq!(r.count("add a"), 1, "startup delay {startup_delay:?}");
+        }
+        assert_eq!(r1.count("sync a"), 4, "startup delay {startup_delay:?}");
+        assert_eq!(r2.count("sync a"), 2, "startup delay {startup_delay:?}");
+        assert_eq!(r3.count("sync a"), 0, "startup delay {startup_delay:?}");
         inf.shutdown().await;
     }
 
@@ -963,6 +1018,40 @@ mod tests {
         inf.shutdown().await;
     }
 
+    // kubeloop's own: the reflector runs the transform on each listed object as it arrives
+    // (client-go's TransformingStore) and the queue does not run it again, for both queues;
+    // watch events are transformed once by the queue.
+    #[tokio::test(start_paused = true)]
+    async fn listed_and_watched_objects_are_transformed_exactly_once() {
+        for queue in [QueueKind::RealFifo, QueueKind::DeltaFifo] {
+            let source = FakeControllerSource::new();
+            source.add(cm("a"));
+            let inf = SharedIndexInformer::new(
+                source.clone(),
+                InformerConfig {
+                    queue,
+                    ..Default::default()
+                },
+            );
+            inf.set_transform(|mut o: ConfigMap| {
+                let data = o.data.get_or_insert_with(Default::default);
+                let n: u32 = data.get("runs").map_or(0, |v| v.parse().unwrap());
+                data.insert("runs".into(), (n + 1).to_string());
+                o
+            })
+            .unwrap();
+            inf.start();
+            assert!(inf.wait_for_cache_sync().await);
+            source.add(cm("b"));
+            settle().await;
+            for name in ["a", "b"] {
+                let o = inf.lister().get("ns", name).expect(name);
+                assert_eq!(o.data.as_ref().unwrap()["runs"], "1", "{queue:?} {name}");
+            }
+            inf.shutdown().await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn start_is_idempotent_and_shutdown_waits_for_tasks() {
         let source = FakeControllerSource::new();
@@ -985,6 +1074,143 @@ mod tests {
         assert_eq!(reg.backlog(), 0);
         // And removing a handler drops it.
         inf.remove_event_handler(&reg);
+    }
+
+    // client-go: TestSharedInformerErrorHandling
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_error_handling() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        source.set_list_error(Some("Access Denied"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        inf.set_watch_error_handler(move |e| {
+            let _ = tx.send(e.to_string());
+        })
+        .unwrap();
+        inf.start();
+        let err = tokio::time::timeout(Duration::from_secs(1), rx.recv())
+            .await
+            .expect("no error reported within a second")
+            .unwrap();
+        assert!(err.contains("Access Denied"), "{err}");
+        assert!(!inf.has_synced());
+        inf.shutdown().await;
+    }
+
+    // client-go: TestSharedInformerRemoveHandler
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_remove_handler() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let h1 = inf.add_event_handler(Recorder::default()).unwrap();
+        let h2 = inf.add_event_handler(Recorder::default()).unwrap();
+        assert_eq!(inf.handler_count(), 2);
+        inf.remove_event_handler(&h2);
+        assert_eq!(inf.handler_count(), 1);
+        inf.remove_event_handler(&h1);
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestSharedInformerRemoveForeignHandler
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_remove_foreign_handler() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let source2 = FakeControllerSource::new();
+        source2.add(cm("pod1"));
+        let inf2 = informer(&source2, Duration::from_secs(1));
+        let h1 = inf.add_event_handler(Recorder::default()).unwrap();
+        let h2 = inf.add_event_handler(Recorder::default()).unwrap();
+        // The other informer's first handler has the same id as `h1` would there.
+        let foreign = inf2.add_event_handler(Recorder::default()).unwrap();
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (2, 1));
+        assert!(!inf2.is_registered(&h1) && !inf2.is_registered(&h2));
+        inf2.remove_event_handler(&h1);
+        inf2.remove_event_handler(&h2);
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (2, 1));
+        assert!(
+            inf2.is_registered(&foreign),
+            "a foreign removal took a handler of ours"
+        );
+        inf.remove_event_handler(&h1);
+        inf.remove_event_handler(&h2);
+        assert_eq!((inf.handler_count(), inf2.handler_count()), (0, 1));
+    }
+
+    // client-go: TestSharedInformerMultipleRegistration
+    #[tokio::test(start_paused = true)]
+    async fn shared_informer_multiple_registration() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let handler = Recorder::default();
+        let reg1 = inf.add_event_handler(handler.clone()).unwrap();
+        let reg2 = inf.add_event_handler(handler.clone()).unwrap();
+        assert!(inf.is_registered(&reg1) && inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 2);
+        inf.remove_event_handler(&reg1);
+        assert!(!inf.is_registered(&reg1));
+        assert!(inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 1);
+        inf.remove_event_handler(&reg2);
+        assert!(!inf.is_registered(&reg2));
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestRemovingRemovedSharedInformer
+    #[tokio::test(start_paused = true)]
+    async fn removing_removed_shared_informer() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::from_secs(1));
+        let reg = inf.add_event_handler(Recorder::default()).unwrap();
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        assert_eq!(inf.handler_count(), 0);
+    }
+
+    // client-go: TestRemoveOnStoppedSharedInformer
+    #[tokio::test(start_paused = true)]
+    async fn remove_on_stopped_shared_informer() {
+        let source = FakeControllerSource::new();
+        source.add(cm("pod1"));
+        let inf = informer(&source, Duration::ZERO);
+        let reg = inf.add_event_handler(Recorder::default()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        inf.shutdown().await;
+        assert!(inf.is_stopped());
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+    }
+
+    // client-go: TestRemoveWhileActive
+    #[tokio::test(start_paused = true)]
+    async fn remove_while_active() {
+        let source = FakeControllerSource::new();
+        let inf = informer(&source, Duration::ZERO);
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone()).unwrap();
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        source.add(cm("pod1"));
+        settle().await;
+        assert_eq!(rec.take(), ["add pod1"]);
+        inf.remove_event_handler(&reg);
+        assert!(!inf.is_registered(&reg));
+        source.add(cm("pod2"));
+        settle().await;
+        assert!(rec.take().is_empty(), "a removed handler got events");
+        assert!(
+            inf.lister().get("ns", "pod2").is_some(),
+            "the cache still follows"
+        );
+        inf.shutdown().await;
     }
 
     /// Checks the per-key event rules as events arrive and keeps the handler's view.

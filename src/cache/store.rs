@@ -111,6 +111,29 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError>;
     /// A periodic resync.
     fn resync(&self) -> Result<(), StoreError>;
+
+    /// The transform this store runs on incoming objects (client-go `TransformingStore`).
+    /// The reflector runs it on each listed object as it arrives, so a list never holds
+    /// untransformed objects (their managedFields, say) all at once, and hands the result to
+    /// [`replace_listed`](Self::replace_listed).
+    fn transformer(&self) -> Option<super::delta_fifo::TransformFunc<K>> {
+        None
+    }
+
+    /// [`replace`](Self::replace) for objects `transformer()` has already run on, each
+    /// already in the `Arc` it will be shared through (so no object is moved or copied
+    /// again). A store that reports a transformer must override this so it does not run
+    /// twice.
+    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError>
+    where
+        K: Clone,
+    {
+        let list = list
+            .into_iter()
+            .map(|o| Arc::try_unwrap(o).unwrap_or_else(|shared| (*shared).clone()))
+            .collect();
+        self.replace(list, resource_version)
+    }
 }
 
 #[cfg(test)]
@@ -119,7 +142,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use kube_client::api::ObjectMeta;
 
-    // client-go: TestMetaNamespaceKeyFunc (store_test.go, keys part)
+    // kubeloop's own: MetaNamespaceKeyFunc's keys
     #[test]
     fn keys_are_namespace_slash_name_or_name() {
         let cm = ConfigMap {
@@ -143,7 +166,7 @@ mod tests {
         assert!(err.to_string().contains("ConfigMap"), "{err}");
     }
 
-    // client-go: TestSplitMetaNamespaceKey
+    // kubeloop's own: SplitMetaNamespaceKey
     #[test]
     fn split_accepts_one_or_two_parts() {
         assert_eq!(split_meta_namespace_key("a/b").unwrap(), ("a", "b"));

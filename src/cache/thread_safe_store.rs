@@ -397,7 +397,39 @@ mod tests {
         assert_eq!(names(r.index("byUser", &probe).unwrap()), vec!["a", "b"]);
     }
 
+    // client-go: TestMultiIndexKeys (index_test.go)
+    #[test]
+    fn multi_index_keys() {
+        let s = store_with_users();
+        let r = s.reader();
+        s.add("ns/one".into(), pod("ns", "one", &["ernie", "bert"]));
+        s.add("ns/two".into(), pod("ns", "two", &["bert", "oscar"]));
+        s.add("ns/tre".into(), pod("ns", "tre", &["ernie", "elmo"]));
+        let by = |user: &str| names(r.by_index("byUser", user).unwrap());
+        assert_eq!(by("ernie"), ["one", "tre"]);
+        assert_eq!(by("bert"), ["one", "two"]);
+        assert_eq!(by("elmo"), ["tre"]);
+        assert_eq!(by("oscar"), ["two"]);
+        assert!(by("elmo1").is_empty());
+        s.delete("ns/tre");
+        assert_eq!(by("ernie"), ["one"]);
+        assert!(by("elmo").is_empty());
+        s.update("ns/two".into(), pod("ns", "two", &["oscar"]));
+        assert_eq!(by("bert"), ["one"]);
+    }
+
     // client-go: TestGetIndexFuncValues (index_test.go)
+    #[test]
+    fn get_index_func_values() {
+        let s = store_with_users();
+        s.add("ns/one".into(), pod("ns", "one", &["bar"]));
+        s.add("ns/two".into(), pod("ns", "two", &["bar"]));
+        s.add("ns/tre".into(), pod("ns", "tre", &["biz"]));
+        let values = sorted(s.reader().list_index_func_values("byUser").unwrap());
+        assert_eq!(values, ["bar", "biz"]);
+    }
+
+    // kubeloop's own: by_index on a known and an unknown index.
     #[test]
     fn by_index_and_unknown_index() {
         let s = store_with_users();
@@ -420,7 +452,7 @@ mod tests {
         assert!(err.to_string().contains("nope"));
     }
 
-    // client-go: TestAddIndexerAfterAdd
+    // kubeloop's own (indexers added after objects are backfilled)
     #[test]
     fn add_indexers_backfills_and_rejects_clashes() {
         let s = ThreadSafeStore::new(namespace_indexers::<Pod>());
@@ -447,7 +479,7 @@ mod tests {
         );
     }
 
-    // client-go: TestThreadSafeStoreReplace (replace rebuilds indices)
+    // kubeloop's own: replace rebuilds indices
     #[test]
     fn replace_rebuilds_indices() {
         let s = store_with_users();
@@ -465,7 +497,7 @@ mod tests {
         );
     }
 
-    // client-go: TestThreadSafeStoreIndexingConcurrency (writers and index readers at once)
+    // kubeloop's own: writers and index readers at once
     #[test]
     fn concurrent_writers_keep_indices_consistent() {
         let s = store_with_users();

@@ -1,0 +1,205 @@
+//! kubeloop's side of `hack/bench-informer`: one `SharedIndexInformer` on ConfigMaps with
+//! kubeloop's defaults, measured exactly as `hack/go/bench-informer` measures client-go (same
+//! flags, same output line):
+//!
+//! ```text
+//! cargo run --release --example bench_informer -- --kubeconfig K --namespace NS \
+//!     [--transform strip-managed-fields] [--streaming on|off] [--updates 200] [--interval-ms 20]
+//! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
+//! ```
+//!
+//! `synced_ms` and `cpu_ms` run from just before the informer starts to `has_synced`;
+//! `peak_rss_kib` is VmHWM then, `rss_after_kib` VmRSS a second later; p50/p99 are the
+//! latencies from just before an update request is sent to the handler seeing it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube_client::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube_client::config::{KubeConfigOptions, Kubeconfig};
+use kubeloop::cache::{
+    InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
+};
+use parking_lot::Mutex;
+
+struct Args {
+    kubeconfig: String,
+    namespace: String,
+    transform: String,
+    streaming: bool,
+    updates: usize,
+    interval: Duration,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        kubeconfig: String::new(),
+        namespace: "bench".into(),
+        transform: "none".into(),
+        streaming: true,
+        updates: 200,
+        interval: Duration::from_millis(20),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--kubeconfig" => args.kubeconfig = value()?,
+            "--namespace" => args.namespace = value()?,
+            "--transform" => args.transform = value()?,
+            "--streaming" => {
+                args.streaming = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--streaming: on or off, not {other}")),
+                }
+            }
+            "--updates" => {
+                args.updates = value()?.parse().map_err(|e| format!("--updates: {e}"))?
+            }
+            "--interval-ms" => {
+                args.interval = Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--interval-ms: {e}"))?,
+                )
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args()?;
+    let kubeconfig = Kubeconfig::read_from(&args.kubeconfig)?;
+    let config =
+        kube_client::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await?;
+    let client = kube_client::Client::try_from(config)?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
+
+    let informer = SharedIndexInformer::new(
+        ListWatch::<ConfigMap>::namespaced(client.clone(), &args.namespace),
+        InformerConfig {
+            reflector: ReflectorConfig {
+                use_watch_list: args.streaming,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    match args.transform.as_str() {
+        "none" => {}
+        "strip-managed-fields" => informer.set_transform(|mut cm: ConfigMap| {
+            cm.metadata.managed_fields = None;
+            cm
+        })?,
+        other => return Err(format!("unknown --transform {other}").into()),
+    }
+    // The latency phase's probe: the handler records when it sees each sequence number.
+    let seen: Arc<Mutex<HashMap<i64, Instant>>> = Default::default();
+    let seen2 = seen.clone();
+    informer.add_event_handler(ResourceEventHandlerFuncs::new().on_update(
+        move |_old: &Arc<ConfigMap>, new: &Arc<ConfigMap>| {
+            if new.metadata.name.as_deref() != Some("probe") {
+                return;
+            }
+            let seq = new
+                .data
+                .as_ref()
+                .and_then(|d| d.get("seq"))
+                .and_then(|s| s.parse().ok());
+            if let Some(n) = seq {
+                seen2.lock().entry(n).or_insert_with(Instant::now);
+            }
+        },
+    ))?;
+    // The probe exists before the informer starts, so it is part of the initial list.
+    let _ = cms.delete("probe", &DeleteParams::default()).await;
+    cms.create(&PostParams::default(), &probe(-1)).await?;
+
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    informer.start();
+    if !informer.wait_for_cache_sync().await {
+        return Err("cache did not sync".into());
+    }
+    let synced = start.elapsed();
+    let cpu = cpu_time() - cpu0;
+    let peak = proc_status("VmHWM");
+    let objects = informer.indexer().list_keys().len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = proc_status("VmRSS");
+
+    let mut sent = Vec::with_capacity(args.updates);
+    for i in 0..args.updates {
+        sent.push(Instant::now());
+        cms.replace("probe", &PostParams::default(), &probe(i as i64))
+            .await?;
+        tokio::time::sleep(args.interval).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (0..args.updates as i64).any(|i| !seen.lock().contains_key(&i))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = seen.lock().clone();
+    let mut lat: Vec<f64> = (0..args.updates)
+        .filter_map(|i| {
+            seen.get(&(i as i64))
+                .map(|t| (*t - sent[i]).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    if lat.len() < args.updates {
+        return Err(format!("the handler saw {} of {} updates", lat.len(), args.updates).into());
+    }
+    lat.sort_by(f64::total_cmp);
+    informer.shutdown().await;
+    println!(
+        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2}",
+        synced.as_millis(),
+        cpu.as_millis(),
+        pct(&lat, 50),
+        pct(&lat, 99)
+    );
+    Ok(())
+}
+
+fn probe(seq: i64) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("probe".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("seq".to_string(), seq.to_string())])),
+        ..Default::default()
+    }
+}
+
+fn pct(sorted: &[f64], p: usize) -> f64 {
+    let i = (sorted.len() * p).div_ceil(100).saturating_sub(1);
+    sorted[i]
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A KiB field of /proc/self/status.
+fn proc_status(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
