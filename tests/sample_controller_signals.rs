@@ -47,6 +47,11 @@ async fn handle(mut stream: TcpStream, create_seen: Arc<AtomicBool>) {
     let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
     let watch = target.contains("watch=true") || target.contains("watch=1");
     let body = match (method, watch) {
+        // A streaming list (client-go 1.36's default, and kubeloop's): answered as an apiserver
+        // without the WatchList feature answers it, so the informer falls back to a LIST.
+        ("GET", true) if target.contains("sendInitialEvents=true") => {
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","message":"sendInitialEvents is not supported","code":422}"#
+        }
         ("GET", true) => {
             // A watch that stays open with no events.
             let _ = stream
@@ -72,6 +77,8 @@ async fn handle(mut stream: TcpStream, create_seen: Arc<AtomicBool>) {
     };
     let status = if body.contains("\"code\":404") {
         "404 Not Found"
+    } else if body.contains("\"code\":422") {
+        "422 Unprocessable Entity"
     } else {
         "200 OK"
     };
