@@ -53,9 +53,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::controller::sharding::{
-    RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,
-};
+use crate::controller::sharding::{RingLease, RingRole, RingStore};
 use crate::leaderelection::LockError;
 
 pub use crate::cache::fake_source::FakeControllerSource;
@@ -144,13 +142,8 @@ impl RingStore for FakeRing {
         Ok(inner
             .leases
             .iter()
-            .filter(|(_, (_, labels))| labels.get(RING_LABEL).map(String::as_str) == Some(ring))
             .filter_map(|(name, (store, labels))| {
-                let role = match labels.get(ROLE_LABEL).map(String::as_str) {
-                    Some("member") => RingRole::Member,
-                    Some("shard") => RingRole::Shard(labels.get(SHARD_LABEL)?.parse().ok()?),
-                    _ => return None,
-                };
+                let role = RingRole::of(labels, ring)?;
                 Some(RingLease {
                     name: name.clone(),
                     role,

@@ -84,6 +84,24 @@ pub type Deltas<K> = Vec<Delta<K>>;
 /// Transforms an object before it is queued (e.g. drops managedFields).
 pub type TransformFunc<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
 
+/// `obj` through `transform`, if there is one.
+pub(crate) fn apply_transform<K>(transform: Option<&TransformFunc<K>>, obj: K) -> K {
+    match transform {
+        Some(t) => t(obj),
+        None => obj,
+    }
+}
+
+/// A listed batch through `transform`, each object shared once (what a FIFO's `replace` queues).
+pub(crate) fn transformed_list<K>(
+    transform: Option<&TransformFunc<K>>,
+    list: Vec<K>,
+) -> Vec<Arc<K>> {
+    list.into_iter()
+        .map(|o| Arc::new(apply_transform(transform, o)))
+        .collect()
+}
+
 /// The objects the consumer already holds (client-go `KeyListerGetter`), used to detect
 /// deletions on `replace`, to decide whether a delete matters, and for `resync`.
 pub trait KnownObjects<K>: Send + Sync + 'static {
@@ -286,16 +304,7 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
     /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
-        let list = list
-            .into_iter()
-            .map(|o| {
-                Arc::new(match &transform {
-                    Some(t) => t(o),
-                    None => o,
-                })
-            })
-            .collect();
-        self.replace_listed(list, resource_version)
+        self.replace_listed(transformed_list(transform.as_ref(), list), resource_version)
     }
 
     /// `replace` for objects already transformed and shared (what the reflector hands over).
@@ -466,10 +475,7 @@ impl<K> Inner<K> {
     }
 
     fn transformed(&self, obj: K) -> K {
-        match &self.transform {
-            Some(t) => t(obj),
-            None => obj,
-        }
+        apply_transform(self.transform.as_ref(), obj)
     }
 }
 

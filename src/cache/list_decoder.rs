@@ -19,7 +19,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
-use super::delta_fifo::TransformFunc;
+use super::delta_fifo::{TransformFunc, apply_transform};
 
 /// A LIST body that is not a well-formed `*List` object.
 #[derive(Debug, thiserror::Error)]
@@ -241,10 +241,8 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                             source,
                         }
                     })?;
-                    self.items.push(match &self.transform {
-                        Some(t) => t(item),
-                        None => item,
-                    });
+                    self.items
+                        .push(apply_transform(self.transform.as_ref(), item));
                     self.pos = end;
                 }
                 State::Done => return Ok(()),

@@ -31,7 +31,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::delta_fifo::{
-    DeletedFinalStateUnknown, DeletedObject, Delta, Deltas, FifoClosed, KnownObjects, TransformFunc,
+    DeletedFinalStateUnknown, DeletedObject, Delta, Deltas, FifoClosed, KnownObjects,
+    TransformFunc, apply_transform, transformed_list,
 };
 use super::queue::InformerQueue;
 use super::store::{KeyError, KeyFunc, ReflectorStore, StoreError};
@@ -134,16 +135,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// deletion needs none), then a `Replaced` item per object, in list order.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
-        let list = list
-            .into_iter()
-            .map(|o| {
-                Arc::new(match &transform {
-                    Some(t) => t(o),
-                    None => o,
-                })
-            })
-            .collect();
-        self.replace_listed(list, resource_version)
+        self.replace_listed(transformed_list(transform.as_ref(), list), resource_version)
     }
 
     /// `replace` for objects already transformed and shared (what the reflector hands over).
@@ -306,10 +298,7 @@ impl<K> Inner<K> {
     }
 
     fn transformed(&self, obj: K) -> K {
-        match &self.transform {
-            Some(t) => t(obj),
-            None => obj,
-        }
+        apply_transform(self.transform.as_ref(), obj)
     }
 }
 

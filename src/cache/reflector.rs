@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffConfig};
+use super::delta_fifo::apply_transform;
 use super::list_watch::{
     CacheObject, ListOptions, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
 };
@@ -688,10 +689,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 None => return Err("the stream closed before the initial events ended".into()),
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                     self.metrics.watch_events.inc();
-                    items.push(Arc::new(match &transform {
-                        Some(t) => t(obj),
-                        None => obj,
-                    }));
+                    items.push(Arc::new(apply_transform(transform.as_ref(), obj)));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
                     self.metrics.watch_events.inc();

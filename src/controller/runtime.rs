@@ -136,22 +136,19 @@ impl<K: CacheObject> Controller<K> {
                     ring_stop.clone(),
                 );
                 let mut ring = tokio::spawn(ring);
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = &mut ring => {}
-                }
-                self.ready.store(false, Ordering::SeqCst);
-                info!(controller = %name, queued = queue.len(), "shutting down: draining what this replica's shards have in flight and queued");
-                queue.shutdown_with_drain().await;
-                tokio::select! {
-                    _ = join_workers(&name, &mut workers) => {}
-                    _ = gate.until_not_open() => {}
-                }
-                gate.close();
+                let ended_early = tokio::select! {
+                    _ = shutdown.cancelled() => None,
+                    ended = &mut ring => Some(ended),
+                };
+                drain_while_open(&name, &self.ready, &queue, &gate, &mut workers).await;
                 // The ring ends every shard's term, waits for its reconciles and releases
                 // the Leases.
                 ring_stop.cancel();
-                if let Err(e) = ring.await {
+                let ended = match ended_early {
+                    Some(ended) => ended,
+                    None => ring.await,
+                };
+                if let Err(e) = ended {
                     error!(controller = %name, error = %e, "the shard ring ended abnormally");
                 }
                 Ok(())
@@ -188,18 +185,9 @@ impl<K: CacheObject> Controller<K> {
                     _ = shutdown.cancelled() => None,
                     reason = &mut elector => Some(reason),
                 };
-                self.ready.store(false, Ordering::SeqCst);
                 match lost {
                     None => {
-                        info!(controller = %name, queued = queue.len(), "shutting down: draining what this leader has in flight and queued");
-                        queue.shutdown_with_drain().await;
-                        // A leader's workers finish what is queued while it still renews; a
-                        // standby's (or one that loses the lease meanwhile) stop at once.
-                        tokio::select! {
-                            _ = join_workers(&name, &mut workers) => {}
-                            _ = gate.until_not_open() => {}
-                        }
-                        gate.close();
+                        drain_while_open(&name, &self.ready, &queue, &gate, &mut workers).await;
                         elector_stop.cancel();
                         match elector.await {
                             Ok(StopReason::Shutdown) | Err(_) => Ok(()),
@@ -207,6 +195,7 @@ impl<K: CacheObject> Controller<K> {
                         }
                     }
                     Some(reason) => {
+                        self.ready.store(false, Ordering::SeqCst);
                         let reason = reason.unwrap_or(StopReason::Shutdown);
                         error!(controller = %name, ?reason, "leader election lost");
                         queue.shutdown();
@@ -225,6 +214,26 @@ impl<K: CacheObject> Controller<K> {
     async fn stop_informers(&self) {
         futures::future::join_all(self.informers.iter().map(|i| i.shutdown())).await;
     }
+}
+
+/// Shutdown under leadership or sharding: readiness off, then the queue drains while this
+/// process still holds its terms (the workers finish what is queued); workers of a standby, or
+/// of terms that end meanwhile, stop at once. Then the gate closes.
+async fn drain_while_open(
+    name: &str,
+    ready: &std::sync::atomic::AtomicBool,
+    queue: &RateLimitingQueue<String>,
+    gate: &Gate,
+    workers: &mut JoinSet<()>,
+) {
+    ready.store(false, Ordering::SeqCst);
+    info!(controller = %name, queued = queue.len(), "shutting down: draining what this process holds in flight and queued");
+    queue.shutdown_with_drain().await;
+    tokio::select! {
+        _ = join_workers(name, workers) => {}
+        _ = gate.until_not_open() => {}
+    }
+    gate.close();
 }
 
 async fn join_workers(name: &str, workers: &mut JoinSet<()>) {

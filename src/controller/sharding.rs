@@ -130,6 +130,35 @@ pub enum RingRole {
     Shard(u32),
 }
 
+impl RingRole {
+    /// The labels a Lease of `ring` in this role is created with.
+    pub fn labels(self, ring: &str) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(RING_LABEL.to_string(), ring.to_string())]);
+        match self {
+            RingRole::Member => {
+                labels.insert(ROLE_LABEL.to_string(), "member".to_string());
+            }
+            RingRole::Shard(shard) => {
+                labels.insert(ROLE_LABEL.to_string(), "shard".to_string());
+                labels.insert(SHARD_LABEL.to_string(), shard.to_string());
+            }
+        }
+        labels
+    }
+
+    /// The role a Lease's labels give it, if they make it a Lease of `ring`.
+    pub fn of(labels: &BTreeMap<String, String>, ring: &str) -> Option<RingRole> {
+        if labels.get(RING_LABEL).map(String::as_str) != Some(ring) {
+            return None;
+        }
+        match labels.get(ROLE_LABEL).map(String::as_str) {
+            Some("member") => Some(RingRole::Member),
+            Some("shard") => Some(RingRole::Shard(labels.get(SHARD_LABEL)?.parse().ok()?)),
+            _ => None,
+        }
+    }
+}
+
 /// Where a ring's Leases live: the apiserver ([`LeaseRing`]) or, in unit tests,
 /// [`crate::testing::FakeRing`].
 pub trait RingStore: Send + Sync + 'static {
@@ -182,12 +211,7 @@ impl RingStore for LeaseRing {
             .items
             .into_iter()
             .filter_map(|lease| {
-                let labels = lease.metadata.labels.as_ref()?;
-                let role = match labels.get(ROLE_LABEL).map(String::as_str) {
-                    Some("member") => RingRole::Member,
-                    Some("shard") => RingRole::Shard(labels.get(SHARD_LABEL)?.parse().ok()?),
-                    _ => return None,
-                };
+                let role = RingRole::of(lease.metadata.labels.as_ref()?, ring)?;
                 Some(RingLease {
                     name: lease.metadata.name.clone()?,
                     role,
@@ -432,23 +456,13 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
     let ShardRing { config, store } = ring;
     let me = config.identity.clone();
     let metrics = ShardMetrics::global().for_controller(&ctx.controller);
-    let labels = |role: &str, shard: Option<u32>| {
-        let mut labels = BTreeMap::from([
-            (RING_LABEL.to_string(), config.ring.clone()),
-            (ROLE_LABEL.to_string(), role.to_string()),
-        ]);
-        if let Some(shard) = shard {
-            labels.insert(SHARD_LABEL.to_string(), shard.to_string());
-        }
-        labels
-    };
 
     // The member Lease: held for the whole run.
     let member_name = member_lease_name(&config.ring, &me);
     let member_stop = CancellationToken::new();
     let member = match LeaderElector::new(
         config.election(&format!("{}/{member_name}", config.ring)),
-        store.lock(&member_name, &me, labels("member", None)),
+        store.lock(&member_name, &me, RingRole::Member.labels(&config.ring)),
     ) {
         Ok(elector) => elector,
         Err(e) => {
@@ -532,7 +546,6 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                             &store,
                             &ctx,
                             shard,
-                            labels("shard", Some(shard)),
                             shard_leases.get(&shard),
                             &metrics,
                         ) {
@@ -593,14 +606,17 @@ fn start_shard<R: RingStore>(
     store: &Arc<R>,
     ctx: &Arc<RingContext>,
     shard: u32,
-    labels: BTreeMap<String, String>,
     seen: Option<&(LeaderElectionRecord, Instant)>,
     metrics: &crate::ops::ShardMetricsHandle,
 ) -> Result<Running<R::Lock>, ConfigError> {
     let name = shard_lease_name(&config.ring, shard);
     let elector = LeaderElector::new(
         config.election(&format!("{}/{name}", config.ring)),
-        store.lock(&name, &config.identity, labels),
+        store.lock(
+            &name,
+            &config.identity,
+            RingRole::Shard(shard).labels(&config.ring),
+        ),
     )?;
     if let Some((record, since)) = seen {
         elector.assume_observed(record.clone(), *since);

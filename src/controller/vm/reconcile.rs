@@ -436,23 +436,23 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         server: &DriverServerStatus,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
-        let active = VirtualMachineStatus {
-            phase: Phase::Active,
-            reason: String::new(),
-            server: Some(ServerStatus {
-                id: server.id.clone(),
-                state: server.state.clone(),
-                usage: ServerUsage {
-                    cpu: round2(server.cpu_percent),
-                    memory: round2(server.memory_percent),
-                },
-            }),
-            last_update_time: Some(now()),
-            conditions: Vec::new(),
-        };
-        let mut active = active;
-        let now = active.last_update_time.clone().unwrap_or_else(now);
-        active.conditions = conditions_for(vm, &active, &now);
+        let active = with_conditions(
+            vm,
+            VirtualMachineStatus {
+                phase: Phase::Active,
+                reason: String::new(),
+                server: Some(ServerStatus {
+                    id: server.id.clone(),
+                    state: server.state.clone(),
+                    usage: ServerUsage {
+                        cpu: round2(server.cpu_percent),
+                        memory: round2(server.memory_percent),
+                    },
+                }),
+                last_update_time: Some(now()),
+                conditions: Vec::new(),
+            },
+        );
         if vm
             .status
             .as_ref()
@@ -462,7 +462,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             // few seconds, unchanged writes would be most of the apiserver's load).
             return Ok(Action::RequeueAfter(self.config.refresh_interval));
         }
-        match self.set_status(vm, active, ctx).await? {
+        match self.write_prepared(vm, active, ctx).await? {
             Some(_) => Ok(Action::RequeueAfter(self.config.refresh_interval)),
             None => Ok(Action::Done),
         }
@@ -502,9 +502,18 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         status: VirtualMachineStatus,
         ctx: &ReconcileContext,
     ) -> Result<Option<VirtualMachine>, ReconcileError> {
-        let mut status = status;
-        let now = status.last_update_time.clone().unwrap_or_else(now);
-        status.conditions = conditions_for(vm, &status, &now);
+        self.write_prepared(vm, with_conditions(vm, status), ctx)
+            .await
+    }
+
+    /// Writes a status that already carries its conditions; on success, the event of its
+    /// phase change (if any).
+    async fn write_prepared(
+        &self,
+        vm: &VirtualMachine,
+        status: VirtualMachineStatus,
+        ctx: &ReconcileContext,
+    ) -> Result<Option<VirtualMachine>, ReconcileError> {
         let transition = transition_event(vm, &status);
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
         let written = write_status(&self.api, vm, status, ctx).await?;
@@ -515,6 +524,13 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         }
         Ok(written)
     }
+}
+
+/// `status` with the conditions it implies for `vm`, stamped at its `lastUpdateTime`.
+fn with_conditions(vm: &VirtualMachine, mut status: VirtualMachineStatus) -> VirtualMachineStatus {
+    let at = status.last_update_time.clone().unwrap_or_else(now);
+    status.conditions = conditions_for(vm, &status, &at);
+    status
 }
 
 /// A usage change smaller than this (percentage points) is not worth a status write.
