@@ -39,6 +39,7 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, StatsOptionsBuilder,
 };
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 
 use super::{
     Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, ManagedServer, ServerSpec,
@@ -134,6 +135,15 @@ impl DockerDriver {
 
     fn error(&self, operation: &'static str, server: &str, error: BollardError) -> DriverError {
         match error {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } if refuses_spec(operation, status_code, &message) => DriverError::Refused {
+                engine: self.engine.clone(),
+                operation,
+                server: server.to_string(),
+                message: format!("{status_code}: {}", message.trim()),
+            },
             BollardError::DockerResponseServerError {
                 status_code,
                 message,
@@ -487,6 +497,11 @@ impl Driver for DockerDriver {
             (0.0, 0.0)
         };
         let vm_uid = uid_label(&found);
+        let started_at = state.and_then(|s| engine_time(s.started_at.as_deref()));
+        let finished_at = state
+            .filter(|_| !running)
+            .and_then(|s| engine_time(s.finished_at.as_deref()));
+        let exit_code = finished_at.and(state.and_then(|s| s.exit_code));
         let limits = found.host_config.as_ref();
         let nano_cpus = limits.and_then(|h| h.nano_cpus).unwrap_or(0);
         let memory = limits.and_then(|h| h.memory).unwrap_or(0);
@@ -499,7 +514,32 @@ impl Driver for DockerDriver {
             cpu_millis: u64::try_from(nano_cpus / 1_000_000).unwrap_or(0),
             memory_bytes: u64::try_from(memory).unwrap_or(0),
             vm_uid,
+            started_at,
+            finished_at,
+            exit_code,
         }))
+    }
+}
+
+/// An engine timestamp (RFC 3339); `None` for the zero time (`0001-01-01T00:00:00Z`, "never")
+/// or one that does not parse.
+fn engine_time(text: Option<&str>) -> Option<Timestamp> {
+    let at: Timestamp = text?.parse().ok()?;
+    (at.as_second() > 0).then_some(at)
+}
+
+/// True if the engine's answer to `operation` says the container's spec cannot run, which the
+/// same spec retried will not change: a create answered 404 (the image is missing: podman
+/// "no such image", Docker "No such image") or 400 (the body is refused), and a start the OCI
+/// runtime refused (podman: "unable to set memory limit to 1048576 (current usage ...)" for a
+/// limit below what the process needs). Everything else (5xx of a busy or broken engine) may
+/// pass and is retried with backoff.
+fn refuses_spec(operation: &str, status_code: u16, message: &str) -> bool {
+    match (operation, status_code) {
+        ("create", 400 | 404) => true,
+        ("start", 400) => true,
+        ("start", 500) => message.contains("OCI runtime") || message.contains("cgroup"),
+        _ => false,
     }
 }
 
@@ -549,6 +589,33 @@ mod tests {
             online_cpus: Some(online),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_missing_image_or_limits_the_runtime_refuses_are_permanent_and_a_busy_engine_is_not() {
+        assert!(refuses_spec(
+            "create",
+            404,
+            "no such image: localhost/nope:latest: image not known"
+        ));
+        assert!(refuses_spec(
+            "start",
+            500,
+            "runc: runc create failed: unable to start container process: error during container init: error setting cgroup config for procHooks process: unable to set memory limit to 1048576 (current usage: 2179072, peak usage: 2482176): OCI runtime error"
+        ));
+        assert!(!refuses_spec("start", 500, "database is locked"));
+        assert!(!refuses_spec("create", 500, "database is locked"));
+        assert!(!refuses_spec("inspect", 404, "no such container"));
+    }
+
+    #[test]
+    fn the_engines_zero_time_means_never() {
+        assert_eq!(engine_time(Some("0001-01-01T00:00:00Z")), None);
+        assert_eq!(engine_time(None), None);
+        assert_eq!(
+            engine_time(Some("2026-11-22T10:00:00.123456789Z")).map(|t| t.as_second()),
+            Some(1_795_341_600)
+        );
     }
 
     #[test]

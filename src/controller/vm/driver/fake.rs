@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -64,6 +65,10 @@ pub struct FakeServer {
     pub running: bool,
     pub cpu_percent: f64,
     pub memory_percent: f64,
+    /// When it last started.
+    pub started_at: Option<Timestamp>,
+    /// The exit code and time of its last run, once it stopped.
+    pub exit: Option<(i64, Timestamp)>,
 }
 
 const ENGINE: &str = "fake engine";
@@ -96,10 +101,16 @@ impl FakeDriver {
         self.inner.lock().servers.remove(name).is_some()
     }
 
-    /// Stops a server (it stays, in state `exited`).
+    /// Stops a server (it stays, in state `exited`, exit code 0).
     pub fn stop(&self, name: &str) {
+        self.exit(name, 0);
+    }
+
+    /// The server's process exits with `code` now (it stays, in state `exited`).
+    pub fn exit(&self, name: &str, code: i64) {
         if let Some(server) = self.inner.lock().servers.get_mut(name) {
             server.running = false;
+            server.exit = Some((code, Timestamp::now()));
         }
     }
 
@@ -123,6 +134,8 @@ impl FakeDriver {
                 running: true,
                 cpu_percent: 0.0,
                 memory_percent: 0.0,
+                started_at: Some(Timestamp::now()),
+                exit: None,
             },
         );
         id
@@ -213,6 +226,9 @@ impl FakeServer {
             cpu_millis: self.spec.cpu_millis,
             memory_bytes: self.spec.memory_bytes,
             vm_uid: self.labels.get(LABEL_UID).cloned(),
+            started_at: self.started_at,
+            finished_at: self.exit.map(|(_, at)| at),
+            exit_code: self.exit.map(|(code, _)| code),
         }
     }
 }
@@ -248,7 +264,11 @@ impl Driver for FakeDriver {
                     found_uid: found_uid.cloned(),
                 });
             }
-            existing.running = true;
+            if !existing.running {
+                existing.running = true;
+                existing.started_at = Some(Timestamp::now());
+                existing.exit = None;
+            }
             return Ok(Created {
                 status: existing.status(),
                 adopted: true,
@@ -262,6 +282,8 @@ impl Driver for FakeDriver {
             running: true,
             cpu_percent: 0.0,
             memory_percent: 0.0,
+            started_at: Some(Timestamp::now()),
+            exit: None,
         };
         let status = server.status();
         inner.servers.insert(spec.name.clone(), server);

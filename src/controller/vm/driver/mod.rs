@@ -22,6 +22,7 @@ pub mod fake;
 use std::collections::BTreeMap;
 use std::future::Future;
 
+use k8s_openapi::jiff::Timestamp;
 use thiserror::Error;
 
 pub use docker::{DockerDriver, DockerDriverConfig};
@@ -71,6 +72,21 @@ pub struct ServerStatus {
     pub memory_bytes: u64,
     /// Its [`LABEL_UID`] label: the uid of the VM it belongs to (`None`: unlabelled).
     pub vm_uid: Option<String>,
+    /// When the server last started (`None`: never started, or the engine did not say).
+    pub started_at: Option<Timestamp>,
+    /// When the server's last run ended, if it has stopped (`None` while it runs, if it never
+    /// ran, or if the engine did not say).
+    pub finished_at: Option<Timestamp>,
+    /// The exit code of the server's last run, if it has stopped (with [`Self::finished_at`]).
+    pub exit_code: Option<i64>,
+}
+
+impl ServerStatus {
+    /// True if the server ran and stopped (exited, was killed, crashed), as opposed to one
+    /// created and never started, or running.
+    pub fn exited(&self) -> bool {
+        !self.running && self.finished_at.is_some()
+    }
 }
 
 /// What [`Driver::create_server`] did.
@@ -125,6 +141,16 @@ pub enum DriverError {
         server: String,
         message: String,
     },
+    /// The engine refused the server for a reason retrying the same spec will not fix (its
+    /// image is missing, its limits cannot be applied): the VM goes Failed and is retried only
+    /// when its spec changes or after a long, bounded interval.
+    #[error("{engine} refused to {operation} server {server}: {message}")]
+    Refused {
+        engine: String,
+        operation: &'static str,
+        server: String,
+        message: String,
+    },
     /// A server of that name exists but does not carry the VM's uid (`found_uid: None`: no
     /// uid label at all); it was neither adopted nor changed.
     #[error(
@@ -138,6 +164,13 @@ pub enum DriverError {
         wanted_uid: String,
         found_uid: Option<String>,
     },
+}
+
+impl DriverError {
+    /// True if retrying the same spec soon will not help ([`DriverError::Refused`]).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, DriverError::Refused { .. })
+    }
 }
 
 /// `label kubeloop.dev/vm-uid=<uid>` or `no kubeloop.dev/vm-uid label`, for messages.
