@@ -68,6 +68,9 @@ pub struct ControllerOptions {
     pub queue_metrics: Option<MetricsProvider>,
     /// The queue's rate limiter (`None`: client-go's `DefaultControllerRateLimiter`).
     pub rate_limiter: Option<Box<dyn RateLimiter<String>>>,
+    /// Workers of the requeue lane ([`Controller::requeue_lane`]); 0: no lane, timed requeues
+    /// go back to the controller's queue as in client-go.
+    pub requeue_workers: usize,
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -76,6 +79,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("workers", &self.workers)
             .field("queue_name", &self.queue_name)
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
+            .field("requeue_workers", &self.requeue_workers)
             .finish()
     }
 }
@@ -135,6 +139,7 @@ impl<K: CacheObject> Controller<K> {
                 queue_name: name.clone(),
                 queue_metrics: None,
                 rate_limiter: None,
+                requeue_workers: 0,
             },
             name,
             leader_election: None,
@@ -209,6 +214,20 @@ impl<K: CacheObject> Controller<K> {
     /// Concurrent reconciles (at least 1).
     pub fn workers(mut self, workers: usize) -> Self {
         self.options.workers = workers.max(1);
+        self
+    }
+
+    /// Serve keys that a reconcile asks back with [`super::Action::RequeueAfter`] (periodic
+    /// work: refreshing observed state) from a queue of their own, with `workers` workers of
+    /// their own, so that periodic work never waits behind, nor holds up, the work events
+    /// bring (creates, deletes, spec changes, retries). A key is never reconciled in both lanes
+    /// at once: a timed requeue of a key the main lane is reconciling is dropped (that
+    /// reconcile decides when it comes next), and a key from the main lane waits for the
+    /// requeue lane's reconcile of it to end. Failures go to the controller's queue and its
+    /// rate limiter either way. Beyond client-go and controller-runtime, which serve both from
+    /// one queue and one worker pool. 0 (the default): one queue.
+    pub fn requeue_lane(mut self, workers: usize) -> Self {
+        self.options.requeue_workers = workers;
         self
     }
 
@@ -299,6 +318,20 @@ impl<K: CacheObject> Controller<K> {
             Some(limiter) => RateLimitingQueue::with_config(limiter, config),
             None => RateLimitingQueue::with_config(default_controller_rate_limiter(), config),
         }
+    }
+
+    /// The requeue lane's queue: named `<queue name>_requeue` in the metrics; its limiter is
+    /// never asked (failures go to the controller's queue).
+    pub(super) fn make_requeue_queue(&self) -> RateLimitingQueue<String> {
+        let name = match self.options.queue_name.as_str() {
+            "" => String::new(),
+            main => format!("{main}_requeue"),
+        };
+        let config = QueueConfig {
+            name,
+            metrics_provider: self.options.queue_metrics.clone(),
+        };
+        RateLimitingQueue::with_config(default_controller_rate_limiter(), config)
     }
 
     /// The primary's handlers.

@@ -107,17 +107,39 @@ impl<K: CacheObject> Controller<K> {
         info!(controller = %name, "caches synced");
         self.ready.store(true, Ordering::SeqCst);
 
+        let requeue_workers = self.options.requeue_workers;
+        let later = (requeue_workers > 0).then(|| self.make_requeue_queue());
+        let queues = Queues {
+            main: queue.clone(),
+            requeue: later.clone(),
+        };
         let workers_ctx = Arc::new(WorkerShared {
             name: name.clone(),
             queue: queue.clone(),
+            later: later.unwrap_or_else(|| queue.clone()),
+            busy: (requeue_workers > 0).then(Arc::default),
             reconcile,
             error_policy,
         });
         let gate = Gate::new(self.sharding.as_ref().map_or(1, |s| s.shards));
         let mut workers = JoinSet::new();
-        info!(controller = %name, workers = self.options.workers, "starting workers");
+        info!(controller = %name, workers = self.options.workers, requeue_workers, "starting workers");
         for id in 0..self.options.workers {
-            workers.spawn(worker_loop(workers_ctx.clone(), gate.watch(), id));
+            workers.spawn(worker_loop(
+                workers_ctx.clone(),
+                Lane::Main,
+                gate.watch(),
+                id,
+            ));
+        }
+        for id in 0..requeue_workers {
+            let id = self.options.workers + id;
+            workers.spawn(worker_loop(
+                workers_ctx.clone(),
+                Lane::Requeue,
+                gate.watch(),
+                id,
+            ));
         }
         let leader_tasks: Arc<Vec<LeaderTask>> = Arc::new(std::mem::take(&mut self.leader_tasks));
 
@@ -140,7 +162,7 @@ impl<K: CacheObject> Controller<K> {
                     _ = shutdown.cancelled() => None,
                     ended = &mut ring => Some(ended),
                 };
-                drain_while_open(&name, &self.ready, &queue, &gate, &mut workers).await;
+                drain_while_open(&name, &self.ready, &queues, &gate, &mut workers).await;
                 // The ring ends every shard's term, waits for its reconciles and releases
                 // the Leases.
                 ring_stop.cancel();
@@ -160,8 +182,8 @@ impl<K: CacheObject> Controller<K> {
                 gate.open(0, term.clone());
                 shutdown.cancelled().await;
                 self.ready.store(false, Ordering::SeqCst);
-                info!(controller = %name, queued = queue.len(), "shutting down: draining the queue");
-                queue.shutdown_with_drain().await;
+                info!(controller = %name, queued = queues.len(), "shutting down: draining the queue");
+                queues.shutdown_with_drain().await;
                 // The workers hand out what is still queued, then see the queue done.
                 join_workers(&name, &mut workers).await;
                 gate.close();
@@ -187,7 +209,7 @@ impl<K: CacheObject> Controller<K> {
                 };
                 match lost {
                     None => {
-                        drain_while_open(&name, &self.ready, &queue, &gate, &mut workers).await;
+                        drain_while_open(&name, &self.ready, &queues, &gate, &mut workers).await;
                         elector_stop.cancel();
                         match elector.await {
                             Ok(StopReason::Shutdown) | Err(_) => Ok(()),
@@ -198,7 +220,7 @@ impl<K: CacheObject> Controller<K> {
                         self.ready.store(false, Ordering::SeqCst);
                         let reason = reason.unwrap_or(StopReason::Shutdown);
                         error!(controller = %name, ?reason, "leader election lost");
-                        queue.shutdown();
+                        queues.shutdown();
                         gate.close();
                         Err(ControllerError::LeadershipLost(reason))
                     }
@@ -222,13 +244,13 @@ impl<K: CacheObject> Controller<K> {
 async fn drain_while_open(
     name: &str,
     ready: &std::sync::atomic::AtomicBool,
-    queue: &RateLimitingQueue<String>,
+    queues: &Queues,
     gate: &Gate,
     workers: &mut JoinSet<()>,
 ) {
     ready.store(false, Ordering::SeqCst);
-    info!(controller = %name, queued = queue.len(), "shutting down: draining what this process holds in flight and queued");
-    queue.shutdown_with_drain().await;
+    info!(controller = %name, queued = queues.len(), "shutting down: draining what this process holds in flight and queued");
+    queues.shutdown_with_drain().await;
     tokio::select! {
         _ = join_workers(name, workers) => {}
         _ = gate.until_not_open() => {}
@@ -248,9 +270,96 @@ async fn join_workers(name: &str, workers: &mut JoinSet<()>) {
 /// What every worker shares.
 pub(super) struct WorkerShared<F, P> {
     pub name: String,
+    /// The controller's queue: keys from events, retries after errors, keys handed back.
     pub queue: RateLimitingQueue<String>,
+    /// Where [`Action::RequeueAfter`] puts a key: the requeue lane's queue when the controller
+    /// has one ([`Controller::requeue_lane`]), else `queue`.
+    pub later: RateLimitingQueue<String>,
+    /// Keys being reconciled in either lane (with a requeue lane only).
+    pub busy: Option<Arc<BusyKeys>>,
     pub reconcile: F,
     pub error_policy: P,
+}
+
+/// Which queue a worker takes keys from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lane {
+    /// [`WorkerShared::queue`].
+    Main,
+    /// [`WorkerShared::later`]: timed requeues, served by workers of their own.
+    Requeue,
+}
+
+/// The keys in reconcile in either lane, so that no key is reconciled twice at once.
+#[derive(Default)]
+pub(super) struct BusyKeys {
+    keys: parking_lot::Mutex<std::collections::HashSet<String>>,
+    released: tokio::sync::Notify,
+}
+
+/// A key claimed for one reconcile; released on drop.
+pub(super) struct Claim {
+    busy: Arc<BusyKeys>,
+    key: String,
+}
+
+impl BusyKeys {
+    /// Claims `key` if no worker of either lane holds it.
+    fn try_claim(self: &Arc<Self>, key: &str) -> Option<Claim> {
+        self.keys.lock().insert(key.to_string()).then(|| Claim {
+            busy: Arc::clone(self),
+            key: key.to_string(),
+        })
+    }
+
+    /// Claims `key`, waiting until the worker that holds it lets it go.
+    async fn claim(self: &Arc<Self>, key: &str) -> Claim {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(claim) = self.try_claim(key) {
+                return claim;
+            }
+            released.await;
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.busy.keys.lock().remove(&self.key);
+        self.busy.released.notify_waiters();
+    }
+}
+
+/// The controller's queue and, with a requeue lane, the lane's queue: shut down together.
+#[derive(Clone)]
+pub(super) struct Queues {
+    pub main: RateLimitingQueue<String>,
+    pub requeue: Option<RateLimitingQueue<String>>,
+}
+
+impl Queues {
+    fn len(&self) -> usize {
+        self.main.len() + self.requeue.as_ref().map_or(0, |q| q.len())
+    }
+
+    fn shutdown(&self) {
+        self.main.shutdown();
+        if let Some(q) = &self.requeue {
+            q.shutdown();
+        }
+    }
+
+    async fn shutdown_with_drain(&self) {
+        match &self.requeue {
+            Some(q) => {
+                futures::join!(self.main.shutdown_with_drain(), q.shutdown_with_drain());
+            }
+            None => self.main.shutdown_with_drain().await,
+        }
+    }
 }
 
 /// What one shard's terms open and close: the gate for that shard, the queue its parked keys
@@ -320,6 +429,7 @@ fn start_leader_tasks(name: &str, term: &Term, tasks: &Arc<Vec<LeaderTask>>) {
 /// and drained or the gate closes.
 pub(super) async fn worker_loop<F, Fut, E, P>(
     shared: Arc<WorkerShared<F, P>>,
+    lane: Lane,
     mut gate: GateWatch,
     id: usize,
 ) where
@@ -331,7 +441,7 @@ pub(super) async fn worker_loop<F, Fut, E, P>(
     debug!(controller = %shared.name, worker = id, "worker started");
     while gate.next_open().await {
         loop {
-            match process_next(&shared, gate.gate()).await {
+            match process_next(&shared, lane, gate.gate()).await {
                 Next::Continue => {}
                 Next::NotOpen => break,
                 Next::QueueDone => {
@@ -352,20 +462,30 @@ pub(super) enum Next {
 }
 
 /// Takes one key and reconciles it. sample-controller: `processNextWorkItem`.
-pub(super) async fn process_next<F, Fut, E, P>(shared: &WorkerShared<F, P>, gate: &Gate) -> Next
+pub(super) async fn process_next<F, Fut, E, P>(
+    shared: &WorkerShared<F, P>,
+    lane: Lane,
+    gate: &Gate,
+) -> Next
 where
     F: Fn(String, ReconcileContext) -> Fut,
     Fut: Future<Output = Result<Action, E>>,
     E: Display,
     P: Fn(&E, &str, u32) -> ErrorAction,
 {
+    // Failures, retries and keys handed back always go to the controller's queue (its rate
+    // limiter keeps each key's backoff); the lane's queue is where this worker takes keys.
     let queue = &shared.queue;
+    let taken_from = match lane {
+        Lane::Main => &shared.queue,
+        Lane::Requeue => &shared.later,
+    };
     let name = shared.name.as_str();
     // `get` is cancel safe: a key is only taken in the poll that returns it.
     let key = tokio::select! {
         biased;
         _ = gate.until_not_open() => return Next::NotOpen,
-        key = queue.get() => key,
+        key = taken_from.get() => key,
     };
     let Some(key) = key else {
         return Next::QueueDone;
@@ -375,11 +495,34 @@ where
     let term = match gate.dispatch(&key) {
         Dispatch::Reconcile(term) => term,
         Dispatch::Parked => {
-            queue.done(&key);
+            taken_from.done(&key);
             return Next::Continue;
         }
     };
     let ctx = term.reconcile_context();
+    // With two lanes a key is reconciled by one worker at a time. A timed requeue of a key
+    // the main lane is reconciling is dropped: that reconcile looks at the key now and says
+    // itself when to look next. A key from the main lane waits for the requeue lane's
+    // reconcile of it (one refresh) to end.
+    let _claim = match (&shared.busy, lane) {
+        (None, _) => None,
+        (Some(busy), Lane::Requeue) => match busy.try_claim(&key) {
+            Some(claim) => Some(claim),
+            None => {
+                debug!(controller = name, key = %key, "timed requeue skipped: the key is in reconcile");
+                taken_from.done(&key);
+                return Next::Continue;
+            }
+        },
+        (Some(busy), Lane::Main) => tokio::select! {
+            claim = busy.claim(&key) => Some(claim),
+            _ = ctx.cancelled() => {
+                queue.add(key.clone());
+                taken_from.done(&key);
+                return Next::Continue;
+            }
+        },
+    };
     // The start and end of every reconcile, for tests that check that no two replicas'
     // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
     debug!(controller = name, key = %key, "reconcile started");
@@ -403,7 +546,7 @@ where
             info!(controller = name, key = %key, "reconcile ended with the leadership term; key left for the next leader");
         }
         queue.add(key.clone());
-        queue.done(&key);
+        taken_from.done(&key);
         return Next::Continue;
     }
     let outcome = outcome.expect("not cut short");
@@ -421,7 +564,7 @@ where
         }
         Ok(Ok(Action::RequeueAfter(after))) => {
             queue.forget(&key);
-            queue.add_after(key.clone(), after);
+            shared.later.add_after(key.clone(), after);
             debug!(controller = name, key = %key, ?after, "synced, requeued");
         }
         Ok(Err(e)) => match (shared.error_policy)(&e, &key, queue.num_requeues(&key)) {
@@ -443,7 +586,7 @@ where
             error!(controller = name, key = %key, panic = panic_message(&panic), "reconcile panicked, requeuing");
         }
     }
-    queue.done(&key);
+    taken_from.done(&key);
     Next::Continue
 }
 
@@ -637,6 +780,134 @@ mod tests {
             !ready.load(Ordering::SeqCst),
             "not ready once shutdown started"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_requeue_lane_event_work_never_waits_behind_timed_requeues_and_no_key_runs_twice_at_once()
+     {
+        // 40 keys that ask to come back every second, each reconcile taking 100 ms: 4 s of
+        // periodic work per second, far more than the lane's 2 workers do. A new key's event
+        // must still be reconciled at once, not behind that backlog.
+        let primary = FakeControllerSource::<ConfigMap>::new();
+        for i in 0..40 {
+            primary.add(cm(&format!("p{i}")));
+        }
+        let log = Log::default();
+        let recorder = log.clone();
+        let reconcile = move |key: String, _ctx: ReconcileContext| {
+            let log = recorder.clone();
+            Box::pin(async move {
+                let i = log.start(&key);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                log.end(i);
+                if key.starts_with("ns/p") {
+                    Ok(Action::RequeueAfter(Duration::from_secs(1)))
+                } else {
+                    Ok::<_, String>(Action::Done)
+                }
+            }) as futures::future::BoxFuture<'static, Result<Action, String>>
+        };
+        let controller = Controller::new("test", informer(&primary))
+            .workers(2)
+            .requeue_lane(2);
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(controller.run(reconcile, default_error_policy, shutdown.clone()));
+        // The initial 40 go through the main lane (2 s), then keep the requeue lane busy.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let added = Instant::now();
+        primary.add(cm("new"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let entries = log.0.lock().clone();
+        let (_, started, ended) = entries
+            .iter()
+            .find(|(k, _, _)| k == "ns/new")
+            .expect("the new key was reconciled")
+            .clone();
+        assert!(
+            started - added < Duration::from_millis(20),
+            "the new key waited {:?} behind timed requeues",
+            started - added
+        );
+        assert!(ended.is_some());
+        // Timed requeues ran in their own lane meanwhile (at most 2 at once: 20 a second).
+        let requeued = entries
+            .iter()
+            .filter(|(k, s, _)| k.starts_with("ns/p") && *s > added)
+            .count();
+        assert!(
+            (15..=21).contains(&requeued),
+            "{requeued} timed requeues in the second after the add"
+        );
+        // No key was ever in two reconciles at once.
+        let mut by_key: std::collections::HashMap<&str, Vec<(Instant, Instant)>> =
+            Default::default();
+        for (k, s, e) in &entries {
+            by_key
+                .entry(k.as_str())
+                .or_default()
+                .push((*s, e.unwrap_or(Instant::now())));
+        }
+        for (key, mut spans) in by_key {
+            spans.sort();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "{key} reconciled twice at once: {w:?}");
+            }
+        }
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_requeue_of_a_key_in_reconcile_waits_for_it_and_errors_go_to_the_rate_limiter()
+    {
+        // Key a asks back after 50 ms and takes 10 ms; an update event at 55 ms makes the main
+        // lane reconcile it while (or just after) the requeue lane does: never at once. Key b
+        // fails once: its retry comes from the controller's queue with backoff.
+        let primary = FakeControllerSource::<ConfigMap>::new();
+        primary.add(cm("a"));
+        primary.add(cm("b"));
+        let log = Log::default();
+        let recorder = log.clone();
+        let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let failed = failures.clone();
+        let reconcile = move |key: String, _ctx: ReconcileContext| {
+            let log = recorder.clone();
+            let failed = failed.clone();
+            Box::pin(async move {
+                let i = log.start(&key);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                log.end(i);
+                match key.as_str() {
+                    "ns/a" => Ok(Action::RequeueAfter(Duration::from_millis(50))),
+                    _ if failed.fetch_add(1, Ordering::SeqCst) == 0 => Err("boom".to_string()),
+                    _ => Ok(Action::Done),
+                }
+            }) as futures::future::BoxFuture<'static, Result<Action, String>>
+        };
+        let controller = Controller::new("test", informer(&primary))
+            .workers(1)
+            .requeue_lane(1);
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(controller.run(reconcile, default_error_policy, shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(65)).await;
+        let mut a = cm("a");
+        a.data = Some(BTreeMap::from([("k".into(), "v".into())]));
+        primary.modify(a);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let entries = log.0.lock().clone();
+        let a_spans: Vec<(Instant, Instant)> = entries
+            .iter()
+            .filter(|(k, _, _)| k == "ns/a")
+            .map(|(_, s, e)| (*s, e.unwrap_or(Instant::now())))
+            .collect();
+        assert!(a_spans.len() >= 5, "{a_spans:?}");
+        for w in a_spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "a reconciled twice at once: {w:?}");
+        }
+        let b_runs = entries.iter().filter(|(k, _, _)| k == "ns/b").count();
+        assert_eq!(b_runs, 2, "b failed once and was retried once");
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
     }
 
     #[tokio::test(start_paused = true)]

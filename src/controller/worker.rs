@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::builder::{ErrorAction, default_error_policy};
 use super::context::ReconcileContext;
 use super::leadership::{Gate, Term};
-use super::runtime::{Next, WorkerShared, process_next, worker_loop};
+use super::runtime::{Lane, Next, WorkerShared, process_next, worker_loop};
 
 use crate::cache::{DeletedObject, ResourceEventHandlerFuncs, meta_namespace_key};
 use crate::workqueue::RateLimitingQueue;
@@ -99,7 +99,7 @@ pub async fn run_workers<F, Fut, E>(
     gate.open(0, Term::unfenced(CancellationToken::new()));
     let mut workers = JoinSet::new();
     for id in 0..config.workers.max(1) {
-        workers.spawn(worker_loop(shared.clone(), gate.watch(), id));
+        workers.spawn(worker_loop(shared.clone(), Lane::Main, gate.watch(), id));
     }
     while let Some(joined) = workers.join_next().await {
         if let Err(e) = joined {
@@ -124,7 +124,10 @@ where
     let shared = shared(queue.clone(), name.to_string(), reconcile);
     let gate = Gate::new(1);
     gate.open(0, Term::unfenced(CancellationToken::new()));
-    !matches!(process_next(&shared, &gate).await, Next::QueueDone)
+    !matches!(
+        process_next(&shared, Lane::Main, &gate).await,
+        Next::QueueDone
+    )
 }
 
 /// The error policy of the key-only loop.
@@ -141,7 +144,9 @@ where
 {
     WorkerShared {
         name,
+        later: queue.clone(),
         queue,
+        busy: None,
         reconcile: move |key: String, _ctx: ReconcileContext| reconcile(key),
         error_policy: default_error_policy::<E>,
     }
