@@ -76,6 +76,14 @@ pub struct Args {
     /// How often the usage of Active VMs is refreshed (e.g. 20s, 500ms, 1m30s).
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub refresh_interval: Duration,
+    /// Concurrent usage refreshes, apart from the --threads workers that create and delete
+    /// (so refreshing many VMs never holds up a create or a delete).
+    #[arg(long, default_value_t = vm::DEFAULT_REFRESH_WORKERS)]
+    pub refresh_workers: usize,
+    /// The longest a VM that failed for a reason that may pass (the engine is down) waits
+    /// before its next try; the wait doubles from 5ms up to this.
+    #[arg(long, default_value = "2m", value_name = "DURATION", value_parser = common::duration::positive)]
+    pub max_retry_delay: Duration,
     /// Only watch VMs in this namespace (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
@@ -98,6 +106,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = VmControllerConfig {
         workers: args.threads.max(1),
         refresh_interval: args.refresh_interval,
+        refresh_workers: args.refresh_workers,
+        max_retry_delay: args.max_retry_delay,
         namespace: args.namespace.clone(),
         ..VmControllerConfig::default()
     };

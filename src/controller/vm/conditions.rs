@@ -30,7 +30,7 @@ pub fn conditions_for(
 ) -> Vec<Condition> {
     let running = status.server.as_ref().is_some_and(|s| s.state == "running");
     let server_text = match &status.server {
-        Some(server) => format!("server {} is {}", short_id(&server.id), server.state),
+        Some(server) => server_text(server),
         None => "no server".to_string(),
     };
     let ready = if status.phase == Phase::Active && running {
@@ -50,6 +50,7 @@ pub fn conditions_for(
     };
     let server_running = match &status.server {
         Some(_) if running => (true, "Running".to_string(), server_text),
+        Some(server) if server.exit_code.is_some() => (false, "Exited".to_string(), server_text),
         Some(_) => (false, "NotRunning".to_string(), server_text),
         None => (false, "NoServer".to_string(), server_text),
     };
@@ -92,6 +93,7 @@ pub fn transition_event(
         Phase::Creating => (EventType::Normal, "Creating"),
         Phase::Active => (EventType::Normal, "Active"),
         Phase::Failed => (EventType::Warning, "Failed"),
+        Phase::CrashLoopBackOff => (EventType::Warning, "CrashLoopBackOff"),
         Phase::Terminating => (EventType::Normal, "Terminating"),
         Phase::None | Phase::Unknown => return None,
     };
@@ -104,7 +106,7 @@ pub fn transition_event(
         status
             .server
             .as_ref()
-            .map(|s| format!(": server {} is {}", short_id(&s.id), s.state))
+            .map(|s| format!(": {}", server_text(s)))
             .unwrap_or_default()
     } else {
         format!(": {}", status.reason)
@@ -118,6 +120,15 @@ pub fn transition_event(
             new.as_str()
         ),
     ))
+}
+
+/// `server <short id> is <state>`, with the exit code of a stopped one.
+fn server_text(server: &super::types::ServerStatus) -> String {
+    let id = short_id(&server.id);
+    match server.exit_code {
+        Some(code) => format!("server {id} is {} (exit code {code})", server.state),
+        None => format!("server {id} is {}", server.state),
+    }
 }
 
 /// The first 12 characters of an engine id, as `docker ps` shows it.

@@ -54,6 +54,15 @@ pub struct VmControllerConfig {
     pub ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// How often the leader sweeps orphaned containers (also once at the start of each term).
     pub sweep_interval: Duration,
+    /// Concurrent refreshes (`--refresh-workers`): the requeue lane's workers, apart from the
+    /// `workers` that create, delete and retry, so that refreshing many VMs never holds up a
+    /// create or a delete (see [`crate::controller::Controller::requeue_lane`]).
+    pub refresh_workers: usize,
+    /// The longest a VM that failed for a reason that may pass (engine down) waits before its
+    /// next try (`--max-retry-delay`).
+    pub max_retry_delay: Duration,
+    /// How long a VM the engine refused waits before the same spec is tried again.
+    pub refused_retry_interval: Duration,
 }
 
 impl Default for VmControllerConfig {
@@ -65,6 +74,9 @@ impl Default for VmControllerConfig {
             cache_metrics: crate::cache::CacheMetrics::default(),
             ready: Default::default(),
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
+            refresh_workers: DEFAULT_REFRESH_WORKERS,
+            max_retry_delay: super::error_policy::MAX_RETRY_DELAY,
+            refused_retry_interval: super::reconcile::DEFAULT_REFUSED_RETRY_INTERVAL,
         }
     }
 }
@@ -79,6 +91,10 @@ pub enum VmControllerError {
     #[error("leader election lost: {0:?}")]
     LeadershipLost(StopReason),
 }
+
+/// Concurrent refreshes by default: a refresh is one engine call and, when something changed,
+/// one status write.
+pub const DEFAULT_REFRESH_WORKERS: usize = 4;
 
 /// The controller's name: queue metrics label, event source, log field.
 pub const CONTROLLER_NAME: &str = "vm-controller";
@@ -141,8 +157,11 @@ async fn run_as<D: Driver>(
     let mut controller = Controller::new(CONTROLLER_NAME, factory.informer::<VirtualMachine>())
         .update_filter(needs_reconcile)
         .queue_name("virtualmachines")
-        .rate_limiter(super::error_policy::rate_limiter())
+        .rate_limiter(super::error_policy::rate_limiter_capped(
+            config.max_retry_delay,
+        ))
         .workers(config.workers)
+        .requeue_lane(config.refresh_workers)
         .with_readiness(config.ready.clone());
     let reconciler = Arc::new(
         Reconciler::new(
@@ -150,6 +169,7 @@ async fn run_as<D: Driver>(
             KubeVmApi::new(client, controller.primary_lister()),
             ReconcilerConfig {
                 refresh_interval: config.refresh_interval,
+                refused_retry_interval: config.refused_retry_interval,
             },
         )
         .with_recorder(recorder),
@@ -311,6 +331,7 @@ mod tests {
             api.clone(),
             ReconcilerConfig {
                 refresh_interval: refresh,
+                ..ReconcilerConfig::default()
             },
         ));
         let queue: RateLimitingQueue<String> =

@@ -33,13 +33,18 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
 /// overall 10 retries a second with bursts of 100 (client-go's `DefaultControllerRateLimiter`
 /// with the per-item cap lowered).
 pub fn rate_limiter() -> crate::workqueue::MaxOfRateLimiter<String> {
+    rate_limiter_capped(MAX_RETRY_DELAY)
+}
+
+/// [`rate_limiter`] with the per-VM backoff capped at `max_delay` (`--max-retry-delay`).
+pub fn rate_limiter_capped(max_delay: Duration) -> crate::workqueue::MaxOfRateLimiter<String> {
     use crate::workqueue::{
         BucketRateLimiter, ItemExponentialFailureRateLimiter, MaxOfRateLimiter,
     };
     MaxOfRateLimiter::new(vec![
         Box::new(ItemExponentialFailureRateLimiter::new(
             Duration::from_millis(5),
-            MAX_RETRY_DELAY,
+            max_delay,
         )),
         Box::new(BucketRateLimiter::new(10.0, 100).expect("10 qps, burst 100 is valid")),
     ])

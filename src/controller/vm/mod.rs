@@ -30,7 +30,10 @@ pub mod reconcile;
 pub mod sweep;
 pub mod types;
 
-pub use controller::{CONTROLLER_NAME, VmControllerConfig, VmControllerError, run, run_sharded};
+pub use controller::{
+    CONTROLLER_NAME, DEFAULT_REFRESH_WORKERS, VmControllerConfig, VmControllerError, run,
+    run_sharded,
+};
 pub use reconcile::{DEFAULT_REFRESH_INTERVAL, Reconciler, ReconcilerConfig};
 pub use sweep::{DEFAULT_SWEEP_INTERVAL, SweepError, SweepReport, sweep_orphans};
 pub use types::{FINALIZER, Phase, VirtualMachine};

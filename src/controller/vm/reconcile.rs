@@ -64,19 +64,52 @@ pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
 /// The Warning event reason when a server of the VM's name is not the VM's.
 pub const REASON_SERVER_NAME_TAKEN: &str = "ServerNameTaken";
 
+/// How long a VM the engine refused ([`DriverError::Refused`]: image missing, limits it
+/// cannot apply) waits before the same spec is tried again; an edit of the spec tries at once.
+pub const DEFAULT_REFUSED_RETRY_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The wait before the first restart of a server that exited; each further exit in a row
+/// doubles it, up to [`CRASH_BACKOFF_MAX`] (the kubelet's container restart backoff).
+pub const CRASH_BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// The longest wait before restarting a server that keeps exiting.
+pub const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// After this many exits in a row the VM's phase is `CrashLoopBackOff` (before: `Failed`).
+pub const CRASH_LOOP_AFTER: u32 = 3;
+/// A server that has run this long since its last start has its restart count reset.
+pub const CRASH_RESET_AFTER: Duration = Duration::from_secs(600);
+
 /// Settings of the phase machine.
 #[derive(Clone, Debug)]
 pub struct ReconcilerConfig {
     /// How often an Active VM's usage is refreshed (`--refresh-interval`).
     pub refresh_interval: Duration,
+    /// How long a VM the engine refused waits before the same spec is tried again.
+    pub refused_retry_interval: Duration,
 }
 
 impl Default for ReconcilerConfig {
     fn default() -> Self {
         Self {
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
+            refused_retry_interval: DEFAULT_REFUSED_RETRY_INTERVAL,
         }
     }
+}
+
+/// The wait before restarting a server that has been restarted `restarts` times in a row:
+/// [`CRASH_BACKOFF_BASE`] doubled per restart, at most [`CRASH_BACKOFF_MAX`].
+pub fn crash_backoff(restarts: u32) -> Duration {
+    CRASH_BACKOFF_BASE
+        .saturating_mul(1u32 << restarts.min(16))
+        .min(CRASH_BACKOFF_MAX)
+}
+
+/// What [`Reconciler::start`] came to.
+enum Started {
+    /// The server was started (or adopted); as the engine reports it right after.
+    Server(DriverServerStatus),
+    /// The start failed and the failure was recorded; this is the reconcile's result.
+    Handled(Action),
 }
 
 /// Reconciles VirtualMachines with a driver `D` through an apiserver `A`.
@@ -210,14 +243,15 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             return self.name_taken(&vm, taken, ctx).await;
         }
         let mut vm = vm;
-        // The id of a running server to delete before creating anew.
+        // The id of a server to delete before creating anew.
         let mut recreate = None;
         let reason = match observed {
             Some(status) if status.running && limits_match(&status, &resources) => {
-                return self.set_active(&vm, &status, ctx).await;
+                return self.set_active(&vm, &status, restarts_of(&vm), ctx).await;
             }
-            Some(status) if status.running => {
-                // podman's Docker API has no `update`: a resize is a cold restart.
+            Some(status) if !limits_match(&status, &resources) => {
+                // podman's Docker API has no `update`: a resize is a cold restart (of a
+                // stopped server too: starting it would run the old limits).
                 recreate = Some(status.id.clone());
                 let resize = format!(
                     "server {server} has cpu {}m and memory {} bytes but the spec asks for cpu {}m and memory {} bytes; recreating it",
@@ -229,6 +263,11 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 info!(vm = %vm.key(), "{resize}");
                 self.event(ctx, &vm, EventType::Normal, "Resizing", &resize);
                 resize
+            }
+            Some(status) if status.exited() => {
+                return self
+                    .after_exit(&vm, &server, &status, &resources, ctx)
+                    .await;
             }
             Some(status) => format!("server {server} is {}; starting it", status.state),
             None => match vm.status.as_ref().and_then(|s| s.server.as_ref()) {
@@ -253,6 +292,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             phase: Phase::Creating,
             reason,
             server: None,
+            restarts: restarts_of(&vm),
             last_update_time: Some(now()),
             conditions: Vec::new(),
         };
@@ -279,8 +319,34 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 Err(e) => return self.fail(&vm, e, ctx).await,
             }
         }
+        let status = match self.start(&vm, &server, &resources, ctx).await? {
+            Started::Server(status) => status,
+            Started::Handled(action) => return Ok(action),
+        };
+        if status.running {
+            info!(vm = %vm.key(), server = %server, id = %status.id, "server running");
+            self.event(
+                ctx,
+                &vm,
+                EventType::Normal,
+                "ServerRunning",
+                &format!("server {server} (id {}) is running", status.id),
+            );
+        }
+        self.after_start(&vm, &server, &status, restarts_of(&vm), ctx)
+            .await
+    }
+
+    /// Creates and starts the VM's server, or adopts and starts the VM's existing one.
+    async fn start(
+        &self,
+        vm: &VirtualMachine,
+        server: &str,
+        resources: &Resources,
+        ctx: &ReconcileContext,
+    ) -> Result<Started, ReconcileError> {
         let spec = ServerSpec {
-            name: server,
+            name: server.to_string(),
             vm_namespace: vm.namespace().to_string(),
             vm_name: vm.name().to_string(),
             vm_uid: vm.uid().to_string(),
@@ -288,30 +354,121 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             memory_bytes: resources.memory_bytes,
         };
         ctx.check()?;
-        match create_fenced(&self.driver, spec.clone(), &vm.key(), ctx).await? {
-            Ok(created) => {
-                let status = created.status;
-                info!(vm = %vm.key(), server = %spec.name, id = %status.id, "server running");
-                self.event(
-                    ctx,
-                    &vm,
-                    EventType::Normal,
-                    "ServerRunning",
-                    &format!("server {} (id {}) is running", spec.name, status.id),
-                );
-                self.set_active(&vm, &status, ctx).await
-            }
+        match create_fenced(&self.driver, spec, &vm.key(), ctx).await? {
+            Ok(created) => Ok(Started::Server(created.status)),
             // Someone else's server took the name between our look and the create.
             Err(DriverError::NameTaken { id, found_uid, .. }) => {
                 let taken = NameTaken {
-                    server: &spec.name,
+                    server,
                     id: &id,
                     found_uid: found_uid.as_deref(),
                 };
-                self.name_taken(&vm, taken, ctx).await
+                self.name_taken(vm, taken, ctx).await.map(Started::Handled)
             }
-            Err(e) => self.fail(&vm, e, ctx).await,
+            Err(e) => self.fail(vm, e, ctx).await.map(Started::Handled),
         }
+    }
+
+    /// A server just started: Active if it runs; if it already stopped again, the wait of
+    /// [`Self::after_exit`] (`restarts` counts this start if it was a restart).
+    async fn after_start(
+        &self,
+        vm: &VirtualMachine,
+        server: &str,
+        status: &DriverServerStatus,
+        restarts: u32,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
+        if status.exited() {
+            return self
+                .wait_to_restart(vm, server, status, restarts, ctx)
+                .await;
+        }
+        self.set_active(vm, status, restarts, ctx).await
+    }
+
+    /// The server ran and stopped (exited, crashed, was killed behind the controller's back):
+    /// the VM is not Active. Once [`crash_backoff`] of its restarts so far has passed since it
+    /// stopped, it is started again (the restart counted); until then the VM waits in
+    /// [`Self::wait_to_restart`].
+    async fn after_exit(
+        &self,
+        vm: &VirtualMachine,
+        server: &str,
+        status: &DriverServerStatus,
+        resources: &Resources,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
+        let restarts = restarts_of(vm);
+        if restart_due(status, restarts, k8s_openapi::jiff::Timestamp::now()).is_some() {
+            return self
+                .wait_to_restart(vm, server, status, restarts, ctx)
+                .await;
+        }
+        let message = format!(
+            "VirtualMachine {}: server {server} {}; starting it again (restart {})",
+            vm.key(),
+            exit_text(status),
+            restarts + 1
+        );
+        info!(vm = %vm.key(), "{message}");
+        self.event(ctx, vm, EventType::Normal, "Restarting", &message);
+        let started = match self.start(vm, server, resources, ctx).await? {
+            Started::Server(started) => started,
+            Started::Handled(action) => return Ok(action),
+        };
+        self.after_start(vm, server, &started, restarts + 1, ctx)
+            .await
+    }
+
+    /// A stopped server waiting for its restart: `Failed` (`CrashLoopBackOff` once it has
+    /// exited [`CRASH_LOOP_AFTER`] times in a row) with the exit code and when it restarts,
+    /// and a look again then.
+    async fn wait_to_restart(
+        &self,
+        vm: &VirtualMachine,
+        server: &str,
+        status: &DriverServerStatus,
+        restarts: u32,
+        ctx: &ReconcileContext,
+    ) -> Result<Action, ReconcileError> {
+        let at = k8s_openapi::jiff::Timestamp::now();
+        let (due, wait) = restart_due(status, restarts, at).unwrap_or((at, Duration::ZERO));
+        let phase = if restarts + 1 >= CRASH_LOOP_AFTER {
+            Phase::CrashLoopBackOff
+        } else {
+            Phase::Failed
+        };
+        let reason = format!(
+            "server {server} {}; exit {} in a row; restarting it at {due:.0}",
+            exit_text(status),
+            restarts + 1
+        );
+        let unchanged = vm
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == phase && s.reason == reason);
+        if !unchanged {
+            warn!(vm = %vm.key(), "{reason}");
+            let waiting = VirtualMachineStatus {
+                phase,
+                reason,
+                server: Some(ServerStatus {
+                    id: status.id.clone(),
+                    state: status.state.clone(),
+                    exit_code: status.exit_code,
+                    usage: ServerUsage::default(),
+                }),
+                restarts,
+                last_update_time: Some(now()),
+                conditions: Vec::new(),
+            };
+            if self.set_status(vm, waiting, ctx).await?.is_none() {
+                return Ok(Action::Done);
+            }
+        }
+        // At least a second: the engine's times have a second's precision in some engines.
+        Ok(Action::RequeueAfter(wait.max(Duration::from_secs(1))))
     }
 
     /// A server of the VM's name is not the VM's: Failed with a reason naming it and both
@@ -371,6 +528,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 phase: Phase::Terminating,
                 reason: format!("deleting server {server}"),
                 server: vm.status.as_ref().and_then(|s| s.server.clone()),
+                restarts: restarts_of(&vm),
                 last_update_time: Some(now()),
                 conditions: Vec::new(),
             };
@@ -430,12 +588,22 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         Ok(Action::Done)
     }
 
+    /// Active on `server`, with `restarts` (reset once the server has run
+    /// [`CRASH_RESET_AFTER`] since its last start).
     async fn set_active(
         &self,
         vm: &VirtualMachine,
         server: &DriverServerStatus,
+        restarts: u32,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
+        let ran_long_enough = server.started_at.is_some_and(|started| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(started)
+                .as_secs()
+                >= CRASH_RESET_AFTER.as_secs() as i64
+        });
+        let restarts = if ran_long_enough { 0 } else { restarts };
         let active = with_conditions(
             vm,
             VirtualMachineStatus {
@@ -444,11 +612,13 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 server: Some(ServerStatus {
                     id: server.id.clone(),
                     state: server.state.clone(),
+                    exit_code: None,
                     usage: ServerUsage {
                         cpu: round2(server.cpu_percent),
                         memory: round2(server.memory_percent),
                     },
                 }),
+                restarts,
                 last_update_time: Some(now()),
                 conditions: Vec::new(),
             },
@@ -469,7 +639,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     }
 
     /// Records `Failed` with the driver error as the reason (unless already recorded) and
-    /// returns the error so the key is retried with backoff.
+    /// returns the error so the key is retried with backoff; an error retrying will not fix
+    /// ([`DriverError::is_permanent`]) is not returned: the VM is looked at again after
+    /// `refused_retry_interval` (or at once when its spec is edited).
     async fn fail(
         &self,
         vm: &VirtualMachine,
@@ -489,6 +661,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 self.event(ctx, vm, EventType::Warning, "Failed", &status.reason);
             }
             self.set_status(vm, status, ctx).await?;
+        }
+        if error.is_permanent() {
+            return Ok(Action::RequeueAfter(self.config.refused_retry_interval));
         }
         Err(ReconcileError::Driver {
             vm: vm.key(),
@@ -546,6 +721,8 @@ fn same_to_a_user(old: &VirtualMachineStatus, new: &VirtualMachineStatus) -> boo
     };
     old.phase == new.phase
         && old.reason == new.reason
+        && old.restarts == new.restarts
+        && o.exit_code == n.exit_code
         && old.conditions == new.conditions
         && o.id == n.id
         && o.state == n.state
@@ -572,12 +749,44 @@ fn limits_match(server: &DriverServerStatus, wanted: &Resources) -> bool {
     cpu_ok && memory_ok
 }
 
+/// The VM's restarts so far ([`VirtualMachineStatus::restarts`]).
+fn restarts_of(vm: &VirtualMachine) -> u32 {
+    vm.status.as_ref().map_or(0, |s| s.restarts)
+}
+
+/// For a stopped server restarted `restarts` times in a row: `Some((when it is due, how long
+/// from now))` if its restart is still ahead, `None` if it is due.
+fn restart_due(
+    status: &DriverServerStatus,
+    restarts: u32,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<(k8s_openapi::jiff::Timestamp, Duration)> {
+    let stopped = status.finished_at.unwrap_or(now);
+    let backoff = k8s_openapi::jiff::SignedDuration::try_from(crash_backoff(restarts)).ok()?;
+    let due = stopped.checked_add(backoff).ok()?;
+    let wait = Duration::try_from(due.duration_since(now)).ok()?;
+    (!wait.is_zero()).then_some((due, wait))
+}
+
+/// `exited with code 3 at 2026-11-22T10:00:00Z` (`with an unknown code` if the engine did not
+/// say).
+fn exit_text(status: &DriverServerStatus) -> String {
+    let code = status
+        .exit_code
+        .map_or("an unknown code".to_string(), |c| format!("code {c}"));
+    match status.finished_at {
+        Some(at) => format!("exited with {code} at {at:.0}"),
+        None => format!("exited with {code}"),
+    }
+}
+
 /// A Failed status that keeps the last known server (its id says which one failed).
 fn failed(vm: &VirtualMachine, reason: String) -> VirtualMachineStatus {
     VirtualMachineStatus {
         phase: Phase::Failed,
         reason,
         server: vm.status.as_ref().and_then(|s| s.server.clone()),
+        restarts: restarts_of(vm),
         last_update_time: Some(now()),
         conditions: Vec::new(),
     }
@@ -618,6 +827,7 @@ mod tests {
             api.clone(),
             ReconcilerConfig {
                 refresh_interval: REFRESH,
+                ..ReconcilerConfig::default()
             },
         );
         (reconciler, driver, api)
@@ -869,29 +1079,160 @@ mod tests {
         assert_eq!(driver.calls("create"), 0, "nothing to create");
     }
 
+    fn ago(secs: i64) -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)
+    }
+
+    fn condition(api: &FakeApi, key: &str, type_: &str) -> (String, String, String) {
+        let vm = api.object(key).unwrap();
+        let c = vm
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .unwrap();
+        (c.status, c.reason, c.message)
+    }
+
+    fn requeued_within(action: Result<Action, ReconcileError>, low: u64, high: u64) {
+        match action {
+            Ok(Action::RequeueAfter(d)) => assert!(
+                (Duration::from_secs(low)..=Duration::from_secs(high)).contains(&d),
+                "requeued after {d:?}, expected {low}..={high} s"
+            ),
+            other => panic!("expected a timed requeue, got {other:?}"),
+        }
+    }
+
     #[tokio::test]
-    async fn a_stopped_server_is_started_again() {
+    async fn a_server_that_exits_is_not_active_and_is_restarted_with_a_growing_backoff_then_crash_looping()
+     {
         let (r, driver, api) = setup();
         let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
         r.reconcile(&key, &ctx()).await.unwrap();
         let id = driver.server(SERVER).unwrap().id;
-        driver.stop(SERVER);
-        let before = api.status_history().len();
+
+        // Exit 1: Failed with the exit code, restart due 10 s after the exit.
+        driver.exit(SERVER, 3);
+        requeued_within(r.reconcile(&key, &ctx()).await, 9, 10);
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        assert!(
+            reason(&api, &key).contains("exited with code 3")
+                && reason(&api, &key).contains("exit 1 in a row"),
+            "{}",
+            reason(&api, &key)
+        );
+        let (ready, ready_reason, _) = condition(&api, &key, "Ready");
+        assert_eq!((ready.as_str(), ready_reason.as_str()), ("False", "Failed"));
+        let (running, running_reason, message) = condition(&api, &key, "ServerRunning");
+        assert_eq!(
+            (running.as_str(), running_reason.as_str()),
+            ("False", "Exited")
+        );
+        assert!(message.contains("exit code 3"), "{message}");
+        assert_eq!(
+            driver.calls("create"),
+            1,
+            "not restarted before its backoff"
+        );
+        // Looking again before it is due changes nothing and writes nothing.
+        let writes = api.status_writes();
+        requeued_within(r.reconcile(&key, &ctx()).await, 8, 10);
+        assert_eq!(api.status_writes(), writes);
+
+        // The backoff passed: started again (the same server), Active, restart 1 counted.
+        driver.exit_at(SERVER, 3, ago(11));
         assert_eq!(
             r.reconcile(&key, &ctx()).await,
             Ok(Action::RequeueAfter(REFRESH))
         );
-        let history = api.status_history()[before..].to_vec();
-        assert_eq!(
-            history[0],
-            (
-                Phase::Creating,
-                format!("server {SERVER} is exited; starting it")
-            )
+        assert_eq!(phase(&api, &key), Phase::Active);
+        let status = api.object(&key).unwrap().status.unwrap();
+        assert_eq!(status.restarts, 1);
+        assert_eq!(status.server.as_ref().unwrap().id, id);
+        assert_eq!(status.server.unwrap().exit_code, None);
+
+        // Exit 2 waits 20 s; exit 3 is a crash loop, waiting 40 s.
+        driver.exit(SERVER, 3);
+        requeued_within(r.reconcile(&key, &ctx()).await, 19, 20);
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        driver.exit_at(SERVER, 3, ago(21));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 2);
+        driver.exit(SERVER, 137);
+        requeued_within(r.reconcile(&key, &ctx()).await, 39, 40);
+        assert_eq!(phase(&api, &key), Phase::CrashLoopBackOff);
+        assert!(
+            reason(&api, &key).contains("code 137"),
+            "{}",
+            reason(&api, &key)
         );
+        assert_eq!(
+            condition(&api, &key, "Ready").1,
+            "CrashLoopBackOff",
+            "the condition names the crash loop"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_that_ran_ten_minutes_has_its_restarts_reset_and_the_backoff_is_capped() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        driver.exit_at(SERVER, 1, ago(11));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 1);
+        driver.set_started_at(SERVER, ago(601));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 0);
+        assert_eq!(crash_backoff(0), Duration::from_secs(10));
+        assert_eq!(crash_backoff(4), Duration::from_secs(160));
+        assert_eq!(crash_backoff(5), CRASH_BACKOFF_MAX);
+        assert_eq!(crash_backoff(u32::MAX), CRASH_BACKOFF_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_refused_spec_goes_failed_and_is_not_retried_until_the_long_interval() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        driver.refuse_creates(1);
+        // Not an error (no hot backoff loop): a look again after the refused-retry interval.
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(DEFAULT_REFUSED_RETRY_INTERVAL))
+        );
+        assert_eq!(phase(&api, &key), Phase::Failed);
+        assert!(
+            reason(&api, &key).contains("refused"),
+            "{}",
+            reason(&api, &key)
+        );
+        // The next try (after the interval, or on an edit) creates it.
+        assert_eq!(
+            r.reconcile(&key, &ctx()).await,
+            Ok(Action::RequeueAfter(REFRESH))
+        );
+        assert_eq!(phase(&api, &key), Phase::Active);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_server_whose_limits_no_longer_match_the_spec_is_recreated_not_started() {
+        let (r, driver, api) = setup();
+        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+        r.reconcile(&key, &ctx()).await.unwrap();
+        let old = driver.server(SERVER).unwrap().id;
+        driver.exit(SERVER, 1);
+        let mut vm = api.object(&key).unwrap();
+        vm.spec.resource.as_mut().unwrap().memory =
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into());
+        api.replace_spec(vm);
+        r.reconcile(&key, &ctx()).await.unwrap();
         let server = driver.server(SERVER).unwrap();
+        assert_ne!(server.id, old, "recreated");
+        assert_eq!(server.spec.memory_bytes, 2 << 30);
         assert!(server.running);
-        assert_eq!(server.id, id, "the same server, started");
+        assert_eq!(phase(&api, &key), Phase::Active);
     }
 
     #[tokio::test]

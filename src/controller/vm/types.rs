@@ -70,6 +70,10 @@ pub struct VirtualMachineStatus {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerStatus>,
+    /// Restarts of the server after it exited, since it last ran
+    /// [`super::reconcile::CRASH_RESET_AFTER`] without exiting (a pod's `restartCount`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
     /// `Ready` and `ServerRunning` ([`super::conditions`]), derived from the rest of the status
@@ -80,6 +84,7 @@ pub struct VirtualMachineStatus {
 
 /// `status.server`: the container backing the VM.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ServerStatus {
     /// The engine's container id.
     #[serde(default)]
@@ -87,6 +92,9 @@ pub struct ServerStatus {
     /// The engine's state string (`running`, `exited`, ...).
     #[serde(default)]
     pub state: String,
+    /// The exit code of the server's last run, while it is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
     #[serde(default)]
     pub usage: ServerUsage,
 }
@@ -110,10 +118,17 @@ pub enum Phase {
     Creating,
     Active,
     Failed,
+    /// The server exited [`super::reconcile::CRASH_LOOP_AFTER`] times in a row; it is
+    /// restarted with a growing delay (a pod's `CrashLoopBackOff`).
+    CrashLoopBackOff,
     Terminating,
     /// A string this version does not know; handled like [`Phase::None`].
     #[serde(other)]
     Unknown,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn api_version() -> String {
@@ -132,6 +147,7 @@ impl Phase {
             Phase::Creating => "Creating",
             Phase::Active => "Active",
             Phase::Failed => "Failed",
+            Phase::CrashLoopBackOff => "CrashLoopBackOff",
             Phase::Terminating => "Terminating",
         }
     }

@@ -50,6 +50,8 @@ struct Inner {
     next_id: u64,
     /// Creates still to fail, with the message to fail with.
     failing_creates: u32,
+    /// Creates still to refuse as a spec the engine cannot run.
+    refused_creates: u32,
     unreachable: bool,
     /// Calls made, for tests: ("create" | "delete" | "exists" | "status" | "list", server name).
     calls: Vec<(&'static str, String)>,
@@ -108,10 +110,28 @@ impl FakeDriver {
 
     /// The server's process exits with `code` now (it stays, in state `exited`).
     pub fn exit(&self, name: &str, code: i64) {
+        self.exit_at(name, code, Timestamp::now());
+    }
+
+    /// As [`Self::exit`], the engine reporting `at` as the time it stopped.
+    pub fn exit_at(&self, name: &str, code: i64, at: Timestamp) {
         if let Some(server) = self.inner.lock().servers.get_mut(name) {
             server.running = false;
-            server.exit = Some((code, Timestamp::now()));
+            server.exit = Some((code, at));
         }
+    }
+
+    /// The engine reports the server as started at `at`.
+    pub fn set_started_at(&self, name: &str, at: Timestamp) {
+        if let Some(server) = self.inner.lock().servers.get_mut(name) {
+            server.started_at = Some(at);
+        }
+    }
+
+    /// The next `n` creates are refused as an engine refuses a spec it cannot run
+    /// ([`DriverError::Refused`]).
+    pub fn refuse_creates(&self, n: u32) {
+        self.inner.lock().refused_creates = n;
     }
 
     /// Adds a server as if an earlier controller had created it for `spec`'s VM (labelled as
@@ -251,6 +271,15 @@ impl Driver for FakeDriver {
                 operation: "create",
                 server: spec.name.clone(),
                 message: "injected failure".into(),
+            });
+        }
+        if inner.refused_creates > 0 {
+            inner.refused_creates -= 1;
+            return Err(DriverError::Refused {
+                engine: ENGINE.into(),
+                operation: "create",
+                server: spec.name.clone(),
+                message: "injected refusal: no such image".into(),
             });
         }
         if let Some(existing) = inner.servers.get_mut(&spec.name) {
