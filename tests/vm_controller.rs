@@ -737,7 +737,14 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     engine.start().await;
     let host = engine.host();
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
-    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+    // Retries of a failing VM wait at most 3 s (the default is 2 min).
+    let controller = Controller::spawn(
+        cluster,
+        &ns,
+        &host,
+        "one",
+        &["--refresh-interval", "2s", "--max-retry-delay", "3s"],
+    );
 
     apply_vm(cluster, &ns, "outage", "1", "64Mi").await;
     let before = wait_phase(
@@ -765,8 +772,11 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
         "the reason names the engine: {reason}"
     );
     println!("reason while the engine is down: {reason}");
+    // Down for 30 s: uncapped, the retries (5 ms doubling) would by now be about 30 s apart.
+    tokio::time::sleep(Duration::from_secs(30)).await;
 
     engine.start().await;
+    let back = Instant::now();
     let after = wait_phase(
         &api,
         "outage",
@@ -775,6 +785,12 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
         &controller,
     )
     .await;
+    let noticed = back.elapsed();
+    println!("the recovered engine was noticed after {noticed:?}");
+    assert!(
+        noticed < Duration::from_secs(15),
+        "with retries capped at 3 s the recovered engine is noticed within a few seconds, took {noticed:?}"
+    );
     let status = after.status.unwrap();
     assert_eq!(status.reason, "");
     assert_eq!(
@@ -2136,4 +2152,324 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
         "two replicas reconciled one key at once: {:?}",
         &overlaps[..overlaps.len().min(5)]
     );
+}
+
+/// The Events about VM `name` in `ns`: (type, reason, message), oldest first.
+async fn vm_events(cluster: &Cluster, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(cluster.client().await.unwrap(), ns);
+    let mut list = events
+        .list(
+            &kube_client::api::ListParams::default().fields(&format!("involvedObject.name={name}")),
+        )
+        .await
+        .unwrap()
+        .items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    list.into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// `(status, reason, message)` of the VM's condition `type_`.
+fn vm_condition(vm: &VirtualMachine, type_: &str) -> (String, String, String) {
+    let c = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {:?}", vm.status));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+/// Waits until `check` holds for the VM, then returns it.
+async fn wait_vm(
+    api: &Api<VirtualMachine>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    controller: &Controller,
+    check: impl Fn(&VirtualMachine) -> bool,
+) -> VirtualMachine {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let current = vm(api, name).await;
+        if let Some(v) = current.as_ref().filter(|v| check(v)) {
+            return v.clone();
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{name}: {what} not seen in {timeout:?}; last: {:?}\ncontroller log tail:\n{}",
+                current.and_then(|v| v.status),
+                tail(&controller.log_text(), 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_code_then_restarted_after_its_backoff()
+ {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-killed").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
+
+    apply_vm(cluster, &ns, "victim", "500m", "64Mi").await;
+    let active = wait_phase(
+        &api,
+        "victim",
+        Phase::Active,
+        Duration::from_secs(90),
+        &controller,
+    )
+    .await;
+    let id = active.status.unwrap().server.unwrap().id;
+    let name = container_name(&ns, "victim");
+    let out = Command::new("podman")
+        .args(["kill", "--signal", "KILL", &name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman kill: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Noticed on the next refresh: not Active, the exit code (SIGKILL: 137) in the reason and
+    // the conditions, the same container kept for its restart.
+    let failed = wait_phase(
+        &api,
+        "victim",
+        Phase::Failed,
+        Duration::from_secs(20),
+        &controller,
+    )
+    .await;
+    let status = failed.status.clone().unwrap();
+    assert!(
+        status.reason.contains("exited with code 137"),
+        "{}",
+        status.reason
+    );
+    assert_eq!(status.server.as_ref().unwrap().exit_code, Some(137));
+    let (ready, ready_reason, _) = vm_condition(&failed, "Ready");
+    assert_eq!((ready.as_str(), ready_reason.as_str()), ("False", "Failed"));
+    let (running, running_reason, message) = vm_condition(&failed, "ServerRunning");
+    assert_eq!(
+        (running.as_str(), running_reason.as_str()),
+        ("False", "Exited")
+    );
+    assert!(message.contains("exit code 137"), "{message}");
+
+    // Restarted once its 10 s backoff passed: Active again on the same container, one restart.
+    let restarted = wait_vm(
+        &api,
+        "victim",
+        "Active again after one restart",
+        Duration::from_secs(40),
+        &controller,
+        |v| v.phase() == Phase::Active && v.status.as_ref().is_some_and(|s| s.restarts == 1),
+    )
+    .await;
+    assert_eq!(restarted.status.unwrap().server.unwrap().id, id);
+
+    // The transitions are events, and `kubectl describe` shows them with the conditions.
+    let events = eventually("the transition events", Duration::from_secs(10), || async {
+        let events = vm_events(cluster, &ns, "victim").await;
+        let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
+        (reasons.contains(&"Failed")
+            && reasons.contains(&"Restarting")
+            && reasons.iter().filter(|r| **r == "Active").count() >= 2)
+            .then_some(events)
+    })
+    .await;
+    let failed_event = events.iter().find(|(_, r, _)| r == "Failed").unwrap();
+    assert_eq!(failed_event.0, "Warning");
+    assert!(
+        failed_event
+            .2
+            .contains(&format!("VirtualMachine {ns}/victim: Active -> Failed"))
+            && failed_event.2.contains("code 137"),
+        "{failed_event:?}"
+    );
+    let (ok, described, err) = kubectl(cluster, &["describe", "vm", "-n", &ns, "victim"]);
+    assert!(ok, "{err}");
+    for wanted in [
+        "Conditions:",
+        "ServerRunning",
+        "Restarting",
+        "Active -> Failed",
+    ] {
+        assert!(described.contains(wanted), "no {wanted:?} in:\n{described}");
+    }
+    drop(controller);
+}
+
+/// Builds (once) an image like the VM image whose command exits with 3 at once.
+fn exiting_image() -> String {
+    let image = "localhost/kubeloop/vm-exit3:latest".to_string();
+    let exists = Command::new("podman")
+        .args(["image", "exists", &image])
+        .status()
+        .unwrap();
+    if exists.success() {
+        return image;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Containerfile"),
+        format!(
+            "FROM {}\nCMD [\"/bin/sh\", \"-c\", \"exit 3\"]\n",
+            kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE
+        ),
+    )
+    .unwrap();
+    let out = Command::new("podman")
+        .args(["build", "-t", &image])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    image
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goes_crash_loop_back_off()
+ {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let image = exiting_image();
+    let ns = cluster.new_namespace("vm-crashloop").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let controller = Controller::spawn(
+        cluster,
+        &ns,
+        &host,
+        "one",
+        &["--refresh-interval", "1s", "--vm-image", &image],
+    );
+    let started = Instant::now();
+    apply_vm(cluster, &ns, "crasher", "100m", "32Mi").await;
+
+    // Exits at once each time: waits of 10 s then 20 s, and after the third exit in a row
+    // CrashLoopBackOff (waiting 40 s), with the exit code.
+    let looping = wait_phase(
+        &api,
+        "crasher",
+        Phase::CrashLoopBackOff,
+        Duration::from_secs(75),
+        &controller,
+    )
+    .await;
+    let took = started.elapsed();
+    let status = looping.status.clone().unwrap();
+    assert_eq!(status.restarts, 2, "{status:?}");
+    assert!(
+        status.reason.contains("exited with code 3") && status.reason.contains("exit 3 in a row"),
+        "{}",
+        status.reason
+    );
+    assert_eq!(vm_condition(&looping, "Ready").1, "CrashLoopBackOff");
+    assert!(
+        took >= Duration::from_secs(30),
+        "two restarts must wait 10 s + 20 s, took {took:?}"
+    );
+    // No hot restarts: 15 s later (inside the 40 s wait) still 2 restarts.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let later = vm(&api, "crasher").await.unwrap();
+    assert_eq!(later.status.as_ref().unwrap().restarts, 2);
+    assert_eq!(later.phase(), Phase::CrashLoopBackOff);
+    let events = vm_events(cluster, &ns, "crasher").await;
+    let crash_loop = events
+        .iter()
+        .find(|(_, r, _)| r == "CrashLoopBackOff")
+        .unwrap_or_else(|| panic!("no CrashLoopBackOff event in {events:?}"));
+    assert_eq!(crash_loop.0, "Warning");
+    let restarting = events.iter().filter(|(_, r, _)| r == "Restarting").count();
+    assert_eq!(restarting, 2, "{events:?}");
+}
+
+#[tokio::test]
+async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_an_edit_fixes_it() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-refused").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
+
+    // 1 MiB is less than the container's init already uses: the OCI runtime refuses to start.
+    apply_vm(cluster, &ns, "tiny", "100m", "1Mi").await;
+    let failed = wait_phase(
+        &api,
+        "tiny",
+        Phase::Failed,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
+    let reason = failed.status.clone().unwrap().reason;
+    assert!(
+        reason.contains("refused to start") && reason.contains("memory limit"),
+        "{reason}"
+    );
+    // The add and the finalizer patch's update may each give one attempt; then none for
+    // ten minutes. Over 10 s (ten refresh intervals): no attempt and no write.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed = vm(&api, "tiny").await.unwrap();
+    assert_eq!(failed.phase(), Phase::Failed);
+    let rv = failed.metadata.resource_version.clone();
+    let attempts = || controller.log_text().matches("driver call failed").count();
+    let before = attempts();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let still = vm(&api, "tiny").await.unwrap();
+    assert_eq!(
+        still.metadata.resource_version, rv,
+        "no status write: {:?}",
+        still.status
+    );
+    assert_eq!(
+        attempts(),
+        before,
+        "tried again within 10 s:\n{}",
+        tail(&controller.log_text(), 20)
+    );
+
+    // An edit of the spec is tried at once and recreates the container with the new limit.
+    apply_vm(cluster, &ns, "tiny", "100m", "64Mi").await;
+    let active = wait_phase(
+        &api,
+        "tiny",
+        Phase::Active,
+        Duration::from_secs(60),
+        &controller,
+    )
+    .await;
+    assert_eq!(vm_condition(&active, "Ready").0, "True");
 }

@@ -73,6 +73,10 @@ pub struct Args {
     /// Where VMs run: docker ($DOCKER_HOST, default unix:///run/kubeloop/podman.sock) or fake (in memory).
     #[arg(long, value_enum, default_value_t = VmDriver::Docker)]
     pub vm_driver: VmDriver,
+    /// With --vm-driver docker: the image each VM's container runs (hack/setup-podman builds
+    /// the default: busybox httpd).
+    #[arg(long, default_value = kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE)]
+    pub vm_image: String,
     /// How often the usage of Active VMs is refreshed (e.g. 20s, 500ms, 1m30s).
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub refresh_interval: Duration,
@@ -113,14 +117,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     match args.vm_driver {
         VmDriver::Docker => {
-            run_with(
-                args,
-                client,
-                DockerDriver::new(DockerDriverConfig::from_env()),
-                config,
-                shutdown,
-            )
-            .await
+            let driver = DockerDriver::new(DockerDriverConfig {
+                image: args.vm_image.clone(),
+                ..DockerDriverConfig::from_env()
+            });
+            run_with(args, client, driver, config, shutdown).await
         }
         VmDriver::Fake => {
             let driver = FakeDriver::new().with_status_latency(args.fake_engine_latency);
