@@ -464,21 +464,25 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     );
 
     // The controller said so in an Event.
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "get",
-            "events",
-            "-n",
-            &ns,
-            "--field-selector",
-            "involvedObject.name=test-vm",
-        ],
-    );
-    assert!(
-        ok && out.contains("ServerRunning"),
-        "an Event about the running server: {out}{err}"
-    );
+    eventually(
+        "an Event about the VM going Active",
+        Duration::from_secs(20),
+        || {
+            let (ok, out, _) = kubectl(
+                cluster,
+                &[
+                    "get",
+                    "events",
+                    "-n",
+                    &ns,
+                    "--field-selector",
+                    "involvedObject.name=test-vm",
+                ],
+            );
+            async move { (ok && out.contains("Creating -> Active")).then_some(()) }
+        },
+    )
+    .await;
 
     // kubectl shows the printer columns filled.
     let (header, row) = kubectl_columns(cluster, &ns, "test-vm");

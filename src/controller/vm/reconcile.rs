@@ -324,14 +324,9 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             Started::Handled(action) => return Ok(action),
         };
         if status.running {
+            // The transition event to Active says so; no event of its own (with thousands of
+            // VMs created at once every apiserver request counts).
             info!(vm = %vm.key(), server = %server, id = %status.id, "server running");
-            self.event(
-                ctx,
-                &vm,
-                EventType::Normal,
-                "ServerRunning",
-                &format!("server {server} (id {}) is running", status.id),
-            );
         }
         self.after_start(&vm, &server, &status, restarts_of(&vm), ctx)
             .await
