@@ -18,6 +18,7 @@
 
 pub mod docker;
 pub mod fake;
+pub mod qemu;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,6 +28,7 @@ use thiserror::Error;
 
 pub use docker::{DockerDriver, DockerDriverConfig};
 pub use fake::FakeDriver;
+pub use qemu::{QemuDriver, QemuDriverConfig};
 
 /// Labels put on every server, so they can be traced back to their VM.
 pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
