@@ -411,7 +411,10 @@ impl QemuDriver {
     /// each after its bound; then waits (briefly) for the monitor's `exit`.
     async fn stop(&self, dir: &ServerDir) -> Result<(), DriverError> {
         let server = dir.id.clone();
-        let live = |d: &ServerDir| d.live_pid().map_err(|e| self.io_error("delete", &server, e));
+        let live = |d: &ServerDir| {
+            d.live_pid()
+                .map_err(|e| self.io_error("delete", &server, e))
+        };
         if live(dir)?.is_none() {
             return Ok(());
         }
@@ -598,10 +601,7 @@ impl Driver for QemuDriver {
                     .root
                     .of_vm(namespace, name)
                     .map_err(|e| self.io_error("delete", name_or_id, e))?;
-                dirs.iter()
-                    .find(|d| d.uid == uid)
-                    .or(dirs.first())
-                    .cloned()
+                dirs.iter().find(|d| d.uid == uid).or(dirs.first()).cloned()
             }
         };
         let Some(dir) = dir else {
@@ -728,7 +728,12 @@ mod tests {
             d.delete_server("kubeloop-vm_ns_vm", UID).await.unwrap(),
             DeleteOutcome::Absent
         );
-        assert!(d.server_status("kubeloop-vm_ns_vm").await.unwrap().is_none());
+        assert!(
+            d.server_status("kubeloop-vm_ns_vm")
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

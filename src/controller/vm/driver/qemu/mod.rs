@@ -35,6 +35,6 @@ pub mod state;
 pub mod usage;
 
 pub use driver::{
-    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, READY_LINE,
-    default_cache_dir, default_state_dir,
+    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, READY_LINE, default_cache_dir,
+    default_state_dir,
 };

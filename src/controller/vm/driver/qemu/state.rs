@@ -350,9 +350,7 @@ pub fn parse_id(id: &str) -> Option<(&str, &str)> {
     let (prefix, uid) = id.rsplit_once('_')?;
     let valid = !prefix.is_empty()
         && !uid.is_empty()
-        && uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     valid.then_some((prefix, uid))
 }
 
@@ -360,9 +358,7 @@ pub fn parse_id(id: &str) -> Option<(&str, &str)> {
 pub fn valid_uid(uid: &str) -> bool {
     !uid.is_empty()
         && uid.len() <= UID_LEN
-        && uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 fn parse_exit(text: &str) -> Option<Exit> {
@@ -525,7 +521,11 @@ mod tests {
         root.create(&dir, &record("ns", "vm", UID)).unwrap();
         assert_eq!(dir.live_pid().unwrap(), None, "no pidfile");
         fs::write(dir.file("qemu.pid"), "4242\n").unwrap();
-        assert_eq!(dir.live_pid().unwrap(), None, "a stale pidfile is not a live QEMU");
+        assert_eq!(
+            dir.live_pid().unwrap(),
+            None,
+            "a stale pidfile is not a live QEMU"
+        );
         // A live holder is QEMU itself: tests/vm_qemu.rs.
     }
 }
