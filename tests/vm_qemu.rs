@@ -307,6 +307,11 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
         ["kvm", "tcg"].contains(&record.accelerator.as_str()),
         "{record:?}"
     );
+    // The VM's status says which: status.server.accelerator.
+    assert_eq!(
+        server.accelerator.as_deref(),
+        Some(record.accelerator.as_str())
+    );
 
     // QEMU was given 2 vCPUs and 4G (4,000,000,000 bytes, rounded up to 3815 MiB).
     let mut q = qmp(&dir).await;

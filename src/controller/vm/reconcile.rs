@@ -444,6 +444,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 server: Some(ServerStatus {
                     id: server.id.clone(),
                     state: server.state.clone(),
+                    accelerator: server.accelerator.clone(),
                     usage: ServerUsage {
                         cpu: round2(server.cpu_percent),
                         memory: round2(server.memory_percent),

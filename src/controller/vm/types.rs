@@ -87,6 +87,9 @@ pub struct ServerStatus {
     /// The engine's state string (`running`, `exited`, ...).
     #[serde(default)]
     pub state: String,
+    /// `kvm` or `tcg` for a QEMU server (how its CPUs run); absent for containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<String>,
     #[serde(default)]
     pub usage: ServerUsage,
 }

@@ -517,6 +517,7 @@ impl Driver for DockerDriver {
             started_at,
             finished_at,
             exit_code,
+            accelerator: None,
         }))
     }
 }

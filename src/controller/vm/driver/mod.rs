@@ -81,6 +81,9 @@ pub struct ServerStatus {
     pub finished_at: Option<Timestamp>,
     /// The exit code of the server's last run, if it has stopped (with [`Self::finished_at`]).
     pub exit_code: Option<i64>,
+    /// How the server's CPUs run, where the engine has a choice: `kvm` or `tcg` (QEMU);
+    /// `None` for containers.
+    pub accelerator: Option<String>,
 }
 
 impl ServerStatus {

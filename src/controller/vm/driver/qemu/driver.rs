@@ -227,6 +227,7 @@ impl QemuDriver {
             started_at: dir.started_at(),
             finished_at: None,
             exit_code: None,
+            accelerator: Some(record.accelerator.clone()).filter(|a| !a.is_empty()),
         };
         let Some(pid) = pid else {
             // Dead (or never started): the monitor's record of the end, else the last output.
