@@ -70,27 +70,24 @@ pub fn qemu_args(spec: &LaunchSpec, dir: &Path) -> Vec<String> {
     args.push(spec.kernel.display().to_string());
     args.push("-initrd".into());
     args.push(spec.initrd.display().to_string());
-    args.extend(
-        [
-            "-append".to_string(),
-            KERNEL_CMDLINE.to_string(),
-            "-chardev".to_string(),
-            format!(
-                "socket,id=console,path={},server=on,wait=off,logfile={}",
-                path("console.sock"),
-                path("serial.log")
-            ),
-            "-serial".to_string(),
-            "chardev:console".to_string(),
-            "-chardev".to_string(),
-            format!("socket,id=qmp,path={},server=on,wait=off", path("qmp.sock")),
-            "-mon".to_string(),
-            "chardev=qmp,mode=control".to_string(),
-            "-pidfile".to_string(),
-            dir.join("qemu.pid").display().to_string(),
-        ]
-        .into_iter(),
-    );
+    args.extend([
+        "-append".to_string(),
+        KERNEL_CMDLINE.to_string(),
+        "-chardev".to_string(),
+        format!(
+            "socket,id=console,path={},server=on,wait=off,logfile={}",
+            path("console.sock"),
+            path("serial.log")
+        ),
+        "-serial".to_string(),
+        "chardev:console".to_string(),
+        "-chardev".to_string(),
+        format!("socket,id=qmp,path={},server=on,wait=off", path("qmp.sock")),
+        "-mon".to_string(),
+        "chardev=qmp,mode=control".to_string(),
+        "-pidfile".to_string(),
+        dir.join("qemu.pid").display().to_string(),
+    ]);
     args
 }
 
