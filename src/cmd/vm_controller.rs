@@ -20,7 +20,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
-use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig, Driver, FakeDriver};
+use kubeloop::controller::vm::driver::qemu::{self as qemu_driver, Accel};
+use kubeloop::controller::vm::driver::{
+    DockerDriver, DockerDriverConfig, Driver, FakeDriver, QemuDriver, QemuDriverConfig,
+};
 use kubeloop::controller::vm::{self, VmControllerConfig, VmControllerError};
 use kubeloop::controller::{LeaseRing, ShardRing, ShardingConfig};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
@@ -70,13 +73,25 @@ pub struct Args {
     /// in for a slow engine (e.g. 50ms).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = common::duration::non_negative)]
     pub fake_engine_latency: Duration,
-    /// Where VMs run: docker ($DOCKER_HOST, default unix:///run/kubeloop/podman.sock) or fake (in memory).
+    /// Where VMs run: docker ($DOCKER_HOST, default unix:///run/kubeloop/podman.sock), fake (in
+    /// memory) or qemu (one qemu-system-x86_64 per VM; hack/setup-qemu).
     #[arg(long, value_enum, default_value_t = VmDriver::Docker)]
     pub vm_driver: VmDriver,
     /// With --vm-driver docker: the image each VM's container runs (hack/setup-podman builds
     /// the default: busybox httpd).
     #[arg(long, default_value = kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE)]
     pub vm_image: String,
+    /// With --vm-driver qemu: the root of the per-VM state directories (default
+    /// /var/lib/kubeloop/qemu as root, else $XDG_STATE_HOME/kubeloop/qemu).
+    #[arg(long, env = "KUBELOOP_QEMU_STATE_DIR")]
+    pub qemu_state_dir: Option<std::path::PathBuf>,
+    /// With --vm-driver qemu: where hack/setup-qemu put vmlinuz and initramfs.cpio.gz
+    /// (default ~/.cache/kubeloop/qemu).
+    #[arg(long, env = "KUBELOOP_QEMU_CACHE")]
+    pub qemu_cache: Option<std::path::PathBuf>,
+    /// With --vm-driver qemu: auto (KVM if a probe guest boots under it, else TCG), kvm or tcg.
+    #[arg(long, value_enum, env = "KUBELOOP_QEMU_ACCEL", default_value_t = QemuAccel::Auto)]
+    pub qemu_accel: QemuAccel,
     /// How often the usage of Active VMs is refreshed (e.g. 20s, 500ms, 1m30s).
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = common::duration::positive)]
     pub refresh_interval: Duration,
@@ -100,6 +115,15 @@ pub struct Args {
 pub enum VmDriver {
     Docker,
     Fake,
+    Qemu,
+}
+
+/// `--qemu-accel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QemuAccel {
+    Auto,
+    Kvm,
+    Tcg,
 }
 
 /// Runs the controller until a signal (or a lost lease).
@@ -125,6 +149,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         VmDriver::Fake => {
             let driver = FakeDriver::new().with_status_latency(args.fake_engine_latency);
+            run_with(args, client, driver, config, shutdown).await
+        }
+        VmDriver::Qemu => {
+            let cache = args
+                .qemu_cache
+                .clone()
+                .unwrap_or_else(qemu_driver::default_cache_dir);
+            let qemu_config = QemuDriverConfig {
+                state_dir: args
+                    .qemu_state_dir
+                    .clone()
+                    .unwrap_or_else(qemu_driver::default_state_dir),
+                kernel: cache.join("vmlinuz"),
+                initrd: cache.join("initramfs.cpio.gz"),
+                accel: match args.qemu_accel {
+                    QemuAccel::Auto => Accel::Auto,
+                    QemuAccel::Kvm => Accel::Kvm,
+                    QemuAccel::Tcg => Accel::Tcg,
+                },
+                ..QemuDriverConfig::default()
+            };
+            let state_dir = qemu_config.state_dir.display().to_string();
+            let driver = QemuDriver::new(qemu_config)
+                .with_context(|| format!("QEMU state directory {state_dir}"))?;
             run_with(args, client, driver, config, shutdown).await
         }
     }

@@ -452,6 +452,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     id: status.id.clone(),
                     state: status.state.clone(),
                     exit_code: status.exit_code,
+                    accelerator: status.accelerator.clone(),
                     usage: ServerUsage::default(),
                 }),
                 restarts,
@@ -608,6 +609,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     id: server.id.clone(),
                     state: server.state.clone(),
                     exit_code: None,
+                    accelerator: server.accelerator.clone(),
                     usage: ServerUsage {
                         cpu: round2(server.cpu_percent),
                         memory: round2(server.memory_percent),

@@ -95,6 +95,9 @@ pub struct ServerStatus {
     /// The exit code of the server's last run, while it is stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
+    /// `kvm` or `tcg` for a QEMU server (how its CPUs run); absent for containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<String>,
     #[serde(default)]
     pub usage: ServerUsage,
 }

@@ -153,6 +153,14 @@ impl DockerDriver {
                 server: server.to_string(),
                 message: format!("{status_code}: {}", message.trim()),
             },
+            // The engine answered, but not in a form the Docker API defines.
+            undecodable @ (BollardError::JsonDataError { .. }
+            | BollardError::JsonSerdeError { .. }) => DriverError::Engine {
+                engine: self.engine.clone(),
+                operation,
+                server: server.to_string(),
+                message: format!("its answer does not decode: {}", with_sources(&undecodable)),
+            },
             other => DriverError::Unreachable {
                 engine: self.engine.clone(),
                 message: with_sources(&other),
@@ -166,16 +174,32 @@ impl DockerDriver {
     }
 
     /// The container named exactly `target` or (with `or_id`) whose full id is `target`.
+    ///
+    /// podman reports a container that has just exited as `stopped` for a moment (until its
+    /// cleanup marks it `exited`), a state the Docker API does not have, so its answer does
+    /// not decode; that is asked again a few times, 100 ms apart, before it is an error.
     async fn inspect_exact(
         &self,
         target: &str,
         or_id: bool,
     ) -> Result<Option<ContainerInspectResponse>, DriverError> {
-        match self
-            .client()?
-            .inspect_container(target, None::<InspectContainerOptions>)
-            .await
-        {
+        let mut attempts = 0;
+        let answer = loop {
+            let answer = self
+                .client()?
+                .inspect_container(target, None::<InspectContainerOptions>)
+                .await;
+            match answer {
+                Err(BollardError::JsonDataError { .. } | BollardError::JsonSerdeError { .. })
+                    if attempts < 5 =>
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                answer => break answer,
+            }
+        };
+        match answer {
             Ok(found) => {
                 // The engine also resolves id prefixes and names of other containers by prefix;
                 // only an exact name (or full id) counts.
@@ -517,6 +541,7 @@ impl Driver for DockerDriver {
             started_at,
             finished_at,
             exit_code,
+            accelerator: None,
         }))
     }
 }

@@ -249,6 +249,7 @@ impl FakeServer {
             started_at: self.started_at,
             finished_at: self.exit.map(|(_, at)| at),
             exit_code: self.exit.map(|(code, _)| code),
+            accelerator: None,
         }
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod docker;
 pub mod fake;
+pub mod qemu;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,6 +28,7 @@ use thiserror::Error;
 
 pub use docker::{DockerDriver, DockerDriverConfig};
 pub use fake::FakeDriver;
+pub use qemu::{QemuDriver, QemuDriverConfig};
 
 /// Labels put on every server, so they can be traced back to their VM.
 pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
@@ -79,6 +81,9 @@ pub struct ServerStatus {
     pub finished_at: Option<Timestamp>,
     /// The exit code of the server's last run, if it has stopped (with [`Self::finished_at`]).
     pub exit_code: Option<i64>,
+    /// How the server's CPUs run, where the engine has a choice: `kvm` or `tcg` (QEMU);
+    /// `None` for containers.
+    pub accelerator: Option<String>,
 }
 
 impl ServerStatus {
