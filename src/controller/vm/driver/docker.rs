@@ -271,6 +271,15 @@ impl DockerDriver {
     }
 }
 
+/// True if the engine says the container runs.
+fn is_running(found: &ContainerInspectResponse) -> bool {
+    found
+        .state
+        .as_ref()
+        .and_then(|s| s.running)
+        .unwrap_or(false)
+}
+
 /// The container's `kubeloop.dev/vm-uid` label.
 fn uid_label(found: &ContainerInspectResponse) -> Option<String> {
     found
@@ -506,20 +515,30 @@ impl Driver for DockerDriver {
     }
 
     async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
-        let Some(found) = self.inspect(name).await? else {
+        let Some(mut found) = self.inspect(name).await? else {
             return Ok(None);
         };
+        let mut usage = (0.0, 0.0);
+        if is_running(&found) {
+            match self.usage(name).await {
+                Ok(sampled) => usage = sampled,
+                // A container that stops between the inspect and the stats call makes the
+                // stats call fail (podman: 500 with no message): report it stopped, as a
+                // second look shows it.
+                Err(e) => match self.inspect(name).await? {
+                    None => return Ok(None),
+                    Some(again) if !is_running(&again) => found = again,
+                    Some(_) => return Err(e),
+                },
+            }
+        }
+        let (cpu_percent, memory_percent) = usage;
         let state = found.state.as_ref();
-        let running = state.and_then(|s| s.running).unwrap_or(false);
+        let running = is_running(&found);
         let state_name = state
             .and_then(|s| s.status)
             .map(|s| s.to_string())
             .unwrap_or_default();
-        let (cpu_percent, memory_percent) = if running {
-            self.usage(name).await?
-        } else {
-            (0.0, 0.0)
-        };
         let vm_uid = uid_label(&found);
         let started_at = state.and_then(|s| engine_time(s.started_at.as_deref()));
         let finished_at = state
