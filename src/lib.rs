@@ -17,13 +17,16 @@
 //! stream into work for a controller is in this crate.
 
 pub mod cache;
+#[cfg(feature = "controllers")]
 pub mod controller;
 pub mod leaderelection;
+#[cfg(feature = "ops")]
 pub mod ops;
 pub mod record;
 #[cfg(feature = "testenv")]
 pub mod testenv;
 pub mod testing;
+pub mod trace;
 pub mod workqueue;
 
 /// The README's Rust examples, compiled and run as doc tests so they cannot rot.

@@ -931,6 +931,7 @@ async fn vm_replica(
     let ops = OpsArgs {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
+        ..Default::default()
     };
     let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
     let serving = ops

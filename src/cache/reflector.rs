@@ -228,6 +228,22 @@ struct Core<K, L> {
     listed_once: bool,
 }
 
+/// Records a watch event of a followed key (see [`crate::trace`]).
+fn trace_watch_event<K: CacheObject>(event: &WatchEvent<K>, how: &str) {
+    let (verb, obj) = match event {
+        WatchEvent::Added(o) => ("ADDED", o),
+        WatchEvent::Modified(o) => ("MODIFIED", o),
+        WatchEvent::Deleted(o) => ("DELETED", o),
+        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => return,
+    };
+    if let Ok(key) = meta_namespace_key(obj) {
+        let kind = crate::trace::short_type_name::<K>();
+        crate::trace::record(&key, crate::trace::Stage::WatchEvent, kind, || {
+            format!("{verb}{how} rv={}", resource_version(obj))
+        });
+    }
+}
+
 impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
     /// A reflector that lists and watches through `lw` into `store`.
     pub fn new(lw: L, store: Arc<dyn ReflectorStore<K>>, config: ReflectorConfig) -> Self {
@@ -579,6 +595,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         };
         events += 1;
         self.metrics.watch_events.inc();
+        if crate::trace::on() {
+            trace_watch_event(&event, "");
+        }
         let (rv, result) = match event {
             WatchEvent::Added(obj) => (resource_version(&obj).to_string(), self.store.add(obj)),
             WatchEvent::Modified(obj) => {
@@ -689,6 +708,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 None => return Err("the stream closed before the initial events ended".into()),
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                     self.metrics.watch_events.inc();
+                    if crate::trace::on() {
+                        trace_watch_event(&WatchEvent::Added(obj.clone()), " (streaming list)");
+                    }
                     items.push(Arc::new(apply_transform(transform.as_ref(), obj)));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {

@@ -1730,9 +1730,12 @@ mod tests {
         let err = healthz.check().unwrap_err();
         assert!(matches!(err, HealthError::RenewalOverdue { .. }));
         assert!(err.to_string().contains("\"unit\""), "{err}");
-        let as_ops: &dyn crate::ops::Check = &healthz;
-        assert_eq!(as_ops.name(), "leaderElection");
-        assert!(as_ops.check().unwrap_err().contains("believes it leads"));
+        #[cfg(feature = "ops")]
+        {
+            let as_ops: &dyn crate::ops::Check = &healthz;
+            assert_eq!(as_ops.name(), "leaderElection");
+            assert!(as_ops.check().unwrap_err().contains("believes it leads"));
+        }
         a.shared.state.lock().phase = Phase::SteppingDown;
         assert_eq!(healthz.check(), Ok(()));
     }

@@ -13,9 +13,12 @@
 //!   `KUBELOOP_KEEP_TESTENV=1` to keep it for reading the logs after a failure.
 //!
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them.
+//! [`eventually`] and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
+//! real-cluster test.
 
 mod certs;
 mod cluster;
+mod helpers;
 mod ports;
 pub mod process;
 mod proxy;
@@ -24,6 +27,7 @@ pub mod versions;
 use std::path::PathBuf;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
+pub use helpers::{Kubectl, POLL_INTERVAL, Ready, eventually, eventually_blocking};
 pub use proxy::FaultProxy;
 
 /// What went wrong while bringing up or driving the local control plane.

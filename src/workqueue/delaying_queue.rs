@@ -106,6 +106,19 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     /// Adds `item` once `delay` has passed; a zero delay adds it now. If the item is already
     /// waiting, the earlier of the two times wins. Ignored after shutdown. client-go: `AddAfter`.
     pub fn add_after(&self, item: T, delay: Duration) {
+        if crate::trace::on() && !delay.is_zero() {
+            if let Some(key) = crate::trace::item_key(&item) {
+                crate::trace::record(key, crate::trace::Stage::QueueDelayed, "", || {
+                    format!("ready in {delay:?}")
+                });
+            }
+        }
+        self.add_after_untraced(item, delay);
+    }
+
+    /// [`add_after`](Self::add_after) without its trace step (the rate-limiting queue
+    /// records its own).
+    pub(crate) fn add_after_untraced(&self, item: T, delay: Duration) {
         if delay.is_zero() {
             if self.queue.is_shutting_down() {
                 return;

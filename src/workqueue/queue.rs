@@ -28,7 +28,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use super::metrics::{MetricsProvider, QueueMetrics};
-use super::state::{Hooks, Shared};
+use super::state::{Hooks, ItemStatus, Shared};
+use crate::trace::Stage;
 
 /// How to build a queue. client-go: `TypedQueueConfig` (and the delaying and rate-limiting
 /// configs, which only add fields we do not need).
@@ -125,7 +126,33 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// loop should `tokio::task::consume_budget().await` between adds, as event handlers fed
     /// by a watch stream do anyway.
     pub fn add(&self, item: T) {
+        if crate::trace::on() {
+            return self.add_traced(item);
+        }
         self.shared.add(item);
+    }
+
+    /// `add` for a process that follows keys (see [`crate::trace`]): records whether the key
+    /// went into line, was merged with a queued one, or waits for its worker's `done`.
+    #[cold]
+    fn add_traced(&self, item: T) {
+        let Some(key) = crate::trace::item_key(&item).filter(|k| crate::trace::is_followed(k))
+        else {
+            return self.shared.add(item);
+        };
+        let key = key.to_string();
+        let before = self.shared.status(&item);
+        self.shared.add(item);
+        let (stage, detail) = match before {
+            ItemStatus::Absent | ItemStatus::Waiting => (Stage::QueueAdded, "into line"),
+            ItemStatus::Queued => (Stage::QueueDeduplicated, "already in line: merged"),
+            ItemStatus::Processing => (
+                Stage::QueueWhileProcessing,
+                "a worker has it: queued again at its done",
+            ),
+        };
+        let len = self.shared.len();
+        crate::trace::record(&key, stage, "", || format!("{detail} (queue length {len})"));
     }
 
     /// The number of items waiting to be handed out (not counting items being processed or

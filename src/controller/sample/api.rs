@@ -113,8 +113,16 @@ impl SyncClient for KubeSyncClient {
 
     async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
         let api: Api<Foo> = Api::namespaced(self.client.clone(), foo.namespace());
-        api.replace_status(foo.name(), &PostParams::default(), foo)
-            .await
+        let updated = api
+            .replace_status(foo.name(), &PostParams::default(), foo)
+            .await?;
+        let key = format!("{}/{}", foo.namespace(), foo.name());
+        crate::trace::record(&key, crate::trace::Stage::StatusWritten, "Foo", || {
+            let status = updated.status.as_ref().map(|s| s.available_replicas);
+            let rv = updated.metadata.resource_version.as_deref().unwrap_or("");
+            format!("availableReplicas {status:?} rv={rv}")
+        });
+        Ok(updated)
     }
 
     async fn get_foo(

@@ -106,7 +106,22 @@ pub async fn write_status<A: VmApi>(
         current.status = Some(status.clone());
         fence(ctx, vm, "status update")?;
         match api.replace_status(&current).await {
-            Ok(updated) => return Ok(Some(updated)),
+            Ok(updated) => {
+                crate::trace::record(
+                    &vm.key(),
+                    crate::trace::Stage::StatusWritten,
+                    "VirtualMachine",
+                    || {
+                        let phase = updated.status.as_ref().map(|s| format!("{:?}", s.phase));
+                        format!(
+                            "phase {} rv={}",
+                            phase.unwrap_or_default(),
+                            updated.metadata.resource_version.as_deref().unwrap_or("")
+                        )
+                    },
+                );
+                return Ok(Some(updated));
+            }
             Err(ApiError::NotFound { .. }) => return Ok(None),
             Err(ApiError::Conflict { .. }) => match api.get(vm.namespace(), vm.name()).await? {
                 Some(fresh) => current = fresh,
