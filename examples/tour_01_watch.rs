@@ -1,7 +1,7 @@
 //! Tour, chapter 1 (docs/01-watch-stream.md): the raw watch stream, one JSON object per line.
 //!
 //! Opens `GET /api/v1/namespaces/default/configmaps?watch=true` from the current
-//! resourceVersion, then creates, changes and deletes a ConfigMap, and prints each line the
+//! resourceVersion (only for our ConfigMap's name: `fieldSelector`), then creates, changes and deletes a ConfigMap, and prints each line the
 //! apiserver sends, as it arrives. Runs against `$KUBECONFIG` (see docs/README.md).
 
 use futures::{AsyncBufReadExt, StreamExt};
@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("LIST says the collection is at resourceVersion {now}; watching from there");
 
     let url = format!(
-        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={now}&timeoutSeconds=5"
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={now}&timeoutSeconds=5&fieldSelector=metadata.name%3D{NAME}"
     );
     let request = http::Request::get(&url).body(Vec::new())?;
     let mut lines = client.request_stream(request).await?.lines();

@@ -29,7 +29,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .metadata
         .resource_version
         .unwrap_or_default();
-    let lw = ListWatch::<ConfigMap>::namespaced(client.clone(), "default");
+    // Only our ConfigMap: other programs may be changing others in `default`.
+    let lw = ListWatch::<ConfigMap>::namespaced(client.clone(), "default")
+        .fields(&format!("metadata.name={NAME}"));
     let mut watch = lw
         .watch(&WatchOptions {
             resource_version: now,

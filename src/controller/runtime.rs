@@ -419,10 +419,10 @@ where
     ReconcileMetrics::global().observe(name, result, started.elapsed());
     crate::trace::record(&key, Stage::ReconcileFinished, "", || match &outcome {
         Ok(Ok(Action::RequeueAfter(after))) => {
-            format!("requeue after {after:?}, took {:?}", started.elapsed())
+            format!("requeue after {after:?}, took {:.1?}", started.elapsed())
         }
-        Ok(Err(e)) => format!("error after {:?}: {e}", started.elapsed()),
-        _ => format!("{result:?} in {:?}", started.elapsed()),
+        Ok(Err(e)) => format!("error after {:.1?}: {e}", started.elapsed()),
+        _ => format!("{result:?} in {:.1?}", started.elapsed()),
     });
     match outcome {
         Ok(Ok(Action::Done)) => {
