@@ -6,8 +6,6 @@
 //!    is forgotten.
 //! It also follows one key with `kubeloop::trace`, as `--trace` does in the controllers.
 
-use std::time::Duration;
-
 use kubeloop::workqueue::{Queue, RateLimitingQueue, default_controller_rate_limiter};
 use tokio::time::Instant;
 
@@ -53,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let waited = start.elapsed();
         println!(
             "   failure {attempt}: add_rate_limited -> back after {:>3} ms (requeues: {})",
-            round_ms(waited),
+            waited.as_millis(),
             limited.num_requeues(&got)
         );
         limited.done(&got);
@@ -68,9 +66,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\nwhat kubeloop::trace recorded for default/a:");
     print!("{}", kubeloop::trace::render("default/a", &steps));
     Ok(())
-}
-
-/// Milliseconds, rounded down to the limiter's 5 ms grain (the timer adds a little).
-fn round_ms(d: Duration) -> u128 {
-    d.as_millis() / 5 * 5
 }

@@ -41,7 +41,14 @@ fn candidate(
         },
         move || println!("{} {identity}: stopped leading", at()),
     )
-    .on_new_leader(move |leader| println!("{} {identity}: sees leader {leader}", at()));
+    .on_new_leader(move |leader| {
+        let leader = if leader.is_empty() {
+            "(none: released)"
+        } else {
+            leader
+        };
+        println!("{} {identity}: sees leader {leader}", at());
+    });
     Ok(tokio::spawn(async move {
         elector.run(callbacks, shutdown).await;
     }))

@@ -6,7 +6,8 @@
 //! watch event arrives, the FIFO when it queues and pops the object, the informer when it
 //! stores it in the indexer and hands it to each handler, the workqueue when the key is added
 //! (or deduplicated, delayed, rate-limited), the controller runtime when a worker takes the key
-//! and when its reconcile starts and ends, and the controllers when they write a status. The
+//! and when its reconcile starts and ends, and the controllers when they write a status (and
+//! the VM controller when it adds or removes its finalizer). The
 //! steps of one key are kept in a ring of [`RING_CAPACITY`]; [`timeline`] reads them and
 //! [`render`] prints them as a table. The ops server serves them on `/debug/trace?key=ns/name`
 //! and `kubeloop trace` prints them.
@@ -68,6 +69,8 @@ pub enum Stage {
     ReconcileFinished,
     /// A controller wrote the object's status.
     StatusWritten,
+    /// A controller sent a change of the object's finalizers.
+    FinalizerWritten,
 }
 
 impl Stage {
@@ -88,6 +91,7 @@ impl Stage {
             Stage::ReconcileStarted => "reconcile started",
             Stage::ReconcileFinished => "reconcile finished",
             Stage::StatusWritten => "status written",
+            Stage::FinalizerWritten => "finalizer patch",
         }
     }
 }
@@ -214,6 +218,30 @@ fn record_slow(key: &str, stage: Stage, kind: &str, detail: impl FnOnce() -> Str
         stage,
         kind: kind.to_string(),
         detail: detail(),
+    });
+}
+
+/// Records a status write of a followed key: `summary` of what was written, the kind, and the
+/// resourceVersion it produced (an update that changed nothing gets no new version).
+pub fn status_written(
+    key: &str,
+    kind: &str,
+    before: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    after: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    summary: impl FnOnce() -> String,
+) {
+    if !on() {
+        return;
+    }
+    let rv = after.resource_version.as_deref().unwrap_or("");
+    let unchanged = before.resource_version.as_deref() == Some(rv);
+    record(key, Stage::StatusWritten, kind, || {
+        let note = if unchanged {
+            " (unchanged: no new version)"
+        } else {
+            ""
+        };
+        format!("{} rv={rv}{note}", summary())
     });
 }
 

@@ -167,6 +167,7 @@ async fn chapter_04_the_indexer_and_listers_answer_from_the_cache() {
 async fn chapter_05_both_handlers_of_one_informer_see_every_change() {
     let cluster = testenv::shared().await;
     let out = run_example(cluster, "tour_05_informer");
+    assert_has(&out, &["the same informer? true; handlers on it: 2"]);
     for handler in ["handler A", "handler B"] {
         assert_has(
             &out,
@@ -190,14 +191,27 @@ async fn chapter_06_the_workqueue_dedups_holds_processing_keys_and_backs_off() {
             "added default/a again while it is processed: len = 1",
             "the next get gives default/b, not default/a",
             "done(default/a): it is back in line, len = 1",
-            "failure 1: add_rate_limited -> back after   5 ms (requeues: 1)",
-            "failure 5: add_rate_limited -> back after  80 ms (requeues: 5)",
             "forget(default/a): requeues = 0",
             "workqueue dedup",
             "workqueue add (busy)",
             "workqueue rate-limited",
+            "the rate limiter says wait 80ms (requeue 5)",
         ],
     );
+    // Failure n waits at least 5 ms * 2^(n-1) (the timer only ever fires late).
+    for n in 1..=5u32 {
+        let prefix = format!("failure {n}: add_rate_limited -> back after ");
+        let line = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no line for failure {n} in:\n{out}"));
+        let ms: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(
+            ms >= 5 << (n - 1),
+            "failure {n} came back after {ms} ms:\n{out}"
+        );
+        assert!(line.contains(&format!("(requeues: {n})")), "{line}");
+    }
 }
 
 #[tokio::test]
@@ -385,4 +399,19 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
     let trace = trace_until("default/test-vm", &ops, &["DELETED rv=", "status written"]).await;
     println!("{trace}");
     assert_has(&trace, &JOURNEY);
+    assert_has(
+        &trace,
+        &[
+            "finalizer patch        VirtualMachine   adding finalizer.cloudnative.tw",
+            "phase Active",
+            "phase Terminating",
+            "finalizer patch        VirtualMachine   removing finalizer.cloudnative.tw",
+        ],
+    );
+    let removed = trace.find("removing finalizer").unwrap();
+    let deleted = trace.find("DELETED rv=").unwrap();
+    assert!(
+        removed < deleted,
+        "the object goes only once the finalizer is off:\n{trace}"
+    );
 }

@@ -15,7 +15,11 @@ pub struct Args {
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
     /// An extra kube-apiserver flag, e.g. --apiserver-arg=--watch-cache=false (repeatable).
-    #[arg(long = "apiserver-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    #[arg(
+        long = "apiserver-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
     apiserver_args: Vec<String>,
 }
 
@@ -27,7 +31,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         ClusterOptions::apiserver_only()
     };
-    options.apiserver_args.extend(args.apiserver_args.iter().cloned());
+    options
+        .apiserver_args
+        .extend(args.apiserver_args.iter().cloned());
     let cluster = Cluster::start(options)
         .await
         .context("starting the local control plane")?;

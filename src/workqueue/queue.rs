@@ -140,10 +140,8 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
         else {
             return self.shared.add(item);
         };
-        let key = key.to_string();
-        let before = self.shared.status(&item);
-        self.shared.add(item);
-        let (stage, detail) = match before {
+        // Recorded before the add: a worker woken by it records its take right away.
+        let (stage, detail) = match self.shared.status(&item) {
             ItemStatus::Absent | ItemStatus::Waiting => (Stage::QueueAdded, "into line"),
             ItemStatus::Queued => (Stage::QueueDeduplicated, "already in line: merged"),
             ItemStatus::Processing => (
@@ -151,8 +149,11 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
                 "a worker has it: queued again at its done",
             ),
         };
-        let len = self.shared.len();
-        crate::trace::record(&key, stage, "", || format!("{detail} (queue length {len})"));
+        let ahead = self.shared.len();
+        crate::trace::record(key, stage, "", || {
+            format!("{detail} ({ahead} keys in line before)")
+        });
+        self.shared.add(item);
     }
 
     /// The number of items waiting to be handed out (not counting items being processed or

@@ -117,10 +117,9 @@ impl SyncClient for KubeSyncClient {
             .replace_status(foo.name(), &PostParams::default(), foo)
             .await?;
         let key = format!("{}/{}", foo.namespace(), foo.name());
-        crate::trace::record(&key, crate::trace::Stage::StatusWritten, "Foo", || {
-            let status = updated.status.as_ref().map(|s| s.available_replicas);
-            let rv = updated.metadata.resource_version.as_deref().unwrap_or("");
-            format!("availableReplicas {status:?} rv={rv}")
+        crate::trace::status_written(&key, "Foo", &foo.metadata, &updated.metadata, || {
+            let available = updated.status.as_ref().map_or(0, |s| s.available_replicas);
+            format!("availableReplicas {available}")
         });
         Ok(updated)
     }

@@ -107,16 +107,15 @@ pub async fn write_status<A: VmApi>(
         fence(ctx, vm, "status update")?;
         match api.replace_status(&current).await {
             Ok(updated) => {
-                crate::trace::record(
+                crate::trace::status_written(
                     &vm.key(),
-                    crate::trace::Stage::StatusWritten,
                     "VirtualMachine",
+                    &current.metadata,
+                    &updated.metadata,
                     || {
-                        let phase = updated.status.as_ref().map(|s| format!("{:?}", s.phase));
                         format!(
-                            "phase {} rv={}",
-                            phase.unwrap_or_default(),
-                            updated.metadata.resource_version.as_deref().unwrap_or("")
+                            "phase {}",
+                            updated.status.as_ref().map_or("", |s| s.phase.as_str())
                         )
                     },
                 );
@@ -158,6 +157,11 @@ pub async fn set_finalizer<A: VmApi>(
             finalizers.retain(|f| f != FINALIZER);
         }
         fence(ctx, vm, "finalizer patch")?;
+        let change = if present { "adding" } else { "removing" };
+        let (key, step) = (vm.key(), crate::trace::Stage::FinalizerWritten);
+        crate::trace::record(&key, step, "VirtualMachine", || {
+            format!("{change} {FINALIZER}")
+        });
         match api.patch_finalizers(&current, finalizers).await {
             Ok(updated) => return Ok(Some(updated)),
             Err(ApiError::NotFound { .. }) => return Ok(None),
