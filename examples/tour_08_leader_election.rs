@@ -84,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "[{:>4.1}s] Lease holder: candidate-b, {:.1}s after the release (retry period 0.5s)",
+        "[{:>4.1}s] Lease holder: candidate-b, {:.1}s after the release (retry period 0.5s, jittered up to 2.2x)",
         started.elapsed().as_secs_f64(),
         handover.elapsed().as_secs_f64()
     );
