@@ -4,6 +4,7 @@
 //!    has it, it comes back once, after `done`.
 //! 3. Rate limiting: a failing key waits longer each time (5 ms doubling, per key), until it
 //!    is forgotten.
+//!
 //! It also follows one key with `kubeloop::trace`, as `--trace` does in the controllers.
 
 use kubeloop::workqueue::{Queue, RateLimitingQueue, default_controller_rate_limiter};

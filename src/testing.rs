@@ -5,7 +5,7 @@
 //! |----------------------------|-------------------------------------------------------------|
 //! | [`FakeControllerSource`]   | `tools/cache/testing` `FakeControllerSource`                |
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
-//! | [`FakeRing`]               | (none: a sharded controller's Leases, see `controller::sharding`) |
+//! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see `controller::sharding`) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop::testenv` runs
@@ -102,6 +102,7 @@ struct FakeRingInner {
 
 #[cfg(feature = "controllers")]
 impl FakeRing {
+    /// A ring with no Leases.
     pub fn new() -> Self {
         Self::default()
     }

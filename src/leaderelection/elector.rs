@@ -125,16 +125,22 @@ pub enum StopReason {
 }
 
 /// [`LeaderElector::check`] failed.
+/// Why [`LeaderElector::check`] reports the elector unhealthy (client-go: the healthz adaptor).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum HealthError {
+    /// The leader has not renewed for longer than its renew deadline plus the tolerance.
     #[error(
         "leader election {name:?}: this process believes it leads but last renewed {since:?} ago \
          (renew deadline {renew_deadline:?} + tolerance {tolerance:?})"
     )]
     RenewalOverdue {
+        /// The election's name.
         name: String,
+        /// Time since the last renewal.
         since: Duration,
+        /// The configured renew deadline.
         renew_deadline: Duration,
+        /// The tolerance the check allows beyond it.
         tolerance: Duration,
     },
 }

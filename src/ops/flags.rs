@@ -37,7 +37,9 @@ pub struct OpsArgs {
 /// What [`OpsArgs::serve`] started: the bound addresses (useful with port 0).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Serving {
+    /// Where `/metrics` (and `/debug/trace`) is served, if it is.
     pub metrics: Option<SocketAddr>,
+    /// Where `/healthz` and `/readyz` are served, if they are.
     pub probes: Option<SocketAddr>,
 }
 
@@ -129,7 +131,9 @@ async fn start(
 #[derive(Debug, thiserror::Error)]
 #[error("{flag}: {source}")]
 pub struct OpsFlagError {
+    /// The flag at fault.
     pub flag: &'static str,
+    /// What is wrong with it.
     #[source]
     pub source: OpsServerError,
 }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// One named health or readiness check.
 pub trait Check: Send + Sync {
+    /// The check's name, as `?verbose` lists it (`[+]name ok`).
     fn name(&self) -> &str;
     /// `Err(reason)` makes the endpoint answer 500 with the reason.
     fn check(&self) -> Result<(), String>;
@@ -32,6 +33,7 @@ pub struct CheckFn<F> {
 }
 
 impl<F: Fn() -> Result<(), String> + Send + Sync> CheckFn<F> {
+    /// A check named `name` that runs `f`.
     pub fn new(name: impl Into<String>, f: F) -> Self {
         Self {
             name: name.into(),
@@ -60,13 +62,18 @@ pub struct ServeConfig {
     pub readyz: Vec<Arc<dyn Check>>,
 }
 
+/// Why an ops server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsServerError {
+    /// The address is not `host:port`, `:port` or `0`.
     #[error("bind address {0:?} is not host:port (e.g. :8080, 127.0.0.1:8080, or 0 to disable)")]
     BadAddress(String),
+    /// The address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
+        /// The address.
         addr: String,
+        /// Why binding failed.
         source: std::io::Error,
     },
     /// A key given to trace is not `namespace/name`.

@@ -2,7 +2,7 @@
 //! reconcile lost the right to cause side effects is undone by the one who made it.
 //!
 //! A container engine cannot check a fencing token, and cancelling a request already sent does
-//! not unsend it. So [`create_fenced`] runs `Driver::create_server` as a task of its own that
+//! not unsend it. So `create_fenced` runs `Driver::create_server` as a task of its own that
 //! owns the driver (an `Arc`), the spec and a clone of the reconcile's context, and the reconcile
 //! only waits for it (and stops waiting when the context is cancelled). The task alone decides,
 //! when the create returns, who owns the server:
