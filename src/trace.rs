@@ -411,7 +411,11 @@ mod tests {
         assert!(text.contains("2.0ms"), "{text}");
         // The second journey restarts its clock at its watch event.
         let last: Vec<&str> = text.lines().last().unwrap().split_whitespace().collect();
-        assert_eq!(&last[..4], ["01:00:03.000500", "500µs", "500µs", "fifo"], "{text}");
+        assert_eq!(
+            &last[..4],
+            ["01:00:03.000500", "500µs", "500µs", "fifo"],
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! The reflector is an explicit state machine (`State`): each variant says what the next
 //! `step` does, and `step` returns the state after it. The rules are
-//! client-go's (see the crate's SPEC section 1):
+//! client-go's (`reflector.go`, `pager.go` in tools/pager):
 //! - LIST in pages of 500; resourceVersion "0" first, the last synced one on relists, ""
 //!   after a LIST answered 410 / "too large resource version" (retried at once). A 410 on a
 //!   continue page restarts as one unpaginated LIST. Relists at a specific version are not

@@ -2065,7 +2065,8 @@ mod tests {
         assert_eq!(run.await.unwrap(), StopReason::Shutdown);
     }
 
-    // RUNTIME-NOTES: no successor acquires before t_send(last successful renew) + lease_duration.
+    // No successor acquires before t_send(last successful renew) + lease_duration (the
+    // arithmetic in src/controller/leadership.rs).
     #[tokio::test(start_paused = true)]
     async fn lease_valid_until_is_the_last_renewal_sent_plus_lease_duration_even_after_the_term() {
         let store = FakeLockStore::new();

@@ -10,7 +10,8 @@
 //! - `add_after` after shutdown is ignored; shutdown drops the waiting items.
 //! - Every `add_after` before shutdown counts in `workqueue_retries_total`.
 //!
-//! What differs on purpose (see STYLE.md, "Avoid"):
+//! What differs on purpose (a heap under the queue's own lock instead of client-go's goroutine
+//! plumbing):
 //! - No 1000-slot channel, no waiting-loop goroutine, no 10 s heartbeat. The waiting items are
 //!   a binary heap inside the queue's state (`state.rs`), under the queue's one lock.
 //! - One timer task per delaying queue sleeps until the earliest ready time

@@ -1,4 +1,4 @@
-//! Defence 2 of RUNTIME-NOTES.md, compensation: a server create that completes after its
+//! Defence 2 of the three in `reconcile.rs` ("Safe failover"), compensation: a server create that completes after its
 //! reconcile lost the right to cause side effects is undone by the one who made it.
 //!
 //! A container engine cannot check a fencing token, and cancelling a request already sent does
