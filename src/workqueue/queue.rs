@@ -127,21 +127,23 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// by a watch stream do anyway.
     pub fn add(&self, item: T) {
         if crate::trace::on() {
-            return self.add_traced(item);
+            self.trace_add(&item);
         }
         self.shared.add(item);
     }
 
-    /// `add` for a process that follows keys (see [`crate::trace`]): records whether the key
-    /// went into line, was merged with a queued one, or waits for its worker's `done`.
+    /// Records an add for a process that follows keys (see [`crate::trace`]): whether the key
+    /// goes into line, is merged with a queued one, or waits for its worker's `done`. Called
+    /// before the add (a worker woken by it records its take right away) and with a borrow,
+    /// so the untraced path moves `item` exactly as before.
     #[cold]
-    fn add_traced(&self, item: T) {
-        let Some(key) = crate::trace::item_key(&item).filter(|k| crate::trace::is_followed(k))
+    #[inline(never)]
+    fn trace_add(&self, item: &T) {
+        let Some(key) = crate::trace::item_key(item).filter(|k| crate::trace::is_followed(k))
         else {
-            return self.shared.add(item);
+            return;
         };
-        // Recorded before the add: a worker woken by it records its take right away.
-        let (stage, detail) = match self.shared.status(&item) {
+        let (stage, detail) = match self.shared.status(item) {
             ItemStatus::Absent | ItemStatus::Waiting => (Stage::QueueAdded, "into line"),
             ItemStatus::Queued => (Stage::QueueDeduplicated, "already in line: merged"),
             ItemStatus::Processing => (
@@ -153,7 +155,6 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
         crate::trace::record(key, stage, "", || {
             format!("{detail} ({ahead} keys in line before)")
         });
-        self.shared.add(item);
     }
 
     /// The number of items waiting to be handed out (not counting items being processed or
