@@ -3,8 +3,8 @@
 //! is checked for what the chapter says it shows. kubeloop's own tests.
 //!
 //! The examples read `$KUBECONFIG`, as a reader runs them against `kubeloop cluster`; here
-//! `KUBECONFIG` is the harness cluster's. `cargo test` builds the examples before running
-//! tests; a run of this target alone (`cargo test --test tour`) builds them first.
+//! `KUBECONFIG` is the harness cluster's. The test builds the examples first (`cargo build
+//! --examples`, a no-op when `cargo test` already did), so a run of this target alone works.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -26,14 +26,11 @@ fn examples_dir() -> PathBuf {
     profile_dir.join("examples")
 }
 
-/// Builds the examples once per run if any is missing (a `cargo test --test tour` run).
+/// Builds the examples once per run: a no-op after `cargo test` (which builds them), and what
+/// keeps a `cargo test --test tour` run from using stale or missing example binaries.
 fn ensure_examples_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let all_there = TOUR.iter().all(|name| examples_dir().join(name).exists());
-        if all_there {
-            return;
-        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "--quiet", "--examples"])
@@ -41,6 +38,10 @@ fn ensure_examples_built() {
             .status()
             .expect("running cargo build --examples");
         assert!(status.success(), "cargo build --examples failed");
+        for name in TOUR {
+            let path = examples_dir().join(name);
+            assert!(path.exists(), "{} was not built", path.display());
+        }
     });
 }
 
