@@ -1,4 +1,4 @@
-//! Criterion benchmarks of `kubeloop::workqueue` (issue 3). Sample sizes and measurement
+//! Criterion benchmarks of `kubeloop::workqueue`. Sample sizes and measurement
 //! times are small on purpose: the whole run takes a couple of minutes on 2 cores.
 //!
 //! - `queue/add_get_done/<key>`: one task, a fresh queue, 100 rounds of add, get, done

@@ -28,6 +28,10 @@ enum Command {
     /// Run the VirtualMachine controller (controller101): VMs as containers through the Docker
     /// API, with finalizers and leader election.
     VmController(cmd::vm_controller::Args),
+    /// Print one object's journey through a running controller (watch event, FIFO, indexer,
+    /// handlers, workqueue, reconcile, status write) with the time of each step. The
+    /// controller must run with --trace NAMESPACE/NAME and --metrics-bind-address.
+    Trace(cmd::trace::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +47,7 @@ fn main() -> anyhow::Result<()> {
             Command::Cluster(args) => cmd::cluster::run(args).await,
             Command::SampleController(args) => cmd::sample_controller::run(args).await,
             Command::VmController(args) => cmd::vm_controller::run(args).await,
+            Command::Trace(args) => cmd::trace::run(args).await,
         }
     })
 }

@@ -5,7 +5,7 @@
 //! |----------------------------|-------------------------------------------------------------|
 //! | [`FakeControllerSource`]   | `tools/cache/testing` `FakeControllerSource`                |
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
-//! | [`FakeRing`]               | (none: a sharded controller's Leases, see `controller::sharding`) |
+//! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see `controller::sharding`) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop::testenv` runs
@@ -47,14 +47,16 @@
 //! # }
 //! ```
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
-use crate::controller::sharding::{RingLease, RingRole, RingStore};
-use crate::leaderelection::LockError;
+#[cfg(feature = "controllers")]
+use {
+    crate::controller::sharding::{RingLease, RingRole, RingStore},
+    crate::leaderelection::LockError,
+    parking_lot::Mutex,
+    std::collections::BTreeMap,
+    std::sync::Arc,
+};
 
 pub use crate::cache::fake_source::FakeControllerSource;
 pub use crate::leaderelection::fake_lock::{FakeLock, FakeLockStore, Reach};
@@ -81,6 +83,7 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
     }
 }
 
+#[cfg(feature = "controllers")]
 /// The Leases of shard rings, in memory: one [`FakeLockStore`] per Lease name, with its
 /// labels, listed and deleted as [`crate::controller::LeaseRing`] does on the apiserver.
 /// Cheap to clone; clones share the Leases. [`FakeRing::set_reach`] cuts one identity off
@@ -90,13 +93,16 @@ pub struct FakeRing {
     inner: Arc<Mutex<FakeRingInner>>,
 }
 
+#[cfg(feature = "controllers")]
 #[derive(Default)]
 struct FakeRingInner {
     leases: BTreeMap<String, (FakeLockStore, BTreeMap<String, String>)>,
     reach: BTreeMap<String, Reach>,
 }
 
+#[cfg(feature = "controllers")]
 impl FakeRing {
+    /// A ring with no Leases.
     pub fn new() -> Self {
         Self::default()
     }
@@ -121,6 +127,7 @@ impl FakeRing {
     }
 }
 
+#[cfg(feature = "controllers")]
 impl RingStore for FakeRing {
     type Lock = FakeLock;
 

@@ -1,5 +1,6 @@
 //! A LIST that keeps failing (RBAC forbids it) backs off more and more up to the cap instead
-//! of looping (the kube-rs watcher bug SPEC section 1 warns about). Short backoff parameters
+//! of looping (kube-rs's watcher once retried a failing LIST in a tight loop; kubeloop's
+//! reflector must not). Short backoff parameters
 //! keep the test quick; the default values are checked by the unit tests in
 //! `src/cache/backoff.rs` and `src/cache/reflector.rs`.
 

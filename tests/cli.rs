@@ -25,7 +25,7 @@ use kube_client::api::{Api, ListParams, PostParams};
 use kube_client::{Client, ResourceExt};
 use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster};
+use kubeloop::testenv::{self, Cluster, eventually};
 use tokio::process::{Child, Command};
 
 const FOO_CRD: &str = include_str!("../crds/foo.yaml");
@@ -46,24 +46,19 @@ async fn ensure_crd(client: &Client, yaml: &str) {
         Err(kube_client::Error::Api(status)) if status.is_already_exists() => {}
         Err(e) => panic!("creating CRD {name}: {e}"),
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let crd = crds.get(&name).await.unwrap();
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "CRD {name} not Established in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        &format!("CRD {name} Established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await.unwrap();
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        },
+    )
+    .await;
 }
 
 /// Creates `OBJECTS` objects made by `object(i)`, a few requests at a time.

@@ -16,7 +16,7 @@ use kube_client::core::ObjectMeta;
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
 use kubeloop::controller::{Action, Controller, ErrorAction, NotEntitled, ReconcileContext};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
-use kubeloop::testenv::{self, FaultProxy};
+use kubeloop::testenv::{self, FaultProxy, eventually};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -114,34 +114,27 @@ async fn slow_reconcile_is_cut_off_before_the_successor(obedient: bool) {
     };
     // a starts first and leads; its reconcile would act for a minute.
     let (stop_a, run_a) = replica("a", client_a, Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !effects
-        .lock()
-        .iter()
-        .any(|(r, what, _)| *r == "a" && *what == "side effect")
-    {
-        assert!(Instant::now() < deadline, "replica a never started acting");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("replica a acting", Duration::from_secs(30), || async {
+        effects
+            .lock()
+            .iter()
+            .any(|(r, what, _)| *r == "a" && *what == "side effect")
+    })
+    .await;
     let (stop_b, run_b) = replica("b", client.clone(), Duration::from_millis(500));
 
     // Cut a off the apiserver: it cannot renew, so its term ends at the renew deadline.
     proxy.set_blocked(true);
     proxy.cut_all();
     let cut = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let b_started = loop {
-        let found = effects
+    let b_started = eventually("replica b taking over", Duration::from_secs(30), || async {
+        effects
             .lock()
             .iter()
             .find(|(r, what, _)| *r == "b" && *what == "reconcile started")
-            .map(|(_, _, at)| *at);
-        if let Some(at) = found {
-            break at;
-        }
-        assert!(Instant::now() < deadline, "replica b never took over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+            .map(|(_, _, at)| *at)
+    })
+    .await;
     // Give a's reconcile every chance to act late.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let log = effects.lock().clone();

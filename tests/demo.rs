@@ -2,8 +2,8 @@
 //! scheduler, kwok), podman serving the Docker API (hack/setup-podman), both controllers, the
 //! VM controller as two replicas under leader election.
 //!
-//! The tests read what a person would see and check that it shows every step of issue 8
-//! (Deployment available and scaled, VM Creating -> Active with CPU and MEMORY, deletion
+//! The tests read what a person would see and check that it shows every step the README's
+//! "The two commands" describes (Deployment available and scaled, VM Creating -> Active with CPU and MEMORY, deletion
 //! through Terminating, a failover to the other replica), then that nothing is left behind:
 //! no controller, no control-plane component, no VM container, after `--once` and after
 //! Ctrl-C alike. The two tests share the podman engine and the demo's namespace, so they take

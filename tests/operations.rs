@@ -14,44 +14,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kubeloop::testenv::{self, Cluster};
+use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
 
 const DEPLOY_NS: &str = "kubeloop-system";
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Runs kubectl as the cluster admin; panics with its stderr on failure.
 fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    kubectl_stdin(cluster, args, None)
+    cluster.kubectl(args).ok()
 }
 
 fn kubectl_stdin(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new(cluster.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .current_dir(ROOT)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running kubectl");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    cluster.kubectl_stdin(args, stdin).ok()
 }
 
 /// CRDs installed and served; deploy/'s namespace exists. Once per test binary (concurrent
@@ -253,28 +227,8 @@ impl Drop for Controller {
     }
 }
 
-/// Polls `f` until it gives `Some`, or panics naming `what`.
-fn eventually<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn try_kubectl(cluster: &Cluster, args: &[&str]) -> Option<String> {
-    let out = Command::new(cluster.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    cluster.kubectl(args).result().ok()
 }
 
 fn http_get(addr: &str, path: &str) -> (u16, String) {
@@ -768,7 +722,8 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         },
     );
     // The leader's probes and series: ready once its informer synced, healthy while it renews,
-    // and every family issue 8 names present for the VM controller too.
+    // and every family the README's "Metrics and health endpoints" names present for the VM
+    // controller too.
     assert_eq!(
         http_get(&addr, "/readyz").0,
         200,
@@ -931,6 +886,7 @@ async fn vm_replica(
     let ops = OpsArgs {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
+        ..Default::default()
     };
     let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
     let serving = ops

@@ -21,28 +21,13 @@ use kube_client::api::{
 };
 use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
-use kubeloop::testenv;
+use kubeloop::testenv::{self, eventually};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const CRD_YAML: &str = include_str!("../crds/foo.yaml");
 const EXAMPLE_FOO_YAML: &str = include_str!("../examples/example-foo.yaml");
 const WAIT: Duration = Duration::from_secs(120);
-
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// Applies crds/foo.yaml (once per cluster; concurrent tests race harmlessly) and waits until
 /// it is Established.
@@ -133,22 +118,9 @@ async fn http_get(addr: &str, path: &str) -> String {
     response
 }
 
-/// Runs the cluster's kubectl with the admin kubeconfig; returns stdout, panics on failure.
+/// The full cluster's kubectl; returns stdout, panics on failure.
 async fn kubectl(args: &[&str]) -> String {
-    let cluster = testenv::shared_full().await;
-    let out = tokio::process::Command::new(cluster.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    testenv::shared_full().await.kubectl(args).ok()
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {

@@ -111,14 +111,12 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
         .spawn()
         .unwrap();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !create_seen.load(Ordering::SeqCst) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the controller never tried to create the Deployment"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    kubeloop::testenv::eventually(
+        "the controller trying to create the Deployment",
+        Duration::from_secs(30),
+        || async { create_seen.load(Ordering::SeqCst) },
+    )
+    .await;
 
     sigterm(&child);
     // The sync is stuck in the create: the graceful shutdown waits for it.

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry but is gone for our purpose.
@@ -79,15 +79,18 @@ fn components_die_with_a_sigkilled_parent() {
     child.0.kill().unwrap(); // SIGKILL: no Drop, no atexit.
     child.0.wait().unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while pids.iter().any(|&p| alive(p)) {
-        let left: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
-        assert!(
-            Instant::now() < deadline,
-            "components still alive after their parent died: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    kubeloop::testenv::eventually_blocking(
+        "every component gone after their parent died",
+        Duration::from_secs(20),
+        || {
+            let left: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still alive: {left:?}"))
+            }
+        },
+    );
 }
 
 #[test]

@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
 use kubeloop::controller::vm::driver::docker::DEFAULT_DOCKER_HOST;
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster};
+use kubeloop::testenv::{self, Cluster, eventually};
 
 const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
 const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
@@ -46,17 +46,8 @@ fn container_name(ns: &str, name: &str) -> String {
 
 /// Runs kubectl against the cluster; returns (success, stdout, stderr).
 fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(cluster.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("running kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = cluster.kubectl(args);
+    (out.success, out.stdout, out.stderr)
 }
 
 /// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
@@ -81,24 +72,6 @@ async fn install_crd(cluster: &Cluster) {
     );
     assert!(ok, "waiting for the CRD: {out}{err}");
     *installed = true;
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A `kubeloop vm-controller` process; SIGKILLed on drop if still running.

@@ -451,9 +451,21 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
             d => self.key_of(d.object())?,
         };
         let is_new = !inner.items.contains_key(&key);
+        let delta_type = delta.delta_type();
         let deltas = inner.items.entry(key.clone()).or_default();
         deltas.push(delta);
         dedup_deltas(deltas);
+        if crate::trace::on() {
+            let kind = crate::trace::short_type_name::<K>();
+            let merged = deltas.len();
+            crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
+                if is_new {
+                    format!("{delta_type:?} (DeltaFIFO, new key)")
+                } else {
+                    format!("{delta_type:?} (DeltaFIFO, merged: {merged} deltas for the key)")
+                }
+            });
+        }
         if is_new {
             inner.queue.push_back(key);
             self.shared.ready.notify_waiters();

@@ -71,6 +71,8 @@ pub(crate) trait ErasedInformer: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn start(&self);
     fn type_name(&self) -> String;
+    /// Used by the controller runtime.
+    #[cfg_attr(not(feature = "controllers"), allow(dead_code))]
     fn has_synced(&self) -> bool;
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
     fn shutdown(&self) -> BoxFuture<'static, ()>;

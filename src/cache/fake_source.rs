@@ -107,12 +107,15 @@ impl<K: CacheObject> FakeControllerSource<K> {
         inner.history.push((rv, event));
     }
 
+    /// Stores `obj` at the next resourceVersion and sends ADDED to every open watch.
     pub fn add(&self, obj: K) {
         self.change(obj, "add", false)
     }
+    /// Replaces `obj` at the next resourceVersion and sends MODIFIED to every open watch.
     pub fn modify(&self, obj: K) {
         self.change(obj, "modify", false)
     }
+    /// Removes `obj` at the next resourceVersion and sends DELETED to every open watch.
     pub fn delete(&self, obj: K) {
         self.change(obj, "delete", false)
     }

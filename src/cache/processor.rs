@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::delta_fifo::DeletedObject;
+use super::store::KeyFunc;
 
 /// Receives the changes an informer sees (client-go `ResourceEventHandler`). Methods run on
 /// the handler's own task, one at a time, in order; keep them quick (enqueue a key).
@@ -316,10 +317,12 @@ thread_local! {
 }
 
 /// The listener task: hands each notification to the handler, in order, until closed.
+/// `key_func` names a notification's key for [`crate::trace`] (`None`: never traced).
 pub(crate) async fn run_listener<K: Send + Sync + 'static>(
     name: String,
     handler: Arc<dyn ResourceEventHandler<K>>,
     buffer: Arc<ListenerBuffer<K>>,
+    key_func: Option<KeyFunc<K>>,
 ) {
     #[cfg(test)]
     {
@@ -330,6 +333,9 @@ pub(crate) async fn run_listener<K: Send + Sync + 'static>(
     }
     while let Some(n) = buffer.pop().await {
         let initial = n.is_initial();
+        if crate::trace::on() {
+            trace_delivery(&name, &n, key_func.as_ref());
+        }
         let result = catch_unwind(AssertUnwindSafe(|| match &n {
             Notification::Add {
                 obj,
@@ -344,6 +350,23 @@ pub(crate) async fn run_listener<K: Send + Sync + 'static>(
         buffer.done(initial);
         // Let other tasks run between notifications even if the buffer is long.
         tokio::task::consume_budget().await;
+    }
+}
+
+/// Records that a followed key's notification is handed to the handler `name`.
+fn trace_delivery<K>(name: &str, n: &Notification<K>, key_func: Option<&KeyFunc<K>>) {
+    let Some(key_func) = key_func else { return };
+    let (what, key) = match n {
+        Notification::Add { obj, .. } => ("on_add", key_func(&**obj)),
+        Notification::Update { new, .. } => ("on_update", key_func(&**new)),
+        Notification::Delete(DeletedObject::Unknown(t)) => ("on_delete", Ok(t.key.clone())),
+        Notification::Delete(DeletedObject::Object(o)) => ("on_delete", key_func(&**o)),
+    };
+    if let Ok(key) = key {
+        let kind = crate::trace::short_type_name::<K>();
+        crate::trace::record(&key, crate::trace::Stage::HandlerDelivered, kind, || {
+            format!("{what} of handler {name:?}")
+        });
     }
 }
 
@@ -373,7 +396,7 @@ mod tests {
                 s.lock().push((**o, initial));
             }),
         );
-        let task = tokio::spawn(run_listener("t".into(), handler, buf.clone()));
+        let task = tokio::spawn(run_listener("t".into(), handler, buf.clone(), None));
         tokio::time::sleep(Duration::from_millis(10)).await;
         // The panic on 1 was contained; 2 was still delivered.
         assert_eq!(*seen.lock(), vec![(0, true), (2, false)]);

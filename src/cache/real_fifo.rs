@@ -119,12 +119,20 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     }
 
     fn push_event(&self, obj: K, make: impl FnOnce(Arc<K>) -> Delta<K>) -> Result<(), StoreError> {
-        (self.shared.key_func)(&obj)?;
+        let key = (self.shared.key_func)(&obj)?;
         let mut inner = self.shared.inner.lock();
         inner.populated = true;
         inner.check_synced();
         let obj = inner.transformed(obj);
-        inner.items.push_back(make(Arc::new(obj)));
+        let delta = make(Arc::new(obj));
+        if crate::trace::on() {
+            let (delta_type, ahead) = (delta.delta_type(), inner.items.len());
+            let kind = crate::trace::short_type_name::<K>();
+            crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
+                format!("{delta_type:?} (RealFIFO, {ahead} items ahead)")
+            });
+        }
+        inner.items.push_back(delta);
         drop(inner);
         self.shared.ready.notify_waiters();
         Ok(())
@@ -178,6 +186,14 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
             }
             if let Some(obj) = self.shared.known.get_by_key(&key) {
                 tombstones.push(tombstone(key, obj));
+            }
+        }
+        if crate::trace::on() {
+            let kind = crate::trace::short_type_name::<K>();
+            for key in &new_keys {
+                crate::trace::record(key, crate::trace::Stage::FifoQueued, kind, || {
+                    "Replaced (RealFIFO, from a LIST)".into()
+                });
             }
         }
         drop(new_keys);

@@ -2,7 +2,7 @@
 //!
 //! The reflector is an explicit state machine (`State`): each variant says what the next
 //! `step` does, and `step` returns the state after it. The rules are
-//! client-go's (see the crate's SPEC section 1):
+//! client-go's (`reflector.go`, `pager.go` in tools/pager):
 //! - LIST in pages of 500; resourceVersion "0" first, the last synced one on relists, ""
 //!   after a LIST answered 410 / "too large resource version" (retried at once). A 410 on a
 //!   continue page restarts as one unpaginated LIST. Relists at a specific version are not
@@ -226,6 +226,22 @@ struct Core<K, L> {
     paginated_result: bool,
     /// At least one LIST run has been started (for the relist counter).
     listed_once: bool,
+}
+
+/// Records a watch event of a followed key (see [`crate::trace`]).
+fn trace_watch_event<K: CacheObject>(event: &WatchEvent<K>, how: &str) {
+    let (verb, obj) = match event {
+        WatchEvent::Added(o) => ("ADDED", o),
+        WatchEvent::Modified(o) => ("MODIFIED", o),
+        WatchEvent::Deleted(o) => ("DELETED", o),
+        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => return,
+    };
+    if let Ok(key) = meta_namespace_key(obj) {
+        let kind = crate::trace::short_type_name::<K>();
+        crate::trace::record(&key, crate::trace::Stage::WatchEvent, kind, || {
+            format!("{verb}{how} rv={}", resource_version(obj))
+        });
+    }
 }
 
 impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
@@ -579,6 +595,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         };
         events += 1;
         self.metrics.watch_events.inc();
+        if crate::trace::on() {
+            trace_watch_event(&event, "");
+        }
         let (rv, result) = match event {
             WatchEvent::Added(obj) => (resource_version(&obj).to_string(), self.store.add(obj)),
             WatchEvent::Modified(obj) => {
@@ -689,6 +708,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 None => return Err("the stream closed before the initial events ended".into()),
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                     self.metrics.watch_events.inc();
+                    if crate::trace::on() {
+                        trace_watch_event(&WatchEvent::Added(obj.clone()), " (streaming list)");
+                    }
                     items.push(Arc::new(apply_transform(transform.as_ref(), obj)));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {

@@ -33,7 +33,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::delta_fifo::{DeletedObject, Delta, DeltaFIFO, Deltas, KnownObjects, TransformFunc};
+use super::delta_fifo::{
+    DeletedObject, Delta, DeltaFIFO, DeltaType, Deltas, KnownObjects, TransformFunc,
+};
 use super::index::{IndexError, Indexers, namespace_indexers};
 use super::list_watch::{CacheObject, ListerWatcher};
 use super::lister::Lister;
@@ -391,7 +393,13 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             syncing: false,
         });
         if let Lifecycle::Running { listener_tasks, .. } = &mut inner.lifecycle {
-            let task = tokio::spawn(run_listener(name.clone(), handler, buffer.clone()));
+            let key_func = Some(self.shared.key_func.clone());
+            let task = tokio::spawn(run_listener(
+                name.clone(),
+                handler,
+                buffer.clone(),
+                key_func,
+            ));
             listener_tasks.push((id, task));
         }
         Ok(HandlerRegistration {
@@ -453,7 +461,13 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             .listeners
             .iter()
             .map(|l| {
-                let task = run_listener(l.name.clone(), l.handler.clone(), l.buffer.clone());
+                let key_func = Some(self.shared.key_func.clone());
+                let task = run_listener(
+                    l.name.clone(),
+                    l.handler.clone(),
+                    l.buffer.clone(),
+                    key_func,
+                );
                 (l.id, tokio::spawn(task))
             })
             .collect();
@@ -601,6 +615,7 @@ impl<K: CacheObject> Shared<K> {
     fn process_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
         let inner = self.inner.lock();
         for delta in deltas {
+            let delta_type = delta.delta_type();
             match delta {
                 Delta::Deleted(deleted) => {
                     let key = match &deleted {
@@ -610,6 +625,14 @@ impl<K: CacheObject> Shared<K> {
                     match key {
                         Ok(key) => {
                             self.store.delete(&key);
+                            if crate::trace::on() {
+                                trace_popped::<K>(
+                                    &key,
+                                    delta_type,
+                                    "removed",
+                                    inner.listeners.len(),
+                                );
+                            }
                         }
                         Err(e) => {
                             tracing::warn!(type_name = %self.type_name, "cannot delete: {e}");
@@ -631,6 +654,14 @@ impl<K: CacheObject> Shared<K> {
                     };
                     match self.store.get(&key) {
                         Some(old) => {
+                            if crate::trace::on() {
+                                trace_popped::<K>(
+                                    &key,
+                                    delta_type,
+                                    "updated",
+                                    inner.listeners.len(),
+                                );
+                            }
                             self.store.update(key, obj.clone());
                             // Unchanged resourceVersion: a resync, only for handlers due one.
                             let is_sync = resource_version(&*old) == resource_version(&*obj);
@@ -641,6 +672,9 @@ impl<K: CacheObject> Shared<K> {
                             );
                         }
                         None => {
+                            if crate::trace::on() {
+                                trace_popped::<K>(&key, delta_type, "added", inner.listeners.len());
+                            }
                             self.store.add(key, obj.clone());
                             distribute(
                                 &inner.listeners,
@@ -656,6 +690,17 @@ impl<K: CacheObject> Shared<K> {
             }
         }
     }
+}
+
+/// Records that a followed key left the FIFO and went into the indexer (see [`crate::trace`]).
+fn trace_popped<K>(key: &str, delta_type: DeltaType, store: &str, handlers: usize) {
+    let kind = crate::trace::short_type_name::<K>();
+    crate::trace::record(key, crate::trace::Stage::FifoPopped, kind, || {
+        format!("{delta_type:?}")
+    });
+    crate::trace::record(key, crate::trace::Stage::IndexerStored, kind, || {
+        format!("{store}; notifying {handlers} handler(s)")
+    });
 }
 
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).

@@ -14,16 +14,26 @@ pub struct Args {
     /// Copy the admin kubeconfig here (it stays valid while this process runs).
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
+    /// An extra kube-apiserver flag, e.g. --apiserver-arg=--watch-cache=false (repeatable).
+    #[arg(
+        long = "apiserver-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
+    apiserver_args: Vec<String>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives right after READY must stop us cleanly, not kill us.
     let stop = stop_signal()?;
-    let options = if args.full {
+    let mut options = if args.full {
         ClusterOptions::full()
     } else {
         ClusterOptions::apiserver_only()
     };
+    options
+        .apiserver_args
+        .extend(args.apiserver_args.iter().cloned());
     let cluster = Cluster::start(options)
         .await
         .context("starting the local control plane")?;

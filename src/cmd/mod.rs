@@ -4,4 +4,5 @@
 pub mod cluster;
 pub mod common;
 pub mod sample_controller;
+pub mod trace;
 pub mod vm_controller;

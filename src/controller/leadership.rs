@@ -16,7 +16,7 @@
 //! # The guarantee
 //! Every reconcile (and leader task) started in a term has *ended* (returned, or been dropped
 //! by its worker) before any other candidate can acquire the Lease, measured on this process's
-//! clock. The arithmetic, from `shared/RUNTIME-NOTES.md`:
+//! clock. The arithmetic:
 //! - a follower acquires only after seeing the Lease unchanged for `lease_duration`, counted
 //!   from when it *observed* our last renewal, which was sent at `t_send`; so no successor
 //!   acquires before `t_send + lease_duration` ([`LeaderContext::lease_valid_until`]);

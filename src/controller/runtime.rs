@@ -40,6 +40,7 @@ use super::worker::Action;
 use crate::cache::{CacheObject, InformerError};
 use crate::leaderelection::{LeaderCallbacks, StopReason};
 use crate::ops::{ReconcileMetrics, ReconcileResult};
+use crate::trace::Stage;
 use crate::workqueue::RateLimitingQueue;
 
 /// The controller could not run, or stopped for another reason than shutdown.
@@ -490,6 +491,7 @@ where
     let Some(key) = key else {
         return Next::QueueDone;
     };
+    crate::trace::record(&key, Stage::WorkerTook, "", || format!("controller {name}"));
     // Asked after the wait: a process resumed after a long pause must not start work, and a
     // key of a shard this process does not hold is set aside until it does.
     let term = match gate.dispatch(&key) {
@@ -528,6 +530,7 @@ where
     debug!(controller = name, key = %key, "reconcile started");
     let span = tracing::info_span!("reconcile", controller = %name, key = %key);
     let started = std::time::Instant::now();
+    crate::trace::record(&key, Stage::ReconcileStarted, "", String::new);
     let reconcile = AssertUnwindSafe((shared.reconcile)(key.clone(), ctx.clone())).catch_unwind();
     let outcome = term.run(reconcile.instrument(span)).await;
     debug!(controller = name, key = %key, dropped = outcome.is_none(), "reconcile ended");
@@ -557,6 +560,13 @@ where
         Err(_) => ReconcileResult::panic,
     };
     ReconcileMetrics::global().observe(name, result, started.elapsed());
+    crate::trace::record(&key, Stage::ReconcileFinished, "", || match &outcome {
+        Ok(Ok(Action::RequeueAfter(after))) => {
+            format!("requeue after {after:?}, took {:.1?}", started.elapsed())
+        }
+        Ok(Err(e)) => format!("error after {:.1?}: {e}", started.elapsed()),
+        _ => format!("{result:?} in {:.1?}", started.elapsed()),
+    });
     match outcome {
         Ok(Ok(Action::Done)) => {
             queue.forget(&key);

@@ -102,13 +102,22 @@ pub struct ShardingConfig {
 /// A [`ShardingConfig`] that cannot work.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ShardingError {
+    /// `shards` is zero.
     #[error("sharding ring {ring:?}: shards must be at least 1")]
-    NoShards { ring: String },
+    NoShards {
+        /// The ring's name.
+        ring: String,
+    },
+    /// The ring name cannot prefix a Lease name.
     #[error(
         "sharding ring {ring:?}: the ring name must be 1-200 lowercase letters, digits, '-' or \
          '.', starting and ending with a letter or digit (it prefixes Lease names)"
     )]
-    BadRingName { ring: String },
+    BadRingName {
+        /// The ring's name.
+        ring: String,
+    },
+    /// The lease timings are invalid (the same rules as leader election's).
     #[error(transparent)]
     Timing(#[from] ConfigError),
 }
@@ -116,8 +125,11 @@ pub enum ShardingError {
 /// One Lease of a ring, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingLease {
+    /// The Lease's name.
     pub name: String,
+    /// What it stands for (from its labels).
     pub role: RingRole,
+    /// Its holder record.
     pub record: LeaderElectionRecord,
     /// Changes with every write (the resourceVersion).
     pub version: String,
@@ -126,7 +138,9 @@ pub struct RingLease {
 /// What a ring's Lease stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RingRole {
+    /// A replica's membership Lease (one per replica).
     Member,
+    /// The Lease of shard N (0-based).
     Shard(u32),
 }
 
@@ -162,6 +176,7 @@ impl RingRole {
 /// Where a ring's Leases live: the apiserver ([`LeaseRing`]) or, in unit tests,
 /// [`crate::testing::FakeRing`].
 pub trait RingStore: Send + Sync + 'static {
+    /// The lock type of one Lease.
     type Lock: ResourceLock;
     /// A lock on the Lease `name` for `identity`, creating it with `labels`.
     fn lock(&self, name: &str, identity: &str, labels: BTreeMap<String, String>) -> Self::Lock;
@@ -183,6 +198,7 @@ pub struct LeaseRing {
 }
 
 impl LeaseRing {
+    /// The ring's Leases in `namespace`.
     pub fn new(client: Client, namespace: &str) -> Self {
         LeaseRing {
             client,
@@ -312,6 +328,7 @@ impl<R: RingStore> ShardRing<R> {
         })
     }
 
+    /// The configuration this ring runs with.
     pub fn config(&self) -> &ShardingConfig {
         &self.config
     }

@@ -64,36 +64,57 @@ pub struct LeaderElectionConfig {
 /// A configuration rejected by [`LeaderElectionConfig::validate`].
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ConfigError {
+    /// A duration is zero.
     #[error("leader election {name:?}: {field} must be greater than zero")]
-    NotPositive { name: String, field: &'static str },
+    NotPositive {
+        /// The election's name.
+        name: String,
+        /// The field that is zero.
+        field: &'static str,
+    },
+    /// The Lease stores whole seconds only.
     #[error(
         "leader election {name:?}: lease_duration ({lease_duration:?}) must be a whole number of \
          seconds, because the Lease stores leaseDurationSeconds as an integer"
     )]
     LeaseNotWholeSeconds {
+        /// The election's name.
         name: String,
+        /// The lease duration given.
         lease_duration: Duration,
     },
+    /// The lease would expire before the leader gives up renewing.
     #[error(
         "leader election {name:?}: lease_duration ({lease_duration:?}) must be greater than \
          renew_deadline ({renew_deadline:?})"
     )]
     LeaseNotLongerThanRenewDeadline {
+        /// The election's name.
         name: String,
+        /// The lease duration given.
         lease_duration: Duration,
+        /// The renew deadline given.
         renew_deadline: Duration,
     },
+    /// A jittered retry could come after the renew deadline.
     #[error(
         "leader election {name:?}: renew_deadline ({renew_deadline:?}) must be greater than \
          retry_period * 1.2 ({retry_period:?} * 1.2)"
     )]
     RenewDeadlineNotLongerThanJitteredRetry {
+        /// The election's name.
         name: String,
+        /// The renew deadline given.
         renew_deadline: Duration,
+        /// The retry period given.
         retry_period: Duration,
     },
+    /// The lock has no holder identity.
     #[error("leader election {name:?}: lock identity is empty")]
-    EmptyIdentity { name: String },
+    EmptyIdentity {
+        /// The election's name.
+        name: String,
+    },
 }
 
 impl Default for LeaderElectionConfig {

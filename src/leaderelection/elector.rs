@@ -125,16 +125,22 @@ pub enum StopReason {
 }
 
 /// [`LeaderElector::check`] failed.
+/// Why [`LeaderElector::check`] reports the elector unhealthy (client-go: the healthz adaptor).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum HealthError {
+    /// The leader has not renewed for longer than its renew deadline plus the tolerance.
     #[error(
         "leader election {name:?}: this process believes it leads but last renewed {since:?} ago \
          (renew deadline {renew_deadline:?} + tolerance {tolerance:?})"
     )]
     RenewalOverdue {
+        /// The election's name.
         name: String,
+        /// Time since the last renewal.
         since: Duration,
+        /// The configured renew deadline.
         renew_deadline: Duration,
+        /// The tolerance the check allows beyond it.
         tolerance: Duration,
     },
 }
@@ -1730,9 +1736,12 @@ mod tests {
         let err = healthz.check().unwrap_err();
         assert!(matches!(err, HealthError::RenewalOverdue { .. }));
         assert!(err.to_string().contains("\"unit\""), "{err}");
-        let as_ops: &dyn crate::ops::Check = &healthz;
-        assert_eq!(as_ops.name(), "leaderElection");
-        assert!(as_ops.check().unwrap_err().contains("believes it leads"));
+        #[cfg(feature = "ops")]
+        {
+            let as_ops: &dyn crate::ops::Check = &healthz;
+            assert_eq!(as_ops.name(), "leaderElection");
+            assert!(as_ops.check().unwrap_err().contains("believes it leads"));
+        }
         a.shared.state.lock().phase = Phase::SteppingDown;
         assert_eq!(healthz.check(), Ok(()));
     }
@@ -2056,7 +2065,8 @@ mod tests {
         assert_eq!(run.await.unwrap(), StopReason::Shutdown);
     }
 
-    // RUNTIME-NOTES: no successor acquires before t_send(last successful renew) + lease_duration.
+    // No successor acquires before t_send(last successful renew) + lease_duration (the
+    // arithmetic in src/controller/leadership.rs).
     #[tokio::test(start_paused = true)]
     async fn lease_valid_until_is_the_last_renewal_sent_plus_lease_duration_even_after_the_term() {
         let store = FakeLockStore::new();

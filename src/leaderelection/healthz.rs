@@ -53,6 +53,7 @@ impl HealthzAdaptor {
 }
 
 /// Plugs straight into the ops server: `healthz: vec![Arc::new(adaptor.clone())]`.
+#[cfg(feature = "ops")]
 impl crate::ops::Check for HealthzAdaptor {
     fn name(&self) -> &str {
         HealthzAdaptor::name(self)

@@ -33,6 +33,7 @@ pub(super) struct ElectionMetrics {
 }
 
 impl LeaderMetricsProvider {
+    /// A provider with no elections registered yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -43,34 +43,54 @@ pub struct LeaderElectionRecord {
 pub enum LockError {
     /// The object changed since we read it (HTTP 409 on update): another candidate wrote first.
     #[error("{lock}: lost the race, the lease was changed by another writer (409 Conflict)")]
-    Conflict { lock: String },
+    Conflict {
+        /// The lock's description (`namespace/name`).
+        lock: String,
+    },
     /// Create found an object already there (HTTP 409 AlreadyExists): lost the race to create.
     #[error("{lock}: lost the race, the lease was created by another candidate (AlreadyExists)")]
-    AlreadyExists { lock: String },
+    AlreadyExists {
+        /// The lock's description (`namespace/name`).
+        lock: String,
+    },
     /// `update` before any successful `get` or `create` (client-go: "lease not initialized").
     #[error("{lock}: cannot update before the lease was read or created")]
-    NotInitialized { lock: String },
+    NotInitialized {
+        /// The lock's description (`namespace/name`).
+        lock: String,
+    },
     /// Reading the lease failed.
     #[error("{lock}: get failed: {source}")]
     Get {
+        /// The lock's description (`namespace/name`).
         lock: String,
+        /// The apiserver's error.
         source: kube_client::Error,
     },
     /// Creating the lease failed for another reason than AlreadyExists.
     #[error("{lock}: create failed: {source}")]
     Create {
+        /// The lock's description (`namespace/name`).
         lock: String,
+        /// The apiserver's error.
         source: kube_client::Error,
     },
     /// Updating the lease failed for another reason than a conflict.
     #[error("{lock}: update failed: {source}")]
     Update {
+        /// The lock's description (`namespace/name`).
         lock: String,
+        /// The apiserver's error.
         source: kube_client::Error,
     },
     /// A fake lock's injected failure (unit tests only have this variant's producer).
     #[error("{lock}: unavailable: {reason}")]
-    Unavailable { lock: String, reason: String },
+    Unavailable {
+        /// The lock's description (`namespace/name`).
+        lock: String,
+        /// The injected reason.
+        reason: String,
+    },
 }
 
 /// A resource the elector can take: client-go's `resourcelock.Interface`.

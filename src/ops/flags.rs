@@ -1,7 +1,8 @@
 //! The two flags every controller binary shares, and starting the servers they ask for.
 //!
 //! Counterpart: controller-runtime's manager options `MetricsBindAddress` /
-//! `HealthProbeBindAddress` (flags `--metrics-bind-address`, `--health-probe-bind-address`).
+//! `HealthProbeBindAddress` (flags `--metrics-bind-address`, `--health-probe-bind-address`),
+//! plus `--trace ns/name` (see [`crate::trace`]), served on the metrics address.
 //! A subcommand adds them with `#[command(flatten)] ops: OpsArgs` and calls [`OpsArgs::serve`].
 //!
 //! Invariants: `0` (the default) turns a server off; equal addresses share one server (metrics
@@ -26,12 +27,19 @@ pub struct OpsArgs {
     /// --metrics-bind-address to share one server. Also accepted as --health-bind-address.
     #[arg(long, default_value = "0", alias = "health-bind-address")]
     pub health_probe_bind_address: String,
+    /// Record the journey of this object (namespace/name) through the controller: watch
+    /// event, FIFO, indexer, handlers, workqueue, reconcile, status write. Repeatable. Read it
+    /// on the metrics address at /debug/trace?key=namespace/name, or with `kubeloop trace`.
+    #[arg(long = "trace", value_name = "NAMESPACE/NAME")]
+    pub trace: Vec<String>,
 }
 
 /// What [`OpsArgs::serve`] started: the bound addresses (useful with port 0).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Serving {
+    /// Where `/metrics` (and `/debug/trace`) is served, if it is.
     pub metrics: Option<SocketAddr>,
+    /// Where `/healthz` and `/readyz` are served, if they are.
     pub probes: Option<SocketAddr>,
 }
 
@@ -45,6 +53,10 @@ impl OpsArgs {
         readyz: Vec<Arc<dyn Check>>,
         stop: &CancellationToken,
     ) -> Result<Serving, OpsFlagError> {
+        crate::trace::follow(&self.trace).map_err(|e| OpsFlagError {
+            flag: "--trace",
+            source: e.into(),
+        })?;
         let metrics =
             OpsServer::parse_bind_address(&self.metrics_bind_address).map_err(|source| {
                 OpsFlagError {
@@ -119,7 +131,9 @@ async fn start(
 #[derive(Debug, thiserror::Error)]
 #[error("{flag}: {source}")]
 pub struct OpsFlagError {
+    /// The flag at fault.
     pub flag: &'static str,
+    /// What is wrong with it.
     #[source]
     pub source: OpsServerError,
 }
@@ -160,6 +174,7 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "127.0.0.1:0".into(),
             health_probe_bind_address: "127.0.0.1:0".into(),
+            ..Default::default()
         };
         let stop = CancellationToken::new();
         let serving = args
@@ -179,6 +194,7 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "127.0.0.1:0".into(),
             health_probe_bind_address: "0".into(),
+            ..Default::default()
         };
         let stop = CancellationToken::new();
         let serving = args
@@ -198,6 +214,7 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "0".into(),
             health_probe_bind_address: port_taken.clone(),
+            ..Default::default()
         };
         let err = args
             .serve(
@@ -246,6 +263,7 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "localhost".into(),
             health_probe_bind_address: "0".into(),
+            ..Default::default()
         };
         let err = args
             .serve(registry, checks(), checks(), &CancellationToken::new())

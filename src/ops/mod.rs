@@ -6,11 +6,13 @@
 //! controller-runtime serves the same paths on `--metrics-bind-address` / `--health-probe-bind-address`;
 //! [`OpsArgs`] is those two flags for any subcommand (`#[command(flatten)]`).
 
+#[cfg(feature = "cli")]
 mod flags;
 mod reconcile_metrics;
 mod server;
 mod shard_metrics;
 
+#[cfg(feature = "cli")]
 pub use flags::{OpsArgs, OpsFlagError, Serving};
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};

@@ -21,9 +21,13 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub enum ReconcileResult {
+    /// The reconcile returned `Ok(Action::Done)`.
     success,
+    /// The reconcile returned an error.
     error,
+    /// The reconcile asked to run again after a delay.
     requeue_after,
+    /// The reconcile panicked (caught; the key is retried rate-limited).
     panic,
 }
 
@@ -62,6 +66,7 @@ impl Default for ReconcileMetrics {
 }
 
 impl ReconcileMetrics {
+    /// Empty series, not registered anywhere yet.
     pub fn new() -> Self {
         Self::default()
     }

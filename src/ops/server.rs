@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// One named health or readiness check.
 pub trait Check: Send + Sync {
+    /// The check's name, as `?verbose` lists it (`[+]name ok`).
     fn name(&self) -> &str;
     /// `Err(reason)` makes the endpoint answer 500 with the reason.
     fn check(&self) -> Result<(), String>;
@@ -32,6 +33,7 @@ pub struct CheckFn<F> {
 }
 
 impl<F: Fn() -> Result<(), String> + Send + Sync> CheckFn<F> {
+    /// A check named `name` that runs `f`.
     pub fn new(name: impl Into<String>, f: F) -> Self {
         Self {
             name: name.into(),
@@ -60,15 +62,23 @@ pub struct ServeConfig {
     pub readyz: Vec<Arc<dyn Check>>,
 }
 
+/// Why an ops server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsServerError {
+    /// The address is not `host:port`, `:port` or `0`.
     #[error("bind address {0:?} is not host:port (e.g. :8080, 127.0.0.1:8080, or 0 to disable)")]
     BadAddress(String),
+    /// The address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
+        /// The address.
         addr: String,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// A key given to trace is not `namespace/name`.
+    #[error(transparent)]
+    TraceKey(#[from] crate::trace::TraceKeyError),
 }
 
 /// A running server; it stops when the token given to [`OpsServer::start`] is cancelled.
@@ -186,8 +196,79 @@ fn route(config: &ServeConfig, req: Request<Incoming>) -> Response<Full<Bytes>> 
         },
         "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
         "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
+        "/debug/trace" => trace(req.uri().query().unwrap_or("")),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
+}
+
+/// `/debug/trace?key=ns/name[&format=json]`: the steps [`crate::trace`] recorded for a
+/// followed key, as a table (or JSON for `kubeloop trace`); without `key`, the followed keys.
+fn trace(query: &str) -> Response<Full<Bytes>> {
+    let mut key = None;
+    let mut json = false;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("key", k)) => key = Some(percent_decode(k)),
+            Some(("format", "json")) => json = true,
+            _ => {}
+        }
+    }
+    let followed = crate::trace::followed();
+    let Some(key) = key else {
+        if followed.is_empty() {
+            return text(
+                StatusCode::NOT_FOUND,
+                "no key is traced: start the controller with --trace namespace/name\n".into(),
+            );
+        }
+        return text(StatusCode::OK, format!("{}\n", followed.join("\n")));
+    };
+    let Some(steps) = crate::trace::timeline(&key) else {
+        let hint = if followed.is_empty() {
+            "no key is traced: start the controller with --trace namespace/name".to_string()
+        } else {
+            format!("traced keys: {}", followed.join(", "))
+        };
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{key:?} is not traced here; {hint}\n"),
+        );
+    };
+    if json {
+        match serde_json::to_string(&steps) {
+            Ok(body) => text(StatusCode::OK, body),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding the trace of {key}: {e}\n"),
+            ),
+        }
+    } else {
+        text(StatusCode::OK, crate::trace::render(&key, &steps))
+    }
+}
+
+/// `%2F` and friends in a query value (a key's `/` may come encoded).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// k8s.io/apiserver healthz's format: `ok` when all pass; otherwise 500 and one line per check,

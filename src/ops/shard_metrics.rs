@@ -53,6 +53,7 @@ pub struct ShardMetricsHandle {
 }
 
 impl ShardMetrics {
+    /// Empty series, not registered anywhere yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -113,10 +114,12 @@ impl ShardMetrics {
 }
 
 impl ShardMetricsHandle {
+    /// Sets `kubeloop_shards_held`.
     pub fn set_held(&self, shards: usize) {
         self.held.set(i64::try_from(shards).unwrap_or(i64::MAX));
     }
 
+    /// Sets `kubeloop_shard_ring_members`.
     pub fn set_members(&self, members: usize) {
         self.members.set(i64::try_from(members).unwrap_or(i64::MAX));
     }

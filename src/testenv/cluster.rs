@@ -232,6 +232,7 @@ impl Cluster {
         format!("https://{}", self.apiserver_addr)
     }
 
+    /// The apiserver's loopback address (for a [`super::FaultProxy`] in front of it).
     pub fn apiserver_addr(&self) -> SocketAddr {
         self.apiserver_addr
     }

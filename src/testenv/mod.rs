@@ -13,9 +13,12 @@
 //!   `KUBELOOP_KEEP_TESTENV=1` to keep it for reading the logs after a failure.
 //!
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them.
+//! [`eventually`] and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
+//! real-cluster test.
 
 mod certs;
 mod cluster;
+mod helpers;
 mod ports;
 pub mod process;
 mod proxy;
@@ -24,41 +27,70 @@ pub mod versions;
 use std::path::PathBuf;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
+pub use helpers::{Kubectl, POLL_INTERVAL, Ready, eventually, eventually_blocking};
 pub use proxy::FaultProxy;
 
 /// What went wrong while bringing up or driving the local control plane.
 #[derive(Debug, thiserror::Error)]
 pub enum TestEnvError {
+    /// A control-plane binary is not where `hack/build-control-plane` puts it.
     #[error(
         "control-plane binary {0} not found: run hack/build-control-plane first (or set KUBELOOP_BIN_DIR)"
     )]
     MissingBinary(PathBuf),
+    /// Reading or writing a file of the cluster failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What failed.
         source: std::io::Error,
     },
+    /// The cluster's certificates could not be generated.
     #[error("generating certificates: {0}")]
     Certificates(String),
+    /// A component could not be started.
     #[error("starting {component}: {detail}")]
-    Spawn { component: String, detail: String },
-    #[error("{component} did not become ready within {seconds} s: {detail}")]
-    NotReady {
+    Spawn {
+        /// The component (etcd, kube-apiserver, ...).
         component: String,
-        seconds: u64,
+        /// What went wrong.
         detail: String,
     },
+    /// A component did not answer its readiness check in time.
+    #[error("{component} did not become ready within {seconds} s: {detail}")]
+    NotReady {
+        /// The component.
+        component: String,
+        /// How long it was given.
+        seconds: u64,
+        /// The last failed check.
+        detail: String,
+    },
+    /// A component exited while starting.
     #[error("{component} exited during start-up ({status}); last lines of {log}:\n{tail}")]
     Exited {
+        /// The component.
         component: String,
+        /// Its exit status.
         status: String,
+        /// Its log file.
         log: PathBuf,
+        /// The last lines of its log.
         tail: String,
     },
+    /// The admin kubeconfig could not be written or read.
     #[error("kubeconfig {path}: {detail}")]
-    Kubeconfig { path: PathBuf, detail: String },
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An apiserver request of the harness failed.
     #[error("apiserver request failed: {0}")]
     Api(#[from] kube_client::Error),
+    /// An etcd request of the harness (a compaction) failed.
     #[error("etcd request failed: {0}")]
     Etcd(String),
 }

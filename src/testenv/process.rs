@@ -112,10 +112,12 @@ impl ManagedProcess {
         })
     }
 
+    /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// Where its stdout and stderr go.
     pub fn log_path(&self) -> &Path {
         &self.log_path
     }

@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::TestEnvError;
 
+/// A TCP proxy in front of the apiserver that can cut every connection or refuse new ones,
+/// to test what a client does when the network fails.
 pub struct FaultProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,

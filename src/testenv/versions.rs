@@ -19,10 +19,12 @@ pub fn kubernetes() -> &'static str {
     lookup("KUBERNETES_VERSION")
 }
 
+/// The etcd version in `hack/versions.env`.
 pub fn etcd() -> &'static str {
     lookup("ETCD_VERSION")
 }
 
+/// The kwok version in `hack/versions.env`.
 pub fn kwok() -> &'static str {
     lookup("KWOK_VERSION")
 }

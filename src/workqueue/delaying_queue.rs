@@ -10,7 +10,8 @@
 //! - `add_after` after shutdown is ignored; shutdown drops the waiting items.
 //! - Every `add_after` before shutdown counts in `workqueue_retries_total`.
 //!
-//! What differs on purpose (see STYLE.md, "Avoid"):
+//! What differs on purpose (a heap under the queue's own lock instead of client-go's goroutine
+//! plumbing):
 //! - No 1000-slot channel, no waiting-loop goroutine, no 10 s heartbeat. The waiting items are
 //!   a binary heap inside the queue's state (`state.rs`), under the queue's one lock.
 //! - One timer task per delaying queue sleeps until the earliest ready time
@@ -106,6 +107,19 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
     /// Adds `item` once `delay` has passed; a zero delay adds it now. If the item is already
     /// waiting, the earlier of the two times wins. Ignored after shutdown. client-go: `AddAfter`.
     pub fn add_after(&self, item: T, delay: Duration) {
+        if crate::trace::on() && !delay.is_zero() {
+            if let Some(key) = crate::trace::item_key(&item) {
+                crate::trace::record(key, crate::trace::Stage::QueueDelayed, "", || {
+                    format!("ready in {delay:?}")
+                });
+            }
+        }
+        self.add_after_untraced(item, delay);
+    }
+
+    /// [`add_after`](Self::add_after) without its trace step (the rate-limiting queue
+    /// records its own).
+    pub(crate) fn add_after_untraced(&self, item: T, delay: Duration) {
         if delay.is_zero() {
             if self.queue.is_shutting_down() {
                 return;

@@ -28,7 +28,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use super::metrics::{MetricsProvider, QueueMetrics};
-use super::state::{Hooks, Shared};
+use super::state::{Hooks, ItemStatus, Shared};
+use crate::trace::Stage;
 
 /// How to build a queue. client-go: `TypedQueueConfig` (and the delaying and rate-limiting
 /// configs, which only add fields we do not need).
@@ -125,7 +126,35 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
     /// loop should `tokio::task::consume_budget().await` between adds, as event handlers fed
     /// by a watch stream do anyway.
     pub fn add(&self, item: T) {
+        if crate::trace::on() {
+            self.trace_add(&item);
+        }
         self.shared.add(item);
+    }
+
+    /// Records an add for a process that follows keys (see [`crate::trace`]): whether the key
+    /// goes into line, is merged with a queued one, or waits for its worker's `done`. Called
+    /// before the add (a worker woken by it records its take right away) and with a borrow,
+    /// so the untraced path moves `item` exactly as before.
+    #[cold]
+    #[inline(never)]
+    fn trace_add(&self, item: &T) {
+        let Some(key) = crate::trace::item_key(item).filter(|k| crate::trace::is_followed(k))
+        else {
+            return;
+        };
+        let (stage, detail) = match self.shared.status(item) {
+            ItemStatus::Absent | ItemStatus::Waiting => (Stage::QueueAdded, "into line"),
+            ItemStatus::Queued => (Stage::QueueDeduplicated, "already in line: merged"),
+            ItemStatus::Processing => (
+                Stage::QueueWhileProcessing,
+                "a worker has it: queued again at its done",
+            ),
+        };
+        let ahead = self.shared.len();
+        crate::trace::record(key, stage, "", || {
+            format!("{detail} ({ahead} keys in line before)")
+        });
     }
 
     /// The number of items waiting to be handed out (not counting items being processed or

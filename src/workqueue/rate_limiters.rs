@@ -52,13 +52,19 @@ pub trait RateLimiter<T>: Send + Sync {
 pub enum RateLimiterError {
     /// The bucket's refill rate is not a positive, finite number of tokens per second.
     #[error("bucket rate limiter: qps must be a positive finite number, got {qps}")]
-    InvalidQps { qps: f64 },
+    InvalidQps {
+        /// The rate given.
+        qps: f64,
+    },
     /// The bucket must hold at least one token.
     #[error("bucket rate limiter: burst must be at least 1, got 0")]
     ZeroBurst,
     /// One token per interval shorter than a nanosecond cannot be represented.
     #[error("bucket rate limiter: qps {qps} is above one token per nanosecond")]
-    QpsTooHigh { qps: f64 },
+    QpsTooHigh {
+        /// The rate given.
+        qps: f64,
+    },
 }
 
 /// `base * 2^failures`, capped at `max`. client-go: `TypedItemExponentialFailureRateLimiter`.
@@ -152,6 +158,7 @@ const fn nonzero(n: u32) -> NonZeroU32 {
 }
 
 impl<T: Hash + Eq + Clone + Send> ItemExponentialFailureRateLimiter<T> {
+    /// Waits `base * 2^(failures - 1)`, at most `max`.
     pub fn new(base: Duration, max: Duration) -> Self {
         ItemExponentialFailureRateLimiter {
             failures: Mutex::new(HashMap::new()),
@@ -278,6 +285,7 @@ impl Clock for SetClock {
 }
 
 impl<T: Hash + Eq + Clone + Send> ItemFastSlowRateLimiter<T> {
+    /// Waits `fast` for the first `max_fast_attempts` failures of an item, then `slow`.
     pub fn new(fast: Duration, slow: Duration, max_fast_attempts: u32) -> Self {
         ItemFastSlowRateLimiter {
             failures: Mutex::new(HashMap::new()),
@@ -307,6 +315,7 @@ impl<T: Hash + Eq + Clone + Send> RateLimiter<T> for ItemFastSlowRateLimiter<T> 
 }
 
 impl<T> MaxOfRateLimiter<T> {
+    /// Waits the longest of what `limiters` say.
     pub fn new(limiters: Vec<Box<dyn RateLimiter<T>>>) -> Self {
         MaxOfRateLimiter { limiters }
     }
@@ -346,6 +355,7 @@ impl<T> RateLimiter<T> for MaxOfRateLimiter<T> {
 }
 
 impl<L> WithMaxWaitRateLimiter<L> {
+    /// Waits what `limiter` says, at most `max`.
     pub fn new(limiter: L, max: Duration) -> Self {
         WithMaxWaitRateLimiter { limiter, max }
     }

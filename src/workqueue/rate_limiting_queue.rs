@@ -80,7 +80,15 @@ impl<T: Hash + Eq + Clone + Send + 'static> RateLimitingQueue<T> {
     /// Adds `item` after the wait the rate limiter decides. client-go: `AddRateLimited`.
     pub fn add_rate_limited(&self, item: T) {
         let delay = self.limiter.when(&item);
-        self.queue.add_after(item, delay);
+        if crate::trace::on() {
+            if let Some(key) = crate::trace::item_key(&item) {
+                let requeues = self.limiter.num_requeues(&item);
+                crate::trace::record(key, crate::trace::Stage::QueueRateLimited, "", || {
+                    format!("the rate limiter says wait {delay:?} (requeue {requeues})")
+                });
+            }
+        }
+        self.queue.add_after_untraced(item, delay);
     }
 
     /// Tells the limiter to stop tracking `item`; `done` is still needed. client-go: `Forget`.

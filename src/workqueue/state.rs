@@ -150,6 +150,19 @@ pub(crate) struct Get<'a, T> {
     on_park: Option<OnPark<T>>,
 }
 
+/// Where an item is, as [`Shared::status`] sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ItemStatus {
+    /// Not in the queue.
+    Absent,
+    /// In line, not handed out yet.
+    Queued,
+    /// Handed out by `get`, not `done` yet.
+    Processing,
+    /// Only in the delaying heap.
+    Waiting,
+}
+
 /// See [`Get::on_park`].
 pub(crate) type OnPark<T> = fn(&Arc<Shared<T>>, &mut State<T>);
 
@@ -210,6 +223,25 @@ impl<T: Hash + Eq + Clone> Shared<T> {
         drop(state);
         if let Some(w) = wake {
             w.wake();
+        }
+    }
+
+    /// Where `item` is now, for [`crate::trace`] (never on the untraced path).
+    pub(crate) fn status(&self, item: &T) -> ItemStatus {
+        let hash = self.hasher.hash_one(item);
+        let state = self.state.lock();
+        let slots = &state.slots;
+        let Some(&i) = state
+            .index
+            .find(hash, |&i| slots[i as usize].key.as_ref() == Some(item))
+        else {
+            return ItemStatus::Absent;
+        };
+        let slot = &slots[i as usize];
+        match (slot.processing, slot.dirty) {
+            (true, _) => ItemStatus::Processing,
+            (false, true) => ItemStatus::Queued,
+            (false, false) => ItemStatus::Waiting,
         }
     }
 

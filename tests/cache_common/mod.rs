@@ -13,23 +13,7 @@ use kube_client::{Client, Resource};
 use kubeloop::cache::{DeletedObject, Indexer, ResourceEventHandler, meta_namespace_key};
 use parking_lot::Mutex;
 
-/// Polls `check` every 200 ms until it holds or `timeout` passes.
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(why) if tokio::time::Instant::now() >= deadline => {
-                panic!("timed out waiting for {what}: {why}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
+pub use kubeloop::testenv::eventually;
 
 /// What a handler saw, checked as it arrives: no add of a key already present, no update
 /// or delete of a key not present.
@@ -235,7 +219,7 @@ pub async fn ensure_widget_crd(client: &Client) {
             if established {
                 Ok(())
             } else {
-                Err("not established".into())
+                Err("not established".to_string())
             }
         },
     )

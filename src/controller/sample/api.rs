@@ -113,8 +113,15 @@ impl SyncClient for KubeSyncClient {
 
     async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
         let api: Api<Foo> = Api::namespaced(self.client.clone(), foo.namespace());
-        api.replace_status(foo.name(), &PostParams::default(), foo)
-            .await
+        let updated = api
+            .replace_status(foo.name(), &PostParams::default(), foo)
+            .await?;
+        let key = format!("{}/{}", foo.namespace(), foo.name());
+        crate::trace::status_written(&key, "Foo", &foo.metadata, &updated.metadata, || {
+            let available = updated.status.as_ref().map_or(0, |s| s.available_replicas);
+            format!("availableReplicas {available}")
+        });
+        Ok(updated)
     }
 
     async fn get_foo(

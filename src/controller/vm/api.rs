@@ -106,7 +106,21 @@ pub async fn write_status<A: VmApi>(
         current.status = Some(status.clone());
         fence(ctx, vm, "status update")?;
         match api.replace_status(&current).await {
-            Ok(updated) => return Ok(Some(updated)),
+            Ok(updated) => {
+                crate::trace::status_written(
+                    &vm.key(),
+                    "VirtualMachine",
+                    &current.metadata,
+                    &updated.metadata,
+                    || {
+                        format!(
+                            "phase {}",
+                            updated.status.as_ref().map_or("", |s| s.phase.as_str())
+                        )
+                    },
+                );
+                return Ok(Some(updated));
+            }
             Err(ApiError::NotFound { .. }) => return Ok(None),
             Err(ApiError::Conflict { .. }) => match api.get(vm.namespace(), vm.name()).await? {
                 Some(fresh) => current = fresh,
@@ -143,6 +157,11 @@ pub async fn set_finalizer<A: VmApi>(
             finalizers.retain(|f| f != FINALIZER);
         }
         fence(ctx, vm, "finalizer patch")?;
+        let change = if present { "adding" } else { "removing" };
+        let (key, step) = (vm.key(), crate::trace::Stage::FinalizerWritten);
+        crate::trace::record(&key, step, "VirtualMachine", || {
+            format!("{change} {FINALIZER}")
+        });
         match api.patch_finalizers(&current, finalizers).await {
             Ok(updated) => return Ok(Some(updated)),
             Err(ApiError::NotFound { .. }) => return Ok(None),

@@ -1,8 +1,8 @@
-//! Defence 2 of RUNTIME-NOTES.md, compensation: a server create that completes after its
+//! Defence 2 of the three in `reconcile.rs` ("Safe failover"), compensation: a server create that completes after its
 //! reconcile lost the right to cause side effects is undone by the one who made it.
 //!
 //! A container engine cannot check a fencing token, and cancelling a request already sent does
-//! not unsend it. So [`create_fenced`] runs `Driver::create_server` as a task of its own that
+//! not unsend it. So `create_fenced` runs `Driver::create_server` as a task of its own that
 //! owns the driver (an `Arc`), the spec and a clone of the reconcile's context, and the reconcile
 //! only waits for it (and stops waiting when the context is cancelled). The task alone decides,
 //! when the create returns, who owns the server:

@@ -9,7 +9,7 @@
 //!   any phase + deletionTimestamp --> Terminating --server deleted--> finalizer removed (gone)
 //! ```
 //!
-//! Rules (each fixes a bug of controller101, see SPEC.md section 8):
+//! Rules (each fixes a bug of controller101's original):
 //! - The finalizer is added by a metadata patch BEFORE anything is created, so a VM deleted in
 //!   any phase, even Creating, gets its server deleted.
 //! - Creation adopts a server that already exists (same name and the VM's uid), so a VM is
@@ -22,7 +22,7 @@
 //! - Beyond controller101: a server whose limits differ from the spec (the spec was edited) is
 //!   recreated with the new limits, since podman's Docker API has no live `update`.
 //!
-//! Safe failover (RUNTIME-NOTES.md, "three defences"):
+//! Safe failover, three defences (the fence arithmetic is in `src/controller/leadership.rs`):
 //! - Fencing: every side effect the reconcile causes (finalizer patch, status write, server
 //!   create/start/delete) is preceded by [`ReconcileContext::check`]; once it fails the pass
 //!   ends with [`ReconcileError::NotEntitled`], writing nothing more (no Failed status, no

@@ -1,4 +1,4 @@
-//! Defence 3 of RUNTIME-NOTES.md, the orphan sweep: the leader lists the servers it manages
+//! Defence 3 of the three in `reconcile.rs` ("Safe failover"), the orphan sweep: the leader lists the servers it manages
 //! and removes those whose VirtualMachine no longer exists.
 //!
 //! controller101 has nothing like it; controller-runtime and kube-runtime leave it to the

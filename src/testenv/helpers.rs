@@ -1,0 +1,197 @@
+//! The two helpers every real-cluster test uses: [`eventually`] (poll until a condition holds,
+//! or fail naming what was awaited and why it is not there yet) and [`Cluster::kubectl`] (the
+//! cluster's own kubectl with its admin kubeconfig).
+//!
+//! They panic instead of returning errors: they are for tests, where a panic with a message is
+//! the failure report.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Cluster;
+
+/// How often [`eventually`] and [`eventually_blocking`] ask again.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What a check passed to [`eventually`] may answer: `bool`, `Option<T>` (the value once
+/// ready) or `Result<T, E>` (the error says why it is not ready; it ends up in the panic).
+pub trait Ready {
+    /// What `eventually` returns once ready.
+    type Output;
+    /// `Ok(value)` when ready, else why not.
+    fn ready(self) -> Result<Self::Output, String>;
+}
+
+impl Ready for bool {
+    type Output = ();
+    fn ready(self) -> Result<(), String> {
+        if self {
+            Ok(())
+        } else {
+            Err("the condition was still false".into())
+        }
+    }
+}
+
+impl<T> Ready for Option<T> {
+    type Output = T;
+    fn ready(self) -> Result<T, String> {
+        self.ok_or_else(|| "still nothing".into())
+    }
+}
+
+impl<T, E: Display> Ready for Result<T, E> {
+    type Output = T;
+    fn ready(self) -> Result<T, String> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `check` every [`POLL_INTERVAL`] until it is ready and returns its value; panics after
+/// `timeout` with `what` and the last reason it gave. Time is tokio's, so paused-clock tests
+/// advance through it.
+pub async fn eventually<R, F, Fut>(what: &str, timeout: Duration, mut check: F) -> R::Output
+where
+    R: Ready,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await.ready() {
+            Ok(value) => return value,
+            Err(why) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {why}")
+            }
+            Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
+        }
+    }
+}
+
+/// [`eventually`] for code outside an async context (it sleeps the thread).
+pub fn eventually_blocking<R: Ready>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> R,
+) -> R::Output {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().ready() {
+            Ok(value) => return value,
+            Err(why) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {why}")
+            }
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
+/// What one kubectl run gave.
+#[derive(Debug, Clone)]
+pub struct Kubectl {
+    /// The arguments, for messages.
+    pub args: Vec<String>,
+    /// Whether it exited 0.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl Kubectl {
+    /// The standard output; panics with the arguments and stderr unless kubectl succeeded.
+    pub fn ok(self) -> String {
+        assert!(
+            self.success,
+            "kubectl {} failed: {}{}",
+            self.args.join(" "),
+            self.stderr,
+            self.stdout
+        );
+        self.stdout
+    }
+
+    /// `Ok(stdout)` or `Err(stderr)`, for [`eventually`].
+    pub fn result(self) -> Result<String, String> {
+        if self.success {
+            Ok(self.stdout)
+        } else {
+            Err(format!("kubectl {}: {}", self.args.join(" "), self.stderr))
+        }
+    }
+}
+
+impl Cluster {
+    /// Runs the cluster's kubectl (from the control plane's bin directory) with the admin
+    /// kubeconfig, in the crate's root directory (so `-f crds/foo.yaml` works). Never panics
+    /// on kubectl's failure: see [`Kubectl::ok`].
+    pub fn kubectl(&self, args: &[&str]) -> Kubectl {
+        self.kubectl_stdin(args, None)
+    }
+
+    /// [`Cluster::kubectl`] with `stdin` fed to kubectl (`apply -f -`).
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Kubectl {
+        let mut child = Command::new(self.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}/kubectl: {e}", self.bin_dir().display()));
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes())
+                .expect("writing kubectl's stdin");
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("waiting for kubectl");
+        Kubectl {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn eventually_returns_the_value_once_ready() {
+        let mut n = 0;
+        let got = eventually("n to reach 3", Duration::from_secs(5), || {
+            n += 1;
+            let ready = (n >= 3).then_some(n);
+            async move { ready }
+        })
+        .await;
+        assert_eq!(got, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "waiting for the impossible: not yet: 7")]
+    async fn eventually_panics_with_what_and_the_last_reason() {
+        eventually("the impossible", Duration::from_secs(1), || async {
+            Err::<(), _>("not yet: 7")
+        })
+        .await;
+    }
+
+    #[test]
+    fn eventually_blocking_accepts_bools() {
+        let mut calls = 0;
+        eventually_blocking("the second call", Duration::from_secs(5), || {
+            calls += 1;
+            calls == 2
+        });
+        assert_eq!(calls, 2);
+    }
+}
