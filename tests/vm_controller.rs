@@ -21,8 +21,11 @@ use kubeloop::controller::vm::driver::docker::DEFAULT_DOCKER_HOST;
 use kubeloop::controller::vm::{Phase, VirtualMachine};
 use kubeloop::testenv::{self, Cluster, eventually};
 
-const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
-const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
+mod vm_common;
+use vm_common::{
+    ControllerLog, TEST_VM, apply_vm, install_crd, kubectl, tail, vm, wait_phase, wait_vm,
+};
+
 const RBAC: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/examples/vm-controller-rbac.yaml"
@@ -42,36 +45,6 @@ fn docker_at(host: &str) -> Docker {
 
 fn container_name(ns: &str, name: &str) -> String {
     format!("kubeloop-vm_{ns}_{name}")
-}
-
-/// Runs kubectl against the cluster; returns (success, stdout, stderr).
-fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let out = cluster.kubectl(args);
-    (out.success, out.stdout, out.stderr)
-}
-
-/// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
-/// apply`s of a new object race to create it).
-async fn install_crd(cluster: &Cluster) {
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if *installed {
-        return;
-    }
-    let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
-    assert!(ok, "applying the CRD: {out}{err}");
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=60s",
-            "crd/virtualmachines.cloudnative.tw",
-        ],
-    );
-    assert!(ok, "waiting for the CRD: {out}{err}");
-    *installed = true;
 }
 
 /// A `kubeloop vm-controller` process; SIGKILLed on drop if still running.
@@ -144,10 +117,6 @@ impl Controller {
         Self { child, log }
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
     fn signal(&self, sig: libc::c_int) {
         // SAFETY: kill(2) on the pid of our own child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
@@ -173,6 +142,12 @@ impl Controller {
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl ControllerLog for Controller {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -220,39 +195,6 @@ fn labelled_containers(namespace: &str) -> Vec<String> {
         .split_whitespace()
         .map(str::to_string)
         .collect()
-}
-
-async fn vm(api: &Api<VirtualMachine>, name: &str) -> Option<VirtualMachine> {
-    api.get_opt(name).await.expect("GET VirtualMachine")
-}
-
-async fn wait_phase(
-    api: &Api<VirtualMachine>,
-    name: &str,
-    phase: Phase,
-    timeout: Duration,
-    controller: &Controller,
-) -> VirtualMachine {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let current = vm(api, name).await;
-        if let Some(v) = current.as_ref().filter(|v| v.phase() == phase) {
-            return v.clone();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "{name} did not reach {phase:?} in {timeout:?}; last: {:?}\ncontroller log tail:\n{}",
-                current.and_then(|v| v.status),
-                tail(&controller.log_text(), 30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 async fn engine_ready(host: &str) {
@@ -546,16 +488,6 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     assert_eq!(controller.terminate(), Some(0));
 }
 
-async fn apply_vm(cluster: &Cluster, ns: &str, name: &str, cpu: &str, memory: &str) {
-    let manifest = format!(
-        "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{resource: {{cpu: \"{cpu}\", memory: \"{memory}\"}}}}\n"
-    );
-    let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
-    std::fs::write(&path, manifest).unwrap();
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
-    assert!(ok, "{out}{err}");
-}
-
 async fn container_exists(docker: &Docker, name: &str) -> bool {
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)
@@ -584,7 +516,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     let name = container_name(&ns, "zombie");
 
     let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
-    apply_vm(cluster, &ns, "zombie", "1", "64Mi").await;
+    apply_vm(cluster, &ns, "zombie", "1", "64Mi");
     wait_phase(
         &api,
         "zombie",
@@ -723,7 +655,7 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
         &["--refresh-interval", "2s", "--max-retry-delay", "3s"],
     );
 
-    apply_vm(cluster, &ns, "outage", "1", "64Mi").await;
+    apply_vm(cluster, &ns, "outage", "1", "64Mi");
     let before = wait_phase(
         &api,
         "outage",
@@ -815,7 +747,7 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     })
     .await;
     let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
-    apply_vm(cluster, &ns, "first", "1", "64Mi").await;
+    apply_vm(cluster, &ns, "first", "1", "64Mi");
     wait_phase(&api, "first", Phase::Active, Duration::from_secs(90), &a).await;
     assert!(a.log_text().contains("became the leader"));
     let b_log = b.log_text();
@@ -826,7 +758,7 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
 
     // The leader dies without releasing the lease; work arrives while nobody leads.
     a.kill();
-    apply_vm(cluster, &ns, "second", "1", "64Mi").await;
+    apply_vm(cluster, &ns, "second", "1", "64Mi");
     let killed_at = Instant::now();
     wait_phase(&api, "second", Phase::Active, Duration::from_secs(90), &b).await;
     println!(
@@ -876,7 +808,7 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
     let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
-    apply_vm(cluster, &ns, "ghost", "500m", "64Mi").await;
+    apply_vm(cluster, &ns, "ghost", "500m", "64Mi");
     let active = wait_phase(
         &api,
         "ghost",
@@ -1024,7 +956,7 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
     .await;
 
     let controller = Controller::spawn_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
-    apply_vm(cluster, &ns, "rbac", "1", "64Mi").await;
+    apply_vm(cluster, &ns, "rbac", "1", "64Mi");
     wait_phase(
         &api,
         "rbac",
@@ -1136,7 +1068,7 @@ async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
-    apply_vm(cluster, &ns, "grow", "500m", "64Mi").await;
+    apply_vm(cluster, &ns, "grow", "500m", "64Mi");
     let active = wait_phase(
         &api,
         "grow",
@@ -1256,7 +1188,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
 
     let mut controller =
         Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
-    apply_vm(cluster, &ns, "taken", "500m", "64Mi").await;
+    apply_vm(cluster, &ns, "taken", "500m", "64Mi");
     let failed = wait_phase(
         &api,
         "taken",
@@ -1348,7 +1280,7 @@ async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist()
     let docker = docker_at(&host);
 
     // A live VM (no controller runs, so nothing else touches its container) and its container.
-    apply_vm(cluster, &ns, "alive", "500m", "64Mi").await;
+    apply_vm(cluster, &ns, "alive", "500m", "64Mi");
     let alive_uid = vm(&api, "alive").await.unwrap().metadata.uid.unwrap();
     let managed = "kubeloop-vm-controller";
     let alive = container_name(&ns, "alive");
@@ -1633,7 +1565,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
     let mut wanted: std::collections::BTreeMap<String, &str> = Default::default();
     for i in 0..30 {
         let name = format!("vm-{i}");
-        apply_vm(cluster, &ns, &name, "100m", "32Mi").await;
+        apply_vm(cluster, &ns, &name, "100m", "32Mi");
         wanted.insert(name, "100m");
     }
     let mut deleted = Vec::new();
@@ -1653,7 +1585,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             } else {
                 "100m"
             };
-            apply_vm(cluster, &ns, name, cpu, "32Mi").await;
+            apply_vm(cluster, &ns, name, cpu, "32Mi");
             wanted.insert(name.clone(), cpu);
         }
         let victim = names[names.len() - 1 - round].clone();
@@ -1665,7 +1597,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
         deleted.push(victim);
         // One new VM per round, after the 30 first ones.
         let fresh = format!("vm-{}", 30 + round);
-        apply_vm(cluster, &ns, &fresh, "100m", "32Mi").await;
+        apply_vm(cluster, &ns, &fresh, "100m", "32Mi");
         wanted.insert(fresh, "100m");
 
         // The current leader, by the Lease.
@@ -2077,7 +2009,7 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
     let mut wanted: std::collections::BTreeMap<String, &str> = Default::default();
     for i in 0..24 {
         let name = format!("vm-{i}");
-        apply_vm(cluster, &ns, &name, "100m", "32Mi").await;
+        apply_vm(cluster, &ns, &name, "100m", "32Mi");
         wanted.insert(name, "100m");
     }
     converge(
@@ -2097,7 +2029,7 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
     replicas[victim].2 = Some(jiff_now::now());
     replicas[victim].1.kill();
     for name in ["vm-0", "vm-1"] {
-        apply_vm(cluster, &ns, name, "200m", "32Mi").await;
+        apply_vm(cluster, &ns, name, "200m", "32Mi");
         wanted.insert(name.to_string(), "200m");
     }
     eventually(
@@ -2164,32 +2096,6 @@ fn vm_condition(vm: &VirtualMachine, type_: &str) -> (String, String, String) {
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
-/// Waits until `check` holds for the VM, then returns it.
-async fn wait_vm(
-    api: &Api<VirtualMachine>,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    controller: &Controller,
-    check: impl Fn(&VirtualMachine) -> bool,
-) -> VirtualMachine {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let current = vm(api, name).await;
-        if let Some(v) = current.as_ref().filter(|v| check(v)) {
-            return v.clone();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "{name}: {what} not seen in {timeout:?}; last: {:?}\ncontroller log tail:\n{}",
-                current.and_then(|v| v.status),
-                tail(&controller.log_text(), 30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_code_then_restarted_after_its_backoff()
  {
@@ -2204,7 +2110,7 @@ async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
-    apply_vm(cluster, &ns, "victim", "500m", "64Mi").await;
+    apply_vm(cluster, &ns, "victim", "500m", "64Mi");
     let active = wait_phase(
         &api,
         "victim",
@@ -2348,7 +2254,7 @@ async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goe
         &["--refresh-interval", "1s", "--vm-image", &image],
     );
     let started = Instant::now();
-    apply_vm(cluster, &ns, "crasher", "100m", "32Mi").await;
+    apply_vm(cluster, &ns, "crasher", "100m", "32Mi");
 
     // Exits at once each time: waits of 10 s then 20 s, and after the third exit in a row
     // CrashLoopBackOff (waiting 40 s), with the exit code.
@@ -2402,7 +2308,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     // 1 MiB is less than the container's init already uses: the OCI runtime refuses to start.
-    apply_vm(cluster, &ns, "tiny", "100m", "1Mi").await;
+    apply_vm(cluster, &ns, "tiny", "100m", "1Mi");
     let failed = wait_phase(
         &api,
         "tiny",
@@ -2439,7 +2345,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
     );
 
     // An edit of the spec is tried at once and recreates the container with the new limit.
-    apply_vm(cluster, &ns, "tiny", "100m", "64Mi").await;
+    apply_vm(cluster, &ns, "tiny", "100m", "64Mi");
     let active = wait_phase(
         &api,
         "tiny",

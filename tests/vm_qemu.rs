@@ -19,8 +19,9 @@ use kubeloop::controller::vm::driver::qemu::{READY_LINE, default_cache_dir};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
 use kubeloop::testenv::{self, Cluster};
 
-const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
-const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
+mod vm_common;
+use vm_common::{ControllerLog, TEST_VM, apply_vm, install_crd, kubectl, tail, vm, wait_vm};
+
 /// TCG boots take ~7 s alone on this project's 2-core machines, more with parallel tests.
 const BOOT: Duration = Duration::from_secs(150);
 
@@ -42,53 +43,6 @@ fn require_qemu() {
         found,
         "qemu-system-x86_64 is not installed: run hack/setup-qemu"
     );
-}
-
-fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(cluster.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("running kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Applies the CRD once per test binary (concurrent applies of a new object race).
-async fn install_crd(cluster: &Cluster) {
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if *installed {
-        return;
-    }
-    let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
-    assert!(ok, "applying the CRD: {out}{err}");
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=60s",
-            "crd/virtualmachines.cloudnative.tw",
-        ],
-    );
-    assert!(ok, "waiting for the CRD: {out}{err}");
-    *installed = true;
-}
-
-fn apply_vm(cluster: &Cluster, ns: &str, name: &str, cpu: &str, memory: &str) {
-    let manifest = format!(
-        "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{resource: {{cpu: \"{cpu}\", memory: \"{memory}\"}}}}\n"
-    );
-    let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
-    std::fs::write(&path, manifest).unwrap();
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
-    assert!(ok, "{out}{err}");
 }
 
 /// A `kubeloop vm-controller --vm-driver qemu` process; SIGKILLed on drop.
@@ -125,13 +79,15 @@ impl Controller {
         Self { child, log }
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl ControllerLog for Controller {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -182,41 +138,6 @@ impl Drop for StateDirGuard {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
-    }
-}
-
-async fn vm(api: &Api<VirtualMachine>, name: &str) -> Option<VirtualMachine> {
-    api.get_opt(name).await.expect("GET VirtualMachine")
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Polls every 200 ms until `check` holds for the VM, or fails naming `what`.
-async fn wait_vm(
-    api: &Api<VirtualMachine>,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    controller: &Controller,
-    check: impl Fn(&VirtualMachine) -> bool,
-) -> VirtualMachine {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let current = vm(api, name).await;
-        if let Some(v) = current.as_ref().filter(|v| check(v)) {
-            return v.clone();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "{name}: {what} not seen within {timeout:?}; last status: {:?}\ncontroller log tail:\n{}",
-                current.and_then(|v| v.status),
-                tail(&controller.log_text(), 30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
