@@ -60,9 +60,6 @@ pub mod leadership;
 pub mod runtime;
 pub mod sample;
 pub mod sharding;
-// The VM controller's items are documented where they are declared except a few of its
-// data types and driver methods; they are allowed here until that module settles.
-#[allow(missing_docs)]
 pub mod vm;
 pub mod worker;
 

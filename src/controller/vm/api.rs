@@ -33,22 +33,47 @@ pub const CONFLICT_RETRIES: usize = 5;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ApiError {
     #[error("VirtualMachine {vm}: {operation} conflicted with a concurrent change")]
-    Conflict { vm: String, operation: &'static str },
-    #[error("VirtualMachine {vm}: not found during {operation}")]
-    NotFound { vm: String, operation: &'static str },
-    #[error("VirtualMachine {vm}: {operation} failed: {message}")]
-    Other {
+    /// The object changed since it was read (409).
+    Conflict {
+        /// The VM's `namespace/name`.
         vm: String,
+        /// What was being done (e.g. `status update`, `create`).
         operation: &'static str,
+    },
+    #[error("VirtualMachine {vm}: not found during {operation}")]
+    /// The object is gone (404).
+    NotFound {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// What was being done (e.g. `status update`, `create`).
+        operation: &'static str,
+    },
+    #[error("VirtualMachine {vm}: {operation} failed: {message}")]
+    /// Any other failure of the request.
+    Other {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// What was being done (e.g. `status update`, `create`).
+        operation: &'static str,
+        /// What the other side said.
         message: String,
     },
     #[error("VirtualMachine {vm}: {operation} still conflicted after {CONFLICT_RETRIES} attempts")]
-    ConflictRetriesExhausted { vm: String, operation: &'static str },
+    /// Every retry after a conflict conflicted again.
+    ConflictRetriesExhausted {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// What was being done (e.g. `status update`, `create`).
+        operation: &'static str,
+    },
     /// The write was not sent: the reconcile may no longer cause side effects.
     #[error("VirtualMachine {vm}: {operation} not sent: {reason}")]
     NotEntitled {
+        /// The VM's `namespace/name`.
         vm: String,
+        /// What was being done (e.g. `status update`, `create`).
         operation: &'static str,
+        /// Why the context ended.
         reason: NotEntitled,
     },
 }
@@ -186,6 +211,7 @@ pub struct KubeVmApi {
 }
 
 impl KubeVmApi {
+    /// The apiserver through `client`, with `lister` (the informer's cache) for reads.
     pub fn new(client: Client, lister: Lister<VirtualMachine>) -> Self {
         Self { client, lister }
     }

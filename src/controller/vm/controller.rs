@@ -85,10 +85,13 @@ impl Default for VmControllerConfig {
 #[derive(Debug, Error)]
 pub enum VmControllerError {
     #[error("the VirtualMachine informer did not sync before shutdown")]
+    /// Shutdown came before the informer synced.
     CacheNotSynced,
     #[error("registering the VirtualMachine event handler: {0}")]
+    /// The event handler could not be registered.
     Handler(#[from] crate::cache::InformerError),
     #[error("leader election lost: {0:?}")]
+    /// Leadership ended and the elector does not contend again.
     LeadershipLost(StopReason),
 }
 

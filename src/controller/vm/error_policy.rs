@@ -54,11 +54,22 @@ pub fn rate_limiter_capped(max_delay: Duration) -> crate::workqueue::MaxOfRateLi
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ReconcileError {
     #[error("invalid workqueue key {key:?}: expected namespace/name")]
-    InvalidKey { key: String },
+    /// A key that is not `namespace/name`.
+    InvalidKey {
+        /// The key as taken from the queue.
+        key: String,
+    },
     #[error(transparent)]
+    /// An apiserver request failed.
     Api(ApiError),
     #[error("VirtualMachine {vm}: {source}")]
-    Driver { vm: String, source: DriverError },
+    /// A driver call failed.
+    Driver {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// The underlying error.
+        source: DriverError,
+    },
     /// The reconcile stopped before a side effect it was no longer entitled to cause.
     #[error("reconcile stopped: {0}")]
     NotEntitled(NotEntitled),

@@ -29,31 +29,62 @@ pub struct Resources {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum QuantityError {
     #[error("{value:?} is not a quantity: {problem}")]
+    /// Not a Kubernetes quantity.
     Malformed {
+        /// The quantity as written.
         value: String,
+        /// What is wrong with it.
         problem: &'static str,
     },
     #[error("{value:?} has unknown suffix {suffix:?} (allowed: {allowed})")]
+    /// A suffix this resource does not take.
     UnknownSuffix {
+        /// The quantity as written.
         value: String,
+        /// The suffix found.
         suffix: String,
+        /// The suffixes allowed here.
         allowed: &'static str,
     },
     #[error("{value:?} must be greater than zero")]
-    NotPositive { value: String },
+    /// Zero or negative.
+    NotPositive {
+        /// The quantity as written.
+        value: String,
+    },
     #[error("{value:?} is too large")]
-    TooLarge { value: String },
+    /// Too large for the engine's 64-bit fields.
+    TooLarge {
+        /// The quantity as written.
+        value: String,
+    },
 }
 
 /// A VM whose `spec.resource` cannot be turned into engine units.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SpecError {
     #[error("VirtualMachine {vm}: spec.resource is missing (cpu and memory are required)")]
-    MissingResource { vm: String },
+    /// `spec.resource` is missing.
+    MissingResource {
+        /// The VM's `namespace/name`.
+        vm: String,
+    },
     #[error("VirtualMachine {vm}: spec.resource.cpu {source}")]
-    Cpu { vm: String, source: QuantityError },
+    /// `spec.resource.cpu` is not valid.
+    Cpu {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// The underlying error.
+        source: QuantityError,
+    },
     #[error("VirtualMachine {vm}: spec.resource.memory {source}")]
-    Memory { vm: String, source: QuantityError },
+    /// `spec.resource.memory` is not valid.
+    Memory {
+        /// The VM's `namespace/name`.
+        vm: String,
+        /// The underlying error.
+        source: QuantityError,
+    },
 }
 
 const CPU_SUFFIXES: &str = "m, k, M, G or none";

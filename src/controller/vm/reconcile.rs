@@ -130,6 +130,7 @@ struct NameTaken<'a> {
 }
 
 impl<D: Driver, A: VmApi> Reconciler<D, A> {
+    /// A reconciler creating servers through `driver` and writing through `api`.
     pub fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
         Self {
             driver: Arc::new(driver),

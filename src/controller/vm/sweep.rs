@@ -57,11 +57,14 @@ pub struct SweepReport {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SweepError {
     #[error("orphan sweep: listing the managed servers failed: {0}")]
+    /// Listing the engine's servers failed.
     List(DriverError),
     /// The context ended; `report` is what was done until then.
     #[error("orphan sweep stopped after examining {} servers: {reason}", report.examined)]
     NotEntitled {
+        /// Why the context ended.
         reason: NotEntitled,
+        /// What the sweep did before it stopped.
         report: SweepReport,
     },
 }

@@ -32,14 +32,19 @@ pub const FINALIZER: &str = "finalizer.cloudnative.tw";
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachine {
     #[serde(default = "api_version")]
+    /// `cloudnative.tw/v1alpha1`.
     pub api_version: String,
     #[serde(default = "kind")]
+    /// `VirtualMachine`.
     pub kind: String,
     #[serde(default)]
+    /// Name, namespace, uid, finalizers, ...
     pub metadata: ObjectMeta,
     #[serde(default)]
+    /// What the user asks for.
     pub spec: VirtualMachineSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the controller observed.
     pub status: Option<VirtualMachineStatus>,
 }
 
@@ -55,7 +60,9 @@ pub struct VirtualMachineSpec {
 /// `spec.resource`: Kubernetes quantities (`cpu: 2`, `cpu: 500m`, `memory: 4G`, `memory: 4Gi`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResourceSpec {
+    /// CPU cores (`2`, `500m`).
     pub cpu: Quantity,
+    /// Memory (`4G`, `4Gi`).
     pub memory: Quantity,
 }
 
@@ -64,17 +71,20 @@ pub struct ResourceSpec {
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineStatus {
     #[serde(default)]
+    /// Where the VM is in its life ([`Phase`]).
     pub phase: Phase,
     /// Why the VM is in its phase; empty when there is nothing to say (Active and healthy).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The server backing the VM, as last seen.
     pub server: Option<ServerStatus>,
     /// Restarts of the server after it exited, since it last ran
     /// [`super::reconcile::CRASH_RESET_AFTER`] without exiting (a pod's `restartCount`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the status last changed in a way a user sees.
     pub last_update_time: Option<Time>,
     /// `Ready` and `ServerRunning` ([`super::conditions`]), derived from the rest of the status
     /// each time it is written.
@@ -99,6 +109,7 @@ pub struct ServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<String>,
     #[serde(default)]
+    /// CPU and memory use.
     pub usage: ServerUsage,
 }
 
@@ -118,12 +129,16 @@ pub enum Phase {
     #[default]
     #[serde(rename = "")]
     None,
+    /// Its server is being created or started.
     Creating,
+    /// Its server runs.
     Active,
+    /// Something went wrong; the reason says what.
     Failed,
     /// The server exited [`super::reconcile::CRASH_LOOP_AFTER`] times in a row; it is
     /// restarted with a growing delay (a pod's `CrashLoopBackOff`).
     CrashLoopBackOff,
+    /// Deletion was requested; its server is being deleted.
     Terminating,
     /// A string this version does not know; handled like [`Phase::None`].
     #[serde(other)]

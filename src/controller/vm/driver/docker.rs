@@ -57,6 +57,7 @@ pub const DEFAULT_IMAGE: &str = "localhost/kubeloop/vm-busybox:latest";
 pub struct DockerDriverConfig {
     /// `unix:///path`, `tcp://host:port`, ... (bollard's `connect_with_host`).
     pub host: String,
+    /// The image every VM's container runs ([`DEFAULT_IMAGE`]).
     pub image: String,
     /// Per-request timeout; a hung engine must not hold a worker forever.
     pub timeout: Duration,

@@ -60,12 +60,17 @@ struct Inner {
 /// One server of the fake engine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FakeServer {
+    /// The server's id (`fake-0001`, ...).
     pub id: String,
+    /// What it was created for.
     pub spec: ServerSpec,
     /// What the engine would report as the container's labels.
     pub labels: BTreeMap<String, String>,
+    /// True while it runs.
     pub running: bool,
+    /// The CPU% the next status call reports.
     pub cpu_percent: f64,
+    /// The memory% the next status call reports.
     pub memory_percent: f64,
     /// When it last started.
     pub started_at: Option<Timestamp>,
@@ -76,6 +81,7 @@ pub struct FakeServer {
 const ENGINE: &str = "fake engine";
 
 impl FakeDriver {
+    /// An empty engine.
     pub fn new() -> Self {
         Self::default()
     }

@@ -32,6 +32,7 @@ pub use qemu::{QemuDriver, QemuDriverConfig};
 
 /// Labels put on every server, so they can be traced back to their VM.
 pub const LABEL_NAMESPACE: &str = "kubeloop.dev/vm-namespace";
+/// The VM's name.
 pub const LABEL_NAME: &str = "kubeloop.dev/vm-name";
 /// The VM's `metadata.uid`: the only proof that a server belongs to a VM.
 pub const LABEL_UID: &str = "kubeloop.dev/vm-uid";
@@ -39,6 +40,7 @@ pub const LABEL_UID: &str = "kubeloop.dev/vm-uid";
 /// driver is configured otherwise (two clusters sharing one engine must use two values, or
 /// each one's orphan sweep would take the other's servers for orphans).
 pub const LABEL_MANAGED_BY: &str = "kubeloop.dev/managed-by";
+/// The default value of [`LABEL_MANAGED_BY`].
 pub const DEFAULT_MANAGED_BY: &str = "kubeloop-vm-controller";
 
 /// What to create for one VM.
@@ -46,8 +48,11 @@ pub const DEFAULT_MANAGED_BY: &str = "kubeloop-vm-controller";
 pub struct ServerSpec {
     /// From [`server_name`].
     pub name: String,
+    /// The VM's namespace.
     pub vm_namespace: String,
+    /// The VM's name.
     pub vm_name: String,
+    /// The VM's uid (the server's [`LABEL_UID`]).
     pub vm_uid: String,
     /// Millicores (NanoCpus = millis * 1e6).
     pub cpu_millis: u64,
@@ -108,13 +113,18 @@ pub struct Created {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeleteOutcome {
     /// The server (this engine id) was removed.
-    Deleted { id: String },
+    Deleted {
+        /// The engine's id of the server.
+        id: String,
+    },
     /// There was no such server.
     Absent,
     /// The server exists but its [`LABEL_UID`] is not the given uid (`None`: no such label); it
     /// was left alone.
     NotOwned {
+        /// The server's engine id.
         id: String,
+        /// Its [`LABEL_UID`] (`None`: none).
         found_uid: Option<String>,
     },
 }
@@ -128,7 +138,9 @@ pub struct ManagedServer {
     pub name: String,
     /// [`LABEL_NAMESPACE`], [`LABEL_NAME`] and [`LABEL_UID`] (`None` where the label is missing).
     pub vm_namespace: Option<String>,
+    /// [`LABEL_NAME`].
     pub vm_name: Option<String>,
+    /// [`LABEL_UID`].
     pub vm_uid: Option<String>,
 }
 
@@ -137,13 +149,22 @@ pub struct ManagedServer {
 pub enum DriverError {
     /// The engine could not be reached at all (socket missing, connection refused, timeout).
     #[error("{engine} is unreachable: {message}")]
-    Unreachable { engine: String, message: String },
+    Unreachable {
+        /// The engine, as [`Driver::engine`] names it.
+        engine: String,
+        /// What the other side said.
+        message: String,
+    },
     /// The engine answered with an error.
     #[error("{engine} refused to {operation} server {server}: {message}")]
     Engine {
+        /// The engine, as [`Driver::engine`] names it.
         engine: String,
+        /// What was being done (e.g. `status update`, `create`).
         operation: &'static str,
+        /// The server's name.
         server: String,
+        /// What the other side said.
         message: String,
     },
     /// The engine refused the server for a reason retrying the same spec will not fix (its
@@ -151,9 +172,13 @@ pub enum DriverError {
     /// when its spec changes or after a long, bounded interval.
     #[error("{engine} refused to {operation} server {server}: {message}")]
     Refused {
+        /// The engine, as [`Driver::engine`] names it.
         engine: String,
+        /// What was being done (e.g. `status update`, `create`).
         operation: &'static str,
+        /// The server's name.
         server: String,
+        /// What the other side said.
         message: String,
     },
     /// A server of that name exists but does not carry the VM's uid (`found_uid: None`: no
@@ -163,10 +188,15 @@ pub enum DriverError {
         uid_label_text(found_uid.as_deref())
     )]
     NameTaken {
+        /// The engine, as [`Driver::engine`] names it.
         engine: String,
+        /// The server's name.
         server: String,
+        /// The engine's id of the server.
         id: String,
+        /// The VirtualMachine's uid.
         wanted_uid: String,
+        /// The server's `kubeloop.dev/vm-uid` label (`None`: it has none).
         found_uid: Option<String>,
     },
 }

@@ -34,7 +34,9 @@ pub enum Accel {
     /// KVM if a probe guest boots under it, else TCG (decided once per driver).
     #[default]
     Auto,
+    /// Hardware virtualization (`-accel kvm`).
     Kvm,
+    /// QEMU's emulation (`-accel tcg`).
     Tcg,
 }
 
@@ -45,8 +47,11 @@ pub struct QemuDriverConfig {
     pub state_dir: PathBuf,
     /// The guest kernel and initramfs (hack/setup-qemu's cache).
     pub kernel: PathBuf,
+    /// The initramfs hack/setup-qemu builds.
     pub initrd: PathBuf,
+    /// The `qemu-system-x86_64` to run.
     pub qemu_binary: PathBuf,
+    /// KVM, TCG, or a probe to choose.
     pub accel: Accel,
     /// How long a create waits for the readiness line; past it the create fails (the VM stays
     /// booting and the next pass adopts it and waits again).

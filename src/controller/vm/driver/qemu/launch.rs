@@ -18,12 +18,17 @@ use super::state::ServerDir;
 /// What to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchSpec {
+    /// The `qemu-system-x86_64` to run.
     pub qemu_binary: PathBuf,
+    /// The kernel (`vmlinuz`).
     pub kernel: PathBuf,
+    /// The initramfs.
     pub initrd: PathBuf,
     /// `kvm` or `tcg`.
     pub accelerator: &'static str,
+    /// `-smp`.
     pub vcpus: u32,
+    /// `-m`, in MiB.
     pub memory_mib: u64,
     /// TCG's translation buffer in MiB (QEMU's default, 1 GiB, would show in every VM's RSS).
     pub tcg_tb_size_mib: u32,

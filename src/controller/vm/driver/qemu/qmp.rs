@@ -19,30 +19,57 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 #[derive(Debug, Error)]
 pub enum QmpError {
     #[error("connecting to QMP at {path}: {source}")]
+    /// The socket could not be connected to.
     Connect {
+        /// The QMP socket.
         path: String,
+        /// The underlying error.
         source: std::io::Error,
     },
     #[error("QMP at {path}: {source}")]
+    /// Reading or writing the socket failed.
     Io {
+        /// The QMP socket.
         path: String,
+        /// The underlying error.
         source: std::io::Error,
     },
     #[error("QMP at {path} did not answer {command} within {timeout:?}")]
+    /// No answer in time.
     Timeout {
+        /// The QMP socket.
         path: String,
+        /// The QMP command sent.
         command: String,
+        /// How long the answer was waited for.
         timeout: Duration,
     },
     #[error("QMP at {path} closed the connection during {command}")]
-    Closed { path: String, command: String },
-    #[error("QMP at {path} sent something that is not JSON: {line}")]
-    Garbled { path: String, line: String },
-    #[error("QMP at {path} refused {command}: {class}: {desc}")]
-    Refused {
+    /// QEMU closed the socket before answering.
+    Closed {
+        /// The QMP socket.
         path: String,
+        /// The QMP command sent.
         command: String,
+    },
+    #[error("QMP at {path} sent something that is not JSON: {line}")]
+    /// An answer that is not QMP's JSON.
+    Garbled {
+        /// The QMP socket.
+        path: String,
+        /// The line as received.
+        line: String,
+    },
+    #[error("QMP at {path} refused {command}: {class}: {desc}")]
+    /// QEMU answered the command with an error.
+    Refused {
+        /// The QMP socket.
+        path: String,
+        /// The QMP command sent.
+        command: String,
+        /// QEMU's error class.
         class: String,
+        /// QEMU's description of the error.
         desc: String,
     },
 }

@@ -47,16 +47,21 @@ const UID_LEN: usize = 36;
 pub struct VmRecord {
     /// The `kubeloop.dev/managed-by` value of the driver that made it.
     pub managed_by: String,
+    /// The VM's namespace.
     pub namespace: String,
+    /// The VM's name.
     pub name: String,
+    /// The VM's uid.
     pub uid: String,
     /// The server name ([`crate::controller::vm::driver::server_name`]).
     pub server: String,
     /// What the spec asked for.
     pub cpu_millis: u64,
+    /// The memory the spec asked for, in bytes.
     pub memory_bytes: u64,
     /// What QEMU was given (`-smp`, `-m <MiB>M`).
     pub vcpus: u32,
+    /// The memory QEMU was given (`-m`), in MiB.
     pub memory_mib: u64,
     /// `kvm` or `tcg`, as QMP `query-kvm` reported it once QEMU started (empty before).
     #[serde(default)]
@@ -76,6 +81,7 @@ pub struct StateRoot {
 pub struct ServerDir {
     /// The directory's name: the server's id.
     pub id: String,
+    /// The directory.
     pub path: PathBuf,
     /// The uid its name carries.
     pub uid: String,
@@ -84,7 +90,9 @@ pub struct ServerDir {
 /// How a server's last QEMU run ended, from the `exit` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Exit {
+    /// The exit code (128 + the signal for a killed QEMU).
     pub code: i64,
+    /// When it ended.
     pub at: Timestamp,
 }
 
@@ -108,6 +116,7 @@ impl StateRoot {
         Ok(Self { root, prefix_max })
     }
 
+    /// The root directory.
     pub fn path(&self) -> &Path {
         &self.root
     }
@@ -255,10 +264,12 @@ impl StateRoot {
 }
 
 impl ServerDir {
+    /// The path of the file `name` in this directory.
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
 
+    /// The VM record written when the VM was created.
     pub fn record(&self) -> io::Result<VmRecord> {
         let text = fs::read(self.file("vm.json"))?;
         serde_json::from_slice(&text).map_err(|e| {
@@ -269,6 +280,7 @@ impl ServerDir {
         })
     }
 
+    /// Writes the VM record (atomically: a temporary file renamed over it).
     pub fn write_record(&self, record: &VmRecord) -> io::Result<()> {
         write_atomic(&self.file("vm.json"), &record_json(record)?)
     }
@@ -289,6 +301,7 @@ impl ServerDir {
         parse_exit(&text)
     }
 
+    /// When the current QEMU started (its pidfile's time), if one runs.
     pub fn started_at(&self) -> Option<Timestamp> {
         unix_time_file(&self.file("started"))
     }

@@ -17,11 +17,13 @@ use std::time::Instant;
 /// One CPU sample of a process.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CpuSample {
+    /// The QEMU process.
     pub pid: i32,
     /// `starttime` (clock ticks after boot): with the pid, identifies the process.
     pub start_ticks: u64,
     /// `utime + stime` in clock ticks.
     pub cpu_ticks: u64,
+    /// When the sample was taken.
     pub at: Instant,
 }
 
