@@ -197,6 +197,36 @@ fn labelled_containers(namespace: &str) -> Vec<String> {
         .collect()
 }
 
+/// What most tests on podman start with: the shared cluster with the CRD, the engine checked,
+/// a fresh namespace whose containers are removed when the test ends, and the VM API in it.
+struct PodmanTest {
+    cluster: &'static Cluster,
+    host: String,
+    ns: String,
+    api: Api<VirtualMachine>,
+    _cleanup: ContainerCleanup,
+}
+
+impl PodmanTest {
+    async fn new(namespace_prefix: &str) -> Self {
+        let cluster = testenv::shared().await;
+        install_crd(cluster).await;
+        let host = docker_host();
+        engine_ready(&host).await;
+        let ns = cluster.new_namespace(namespace_prefix).await.unwrap();
+        let api = Api::namespaced(cluster.client().await.unwrap(), &ns);
+        Self {
+            cluster,
+            host,
+            _cleanup: ContainerCleanup {
+                namespace: ns.clone(),
+            },
+            ns,
+            api,
+        }
+    }
+}
+
 async fn engine_ready(host: &str) {
     let docker = docker_at(host);
     docker.ping().await.unwrap_or_else(|e| {
@@ -503,15 +533,13 @@ async fn container_exists(docker: &Docker, name: &str) -> bool {
 
 #[tokio::test]
 async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_back() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-zombie").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-zombie").await;
     let docker = docker_at(&host);
     let name = container_name(&ns, "zombie");
 
@@ -722,15 +750,13 @@ async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
 
 #[tokio::test]
 async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-ha").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-ha").await;
     let docker = docker_at(&host);
     let timing = [
         "--lease-duration",
@@ -796,15 +822,13 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
 
 #[tokio::test]
 async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreated() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-vanish").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-vanish").await;
     let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
@@ -906,15 +930,13 @@ fn restricted_kubeconfig(cluster: &Cluster, user: &str) -> PathBuf {
 
 #[tokio::test]
 async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-rbac").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-rbac").await;
     let user = format!("vm-controller-{ns}");
     let kubeconfig = restricted_kubeconfig(cluster, &user);
 
@@ -1057,15 +1079,13 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
 
 #[tokio::test]
 async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-resize").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-resize").await;
     let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
     apply_vm(cluster, &ns, "grow", "500m", "64Mi");
@@ -2099,15 +2119,13 @@ fn vm_condition(vm: &VirtualMachine, type_: &str) -> (String, String, String) {
 #[tokio::test]
 async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_code_then_restarted_after_its_backoff()
  {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-killed").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-killed").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     apply_vm(cluster, &ns, "victim", "500m", "64Mi");
@@ -2296,15 +2314,13 @@ async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goe
 
 #[tokio::test]
 async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_an_edit_fixes_it() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-refused").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-refused").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     // 1 MiB is less than the container's init already uses: the OCI runtime refuses to start.
