@@ -3,6 +3,11 @@
 //! event -> reflector -> RealFIFO -> indexer -> handler -> workqueue add) from an in-memory
 //! watch stream.
 
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

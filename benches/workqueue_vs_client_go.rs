@@ -20,6 +20,11 @@
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
 //! workloads and `KUBELOOP_BENCH_KEYS=string,arc,static` key types.
 
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, LazyLock};

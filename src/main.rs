@@ -1,5 +1,10 @@
 //! The `kubeloop` binary: one subcommand per program built on the library.
 
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cmd;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};

@@ -12,6 +12,11 @@
 //! SIGTERM / SIGINT stop the elector gracefully (the work ends, the lease is released unless
 //! `--no-release`), then the process exits 0.
 
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
