@@ -2,12 +2,16 @@
 //! [`HttpFaultProxy`] between the informer and the apiserver: the proxy terminates TLS, forwards
 //! every request to the apiserver, and can answer a watch with 429 or replace an event line of
 //! an open watch stream. Every LIST, WATCH and event that is not the injected fault is the
-//! apiserver's own, over HTTP, through kubeloop's real `ListWatch`.
+//! apiserver's own, over HTTP, through kubeloop's real `ListWatch`; the proxy's request log
+//! says what went over the wire and when.
 //!
-//! - 429 with `Retry-After: 2` on re-opening a watch: the reflector opens the watch again, no
-//!   earlier than 2 s later (client-go's rest client waits for `Retry-After` before retrying a
-//!   watch), from the same resourceVersion and without a new LIST or streaming list
-//!   (client-go: TestNoRelistOnTooManyRequests, here end to end).
+//! - 429 with `Retry-After: 2` on re-opening a watch, twice: each re-open comes no earlier
+//!   than 2 s after the 429, from the same resourceVersion, without a LIST or a second
+//!   streaming list (client-go: TestNoRelistOnTooManyRequests, here end to end), and the
+//!   informer then follows changes. Run twice: with kube-client's retry layer off, every 429
+//!   reaches the reflector, which waits out `Retry-After` itself; with it on (kube-client's
+//!   default), kube-client retries after `Retry-After` below the reflector, as client-go's
+//!   rest client does, and the reflector never sees the 429.
 //! - An event line that does not decode ends the watch and the reflector relists (client-go's
 //!   StreamWatcher reports a decode failure as an error and stops), so the change the event
 //!   carried is not lost: the cache equals the server afterwards. The reflector's default
@@ -204,8 +208,7 @@ async fn throttled_watch_is_reopened(kube_client_retry: bool) -> Vec<String> {
         checker.violations()
     );
     informer.shutdown().await;
-    let errors = errors.lock().clone();
-    errors
+    errors.lock().clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

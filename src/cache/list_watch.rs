@@ -866,8 +866,9 @@ mod tests {
         assert_eq!(retry_after_header(&http::HeaderMap::new()), None);
     }
 
-    /// The body the apiserver's priority and fairness filter answers a throttled request with.
-    const TOO_MANY: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":4},"code":429}"#;
+    /// How the apiserver's watch cache answers while it is not ready (cacher.go's
+    /// NewTooManyRequests); priority and fairness sends a plain-text body instead.
+    const TOO_MANY: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":4},"code":429}"#;
 
     #[test]
     fn a_429_answer_carries_the_servers_delay() {
@@ -887,11 +888,18 @@ mod tests {
             TOO_MANY.as_bytes(),
         );
         assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
-        // A body that is not a Status (a proxy's text) keeps the HTTP code and the header.
-        let e = ListWatchError::from_response("WATCH", "/w", code, &headers("9"), b"slow down\n");
+        // A body that is not a Status (priority and fairness answers in plain text) keeps the
+        // HTTP code and the header.
+        let e = ListWatchError::from_response(
+            "WATCH",
+            "/w",
+            code,
+            &headers("9"),
+            b"Too many requests, please try again later.\n",
+        );
         assert_eq!(e.code(), Some(429));
         assert_eq!(e.retry_after(), Some(Duration::from_secs(9)));
-        assert!(e.to_string().contains("slow down"), "{e}");
+        assert!(e.to_string().contains("please try again later"), "{e}");
         // No delay named: none.
         let e = ListWatchError::from_response(
             "WATCH",

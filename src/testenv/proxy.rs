@@ -10,8 +10,8 @@
 //!   kube-client. It authenticates to the apiserver as the harness's admin user, whatever the
 //!   client presented (a front proxy; the client's certificate is not asked for), so every
 //!   request through it runs as admin. On top of the TCP faults it can answer the next watches
-//!   of a path with 429 and `Retry-After` as the apiserver's priority and fairness filter does
-//!   ([`HttpFaultProxy::throttle_watches`]), replace the next events of open watch streams with
+//!   of a path with 429, `Retry-After` and a `Status`, as the apiserver's watch cache does
+//!   while it is not ready ([`HttpFaultProxy::throttle_watches`]), replace the next events of open watch streams with
 //!   lines that are not events ([`HttpFaultProxy::corrupt_watch_events`]), and it records each
 //!   request it handled, so a test can count LISTs and WATCHes ([`HttpFaultProxy::requests`]).
 //!
@@ -74,10 +74,29 @@ impl Connections {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// Counts a new connection; false if it must be closed at once (blocked).
-    fn admit(&self) -> bool {
-        self.accepted.fetch_add(1, Ordering::SeqCst);
-        !self.blocked.load(Ordering::SeqCst)
+    /// Accepts connections until `stop`, counting each: a blocked one is closed at once, the
+    /// others are handed to `serve` on a task of their own.
+    async fn accept_loop<Fut>(
+        &self,
+        listener: TcpListener,
+        stop: CancellationToken,
+        serve: impl Fn(TcpStream) -> Fut,
+    ) where
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((inbound, _)) = accepted else { continue };
+            self.accepted.fetch_add(1, Ordering::SeqCst);
+            if self.blocked.load(Ordering::SeqCst) {
+                drop(inbound);
+                continue;
+            }
+            tokio::spawn(serve(inbound));
+        }
     }
 
     /// Runs `conn` until it ends or the next `cut_all`.
@@ -113,7 +132,14 @@ impl FaultProxy {
             conns: Connections::new(),
         });
         let stop = CancellationToken::new();
-        tokio::spawn(tcp_accept_loop(listener, shared.clone(), stop.clone()));
+        let (task_shared, task_stop) = (shared.clone(), stop.clone());
+        tokio::spawn(async move {
+            let serve = |inbound| forward(inbound, task_shared.clone());
+            task_shared
+                .conns
+                .accept_loop(listener, task_stop, serve)
+                .await;
+        });
         Ok(Self { addr, shared, stop })
     }
 
@@ -143,21 +169,6 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.cut_all();
         self.stop.cancel();
-    }
-}
-
-async fn tcp_accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((inbound, _)) = accepted else { continue };
-        if !shared.conns.admit() {
-            drop(inbound);
-            continue;
-        }
-        tokio::spawn(forward(inbound, shared.clone()));
     }
 }
 
@@ -283,7 +294,10 @@ impl HttpFaultProxy {
             rustls::pki_types::PrivateKeyDer::Pkcs8(key.into()),
         )
         .map_err(tls_error)?;
-        let upstream = Client::try_from(cluster.client_config())?;
+        // The apiserver's own answers pass through as they are: no retry layer in between.
+        let mut upstream = cluster.client_config();
+        upstream.default_retry = false;
+        let upstream = Client::try_from(upstream)?;
         let (listener, addr) = bind().await?;
         let shared = Arc::new(HttpShared {
             conns: Connections::new(),
@@ -293,7 +307,14 @@ impl HttpFaultProxy {
             log: Mutex::default(),
         });
         let stop = CancellationToken::new();
-        tokio::spawn(http_accept_loop(listener, shared.clone(), stop.clone()));
+        let (task_shared, task_stop) = (shared.clone(), stop.clone());
+        tokio::spawn(async move {
+            let serve = |inbound| serve_http(inbound, task_shared.clone());
+            task_shared
+                .conns
+                .accept_loop(listener, task_stop, serve)
+                .await;
+        });
         Ok(Self { addr, shared, stop })
     }
 
@@ -304,9 +325,12 @@ impl HttpFaultProxy {
 
     /// Answers the next `count` watch requests for `path` (the collection path, e.g.
     /// `/api/v1/namespaces/ns/configmaps`) itself, without asking the apiserver: `429 Too
-    /// Many Requests`, `Retry-After: <retry_after_secs>` and the `Status` the apiserver's
-    /// priority and fairness filter sends (reason `TooManyRequests`, code 429,
-    /// `details.retryAfterSeconds`). Replaces what was armed for `path` before.
+    /// Many Requests` with `Retry-After: <retry_after_secs>` and a `Status` (reason
+    /// `TooManyRequests`, code 429, `details.retryAfterSeconds`), the answer of the
+    /// apiserver's watch cache while it is not ready (apiserver `cacher.go`'s
+    /// `NewTooManyRequests`; `responsewriters.ErrorNegotiated` copies the delay into the
+    /// header). Priority and fairness rejects with the same header and a plain-text body.
+    /// Replaces what was armed for `path` before.
     pub fn throttle_watches(&self, path: &str, count: u32, retry_after_secs: u32) {
         self.shared
             .faults
@@ -365,21 +389,6 @@ impl Drop for HttpFaultProxy {
     fn drop(&mut self) {
         self.cut_all();
         self.stop.cancel();
-    }
-}
-
-async fn http_accept_loop(listener: TcpListener, shared: Arc<HttpShared>, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((inbound, _)) = accepted else { continue };
-        if !shared.conns.admit() {
-            drop(inbound);
-            continue;
-        }
-        tokio::spawn(serve_http(inbound, shared.clone()));
     }
 }
 
@@ -444,7 +453,7 @@ fn too_many_requests(retry_after_secs: u32) -> http::Response<ProxyBody> {
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": "Too many requests, please try again later.",
+        "message": "kubeloop fault proxy: too many requests, please try again later",
         "reason": "TooManyRequests",
         "details": {"retryAfterSeconds": retry_after_secs},
         "code": 429,
