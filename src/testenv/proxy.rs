@@ -533,6 +533,8 @@ async fn forward_http(
     *upstream.method_mut() = parts.method;
     *upstream.uri_mut() = path_and_query.into();
     *upstream.headers_mut() = end_to_end(&parts.headers);
+    // The proxy's own credentials speak for the client: a token the client sent is not passed on.
+    upstream.headers_mut().remove(http::header::AUTHORIZATION);
     match shared.upstream.send(upstream).await {
         Ok(res) => {
             let (mut parts, body) = res.into_parts();
