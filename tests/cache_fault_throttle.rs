@@ -1,128 +1,38 @@
-//! Faults in the watch itself, against the real apiserver: a re-opened watch answered with
-//! 429 Too Many Requests, and an event that does not decode. The faults are injected at the
-//! `ListerWatcher` seam (a wrapper around the real `ListWatch`: the harness's FaultProxy
-//! passes TLS through and cannot answer HTTP itself); every LIST, WATCH and event that is not
-//! the injected fault is the apiserver's own.
+//! Faults in the watch itself, against the real apiserver, injected by the harness's
+//! [`HttpFaultProxy`] between the informer and the apiserver: the proxy terminates TLS, forwards
+//! every request to the apiserver, and can answer a watch with 429 or replace an event line of
+//! an open watch stream. Every LIST, WATCH and event that is not the injected fault is the
+//! apiserver's own, over HTTP, through kubeloop's real `ListWatch`; the proxy's request log
+//! says what went over the wire and when.
 //!
-//! - 429 on opening a watch: the reflector backs off and opens the watch again, without a new
-//!   LIST (client-go: TestNoRelistOnTooManyRequests, here end to end).
-//! - An undecodable event ends the watch and the reflector relists (client-go's
+//! - 429 with `Retry-After: 2` on re-opening a watch, twice: each re-open comes no earlier
+//!   than 2 s after the 429, from the same resourceVersion, without a LIST or a second
+//!   streaming list (client-go: TestNoRelistOnTooManyRequests, here end to end), and the
+//!   informer then follows changes. Run twice: with kube-client's retry layer off, every 429
+//!   reaches the reflector, which waits out `Retry-After` itself; with it on (kube-client's
+//!   default), kube-client retries after `Retry-After` below the reflector, as client-go's
+//!   rest client does, and the reflector never sees the 429.
+//! - An event line that does not decode ends the watch and the reflector relists (client-go's
 //!   StreamWatcher reports a decode failure as an error and stops), so the change the event
-//!   carried is not lost: the cache equals the server afterwards.
+//!   carried is not lost: the cache equals the server afterwards. The reflector's default
+//!   list is the streaming list, so the relist is a second `sendInitialEvents` watch, not a
+//!   LIST.
 
 mod cache_common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cache_common::{Checker, assert_converges, configmap, seed_configmaps};
-use futures::StreamExt;
+use cache_common::{Checker, assert_converges, configmap, eventually, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
-    BackoffConfig, CacheMetrics, InformerConfig, ListOptions, ListPage, ListWatch, ListWatchError,
-    ListerWatcher, ReflectorConfig, SharedIndexInformer, WatchOptions, WatchStream,
+    BackoffConfig, CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
-use kubeloop::testenv;
+use kubeloop::testenv::{self, HttpFaultProxy, ProxiedRequest, RequestKind};
 
-/// Faults to inject, shared with the test body.
-#[derive(Default)]
-struct Faults {
-    /// End the open watch stream (cleanly) at the event after the next one.
-    close_after_next_event: AtomicUsize,
-    /// Answer this many of the next watch opens with 429.
-    throttle_opens: AtomicUsize,
-    /// Replace the next live event with an undecodable one.
-    corrupt_next_event: AtomicUsize,
-    lists: AtomicUsize,
-    watch_opens: AtomicUsize,
-    throttled: AtomicUsize,
-}
-
-struct Faulty {
-    inner: ListWatch<ConfigMap>,
-    faults: Arc<Faults>,
-}
-
-fn too_many_requests() -> ListWatchError {
-    ListWatchError::Api {
-        verb: "WATCH",
-        url: "(injected)".into(),
-        code: 429,
-        reason: "TooManyRequests".into(),
-        message: "the server has received too many requests and has asked us to try again later"
-            .into(),
-        causes: vec![],
-    }
-}
-
-fn undecodable() -> ListWatchError {
-    let source = serde_json::from_str::<ConfigMap>(r#"{"kind":"Pod","metadata":7}"#).unwrap_err();
-    ListWatchError::Decode {
-        verb: "WATCH",
-        url: "(injected)".into(),
-        source: kube_client::Error::SerdeError(source),
-    }
-}
-
-impl ListerWatcher<ConfigMap> for Faulty {
-    fn list(
-        &self,
-        options: &ListOptions,
-    ) -> impl std::future::Future<Output = Result<ListPage<ConfigMap>, ListWatchError>> + Send {
-        self.faults.lists.fetch_add(1, Ordering::SeqCst);
-        self.inner.list(options)
-    }
-
-    fn watch(
-        &self,
-        options: &WatchOptions,
-    ) -> impl std::future::Future<Output = Result<WatchStream<ConfigMap>, ListWatchError>> + Send
-    {
-        let faults = self.faults.clone();
-        // Only re-opened live watches are throttled, not the streaming list.
-        let initial = options.send_initial_events;
-        let fut = self.inner.watch(options);
-        async move {
-            faults.watch_opens.fetch_add(1, Ordering::SeqCst);
-            let take = |a: &AtomicUsize| {
-                a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok()
-            };
-            if !initial && take(&faults.throttle_opens) {
-                faults.throttled.fetch_add(1, Ordering::SeqCst);
-                return Err(too_many_requests());
-            }
-            let stream = fut.await?;
-            // Faults armed by the test hit the next events of whichever stream is open (the
-            // streaming list's stream goes on as the live watch after its initial events).
-            let faulted = stream.scan(false, move |ending, item| {
-                if *ending {
-                    // The previous event asked for the stream to end: end it cleanly.
-                    return futures::future::ready(None);
-                }
-                let take = |a: &AtomicUsize| {
-                    a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                        .is_ok()
-                };
-                if take(&faults.corrupt_next_event) {
-                    return futures::future::ready(Some(Err(undecodable())));
-                }
-                if take(&faults.close_after_next_event) {
-                    *ending = true;
-                }
-                futures::future::ready(Some(item))
-            });
-            Ok(faulted.boxed())
-        }
-    }
-
-    fn type_description(&self) -> String {
-        self.inner.type_description()
-    }
-}
-
+/// Backoff well under the 2 s the throttled answers ask for, so a reflector that ignored
+/// `Retry-After` would re-open the watch sooner and fail the test.
 fn fast_backoff() -> ReflectorConfig {
     ReflectorConfig {
         backoff: BackoffConfig {
@@ -136,36 +46,102 @@ fn fast_backoff() -> ReflectorConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_throttled_watch_is_reopened_after_backoff_without_a_relist() {
-    let cluster = testenv::shared().await;
-    let client = cluster.client().await.unwrap();
-    let ns = cluster.new_namespace("cache-throttle").await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    seed_configmaps(&api, "pre", 20).await;
-
-    let faults = Arc::new(Faults::default());
-    let metrics = CacheMetrics::new();
+/// An informer on the ConfigMaps of `ns`, listing and watching through `proxy`, with or
+/// without kube-client's retry layer (`Config::default_retry`).
+fn informer_via(
+    cluster: &testenv::Cluster,
+    proxy: &HttpFaultProxy,
+    ns: &str,
+    metrics: &CacheMetrics,
+    kube_client_retry: bool,
+) -> (SharedIndexInformer<ConfigMap>, String) {
+    let mut config = cluster.client_config_via(proxy.addr());
+    config.default_retry = kube_client_retry;
+    let via_proxy = Client::try_from(config).unwrap();
+    let lw = ListWatch::<ConfigMap>::namespaced(via_proxy, ns);
+    let path = lw.path().to_string();
     let informer = SharedIndexInformer::new(
-        Faulty {
-            inner: ListWatch::namespaced(client.clone(), &ns),
-            faults: faults.clone(),
-        },
+        lw,
         InformerConfig {
             reflector: fast_backoff(),
             metrics: metrics.clone(),
             ..Default::default()
         },
     );
+    (informer, path)
+}
+
+fn watches_of(proxy: &HttpFaultProxy, path: &str) -> Vec<ProxiedRequest> {
+    proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == path && r.kind == RequestKind::Watch)
+        .collect()
+}
+
+// Every 429 reaches kubeloop's ListWatch and the reflector, which must wait out Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_watch_is_reopened_by_the_reflector_after_retry_after_without_a_relist() {
+    let errors = throttled_watch_is_reopened(false).await;
+    assert_eq!(errors.len(), 2, "the reflector saw both 429s: {errors:?}");
+    assert!(errors.iter().all(|e| e.contains("429")), "{errors:?}");
+}
+
+// With kube-client's retry layer on (its default), the 429s are retried below the reflector,
+// as client-go's rest client retries them below its reflector: the same requests on the
+// wire, and the reflector never sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kube_clients_retry_a_throttled_watch_is_retried_below_the_reflector() {
+    let errors = throttled_watch_is_reopened(true).await;
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Two 429s with Retry-After: 2 on re-opening a watch; the watch is re-opened no sooner
+/// than 2 s after each, from the same version, with no LIST and no second streaming list,
+/// and the informer then follows changes. Returns what the watch error handler was told.
+async fn throttled_watch_is_reopened(kube_client_retry: bool) -> Vec<String> {
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.new_namespace("cache-throttle").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    seed_configmaps(&api, "pre", 20).await;
+
+    let proxy = HttpFaultProxy::start(cluster).await.unwrap();
+    let metrics = CacheMetrics::new();
+    let (informer, path) = informer_via(cluster, &proxy, &ns, &metrics, kube_client_retry);
     let checker = Checker::default();
     informer.add_event_handler(checker.clone()).unwrap();
+    let errors = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let e = errors.clone();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
+        .unwrap();
     informer.start();
     assert!(informer.wait_for_cache_sync().await);
-    let lists_at_sync = metrics.reflector("v1/configmaps").lists();
+    let synced = watches_of(&proxy, &path);
+    assert!(
+        synced.len() == 1 && synced[0].is_streaming_list(),
+        "the informer synced with one streaming list: {synced:?}"
+    );
+    assert_eq!(proxy.lists(&path), 0);
 
-    // The live watch ends after its next event; the next three opens get 429.
-    faults.close_after_next_event.store(1, Ordering::SeqCst);
-    faults.throttle_opens.store(3, Ordering::SeqCst);
+    // The next two watches of the path are answered 429 with Retry-After: 2. Cutting the
+    // connections ends the open watch, so the reflector re-opens it at once and meets them.
+    proxy.throttle_watches(&path, 2, 2);
+    proxy.cut_all();
+    eventually(
+        "the watch to be re-opened after two 429s",
+        Duration::from_secs(30),
+        || async {
+            let n = proxy.watches(&path);
+            if n >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} watches forwarded"))
+            }
+        },
+    )
+    .await;
     for i in 0..5 {
         api.create(
             &PostParams::default(),
@@ -173,7 +149,6 @@ async fn a_throttled_watch_is_reopened_after_backoff_without_a_relist() {
         )
         .await
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_converges(
         &client,
@@ -183,31 +158,57 @@ async fn a_throttled_watch_is_reopened_after_backoff_without_a_relist() {
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(
-        faults.throttled.load(Ordering::SeqCst),
-        3,
-        "three 429 answers"
-    );
-    assert_eq!(
-        metrics.reflector("v1/configmaps").lists(),
-        lists_at_sync,
-        "a 429 on the watch must not cause a relist"
-    );
-    assert_eq!(
-        faults.lists.load(Ordering::SeqCst),
-        0,
-        "no paged LIST either"
+
+    let watches = watches_of(&proxy, &path);
+    assert!(watches.len() >= 4, "{watches:#?}");
+    let (throttled, reopened) = (&watches[1..3], &watches[3]);
+    assert!(
+        throttled.iter().all(|w| w.throttled && w.status == 429),
+        "{watches:#?}"
     );
     assert!(
-        faults.watch_opens.load(Ordering::SeqCst) >= 5,
-        "streaming list, throttled opens and the successful re-open"
+        !reopened.throttled && reopened.status == 200,
+        "{reopened:?}"
     );
+    for w in &watches[1..4] {
+        assert!(!w.is_streaming_list(), "a plain watch, not a relist: {w:?}");
+        assert_eq!(
+            w.param("resourceVersion"),
+            throttled[0].param("resourceVersion"),
+            "every attempt resumes from the same version"
+        );
+    }
+    assert!(
+        throttled[0]
+            .param("resourceVersion")
+            .is_some_and(|rv| !rv.is_empty())
+    );
+    for pair in watches[1..4].windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(
+            gap >= Duration::from_secs(2),
+            "a watch re-opened {gap:?} after a 429 with Retry-After: 2"
+        );
+    }
+    assert_eq!(
+        proxy.lists(&path),
+        0,
+        "a 429 on the watch must not cause a LIST"
+    );
+    assert_eq!(
+        watches.iter().filter(|w| w.is_streaming_list()).count(),
+        1,
+        "nor a second streaming list"
+    );
+    let m = metrics.reflector("v1/configmaps");
+    assert_eq!((m.lists(), m.relists()), (1, 0));
     assert!(
         checker.violations().is_empty(),
         "{:?}",
         checker.violations()
     );
     informer.shutdown().await;
+    errors.lock().clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,22 +219,12 @@ async fn an_undecodable_event_ends_the_watch_and_the_reflector_relists() {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     seed_configmaps(&api, "pre", 20).await;
 
-    let faults = Arc::new(Faults::default());
+    let proxy = HttpFaultProxy::start(cluster).await.unwrap();
     let metrics = CacheMetrics::new();
-    let informer = SharedIndexInformer::new(
-        Faulty {
-            inner: ListWatch::namespaced(client.clone(), &ns),
-            faults: faults.clone(),
-        },
-        InformerConfig {
-            reflector: fast_backoff(),
-            metrics: metrics.clone(),
-            ..Default::default()
-        },
-    );
+    let (informer, path) = informer_via(cluster, &proxy, &ns, &metrics, true);
     let checker = Checker::default();
     informer.add_event_handler(checker.clone()).unwrap();
-    let errors = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let errors = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
     let e = errors.clone();
     informer
         .set_watch_error_handler(move |err| e.lock().push(err.to_string()))
@@ -241,9 +232,11 @@ async fn an_undecodable_event_ends_the_watch_and_the_reflector_relists() {
     informer.start();
     assert!(informer.wait_for_cache_sync().await);
     assert_eq!(metrics.reflector("v1/configmaps").lists(), 1);
+    assert_eq!(watches_of(&proxy, &path).len(), 1);
 
-    // The event for `lost` arrives as garbage: skipping it would lose the object for good.
-    faults.corrupt_next_event.store(1, Ordering::SeqCst);
+    // The event for `lost` arrives as a line that is not an event: skipping it would lose
+    // the object for good.
+    proxy.corrupt_watch_events(&path, 1);
     api.create(&PostParams::default(), &configmap("lost", &[], "x"))
         .await
         .unwrap();
@@ -267,13 +260,23 @@ async fn an_undecodable_event_ends_the_watch_and_the_reflector_relists() {
         informer.lister().namespaced(&ns).get("lost").is_some(),
         "the object behind the bad event"
     );
-    let m = metrics.reflector("v1/configmaps");
-    assert_eq!(m.relists(), 1, "one relist after the bad event");
     assert!(
-        errors.lock().iter().any(|e| e.contains("decode")),
+        errors.lock().iter().any(|e| e.contains("cannot decode")),
         "{:?}",
         errors.lock()
     );
+    let m = metrics.reflector("v1/configmaps");
+    assert_eq!(m.relists(), 1, "one relist after the bad event");
+    // The relist is the reflector's default streaming list: a second sendInitialEvents
+    // watch, from the version the cache had reached. No paged LIST, and no plain watch
+    // resuming past the bad event.
+    let watches = watches_of(&proxy, &path);
+    assert_eq!(watches.len(), 2, "{watches:#?}");
+    assert!(
+        watches.iter().all(|w| w.is_streaming_list()),
+        "{watches:#?}"
+    );
+    assert_eq!(proxy.lists(&path), 0);
     assert!(
         checker.violations().is_empty(),
         "{:?}",

@@ -195,6 +195,7 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
                 reason: "Forbidden".into(),
                 message,
                 causes: vec![],
+                retry_after_seconds: None,
             };
             return futures::future::Either::Left(async move { Err(err) });
         }
@@ -251,5 +252,6 @@ fn gone() -> ListWatchError {
         reason: "Expired".into(),
         message: "too old resource version".into(),
         causes: vec![],
+        retry_after_seconds: None,
     }
 }

@@ -8,13 +8,29 @@
 //!
 //! Works for typed k8s-openapi resources (`DynamicType = ()`) and for
 //! [`DynamicObject`](kube_client::core::DynamicObject) (`DynamicType = ApiResource`).
+//!
+//! Requests go out with kube-client's `Client::send`, which hands back the whole HTTP
+//! response: a failure keeps its `Retry-After` header (kube-client's `request_events` and
+//! `request_stream` drop the headers) in [`ListWatchError::retry_after`]. The watch body is
+//! split into lines and decoded here, as apimachinery's `StreamWatcher` under client-go's
+//! rest client does: a complete line that is not a watch event is a decode error that ends
+//! the watch; only an unterminated last line, cut off with the connection, is dropped.
+//!
+//! Below `send`, kube-client's retry layer (`Config::default_retry`, on by default) retries
+//! 429, 503 and 504 answers itself, honouring `Retry-After`, as client-go's rest client
+//! does; an answer reaches this module as an error only when those retries run out, or
+//! every time with `default_retry` off.
 
 use std::fmt::Write as _;
 use std::future::Future;
+use std::time::Duration;
 
 use futures::stream::BoxStream;
-use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt};
-use kube_client::core::WatchEvent;
+use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt, TryStreamExt};
+use http_body_util::BodyDataStream;
+use http_body_util::BodyExt;
+use kube_client::client::Body;
+use kube_client::core::{Status, WatchEvent};
 use kube_client::{Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -105,6 +121,11 @@ pub enum ListWatchError {
         message: String,
         /// `Status.details.causes[].reason`.
         causes: Vec<String>,
+        /// How many seconds the server asked the client to wait before trying again (429
+        /// and some 5xx answers): the `Retry-After` header, else the Status's
+        /// `details.retryAfterSeconds`. Whole seconds, as both carry it (see
+        /// [`retry_after_header`]).
+        retry_after_seconds: Option<u32>,
     },
     /// The request did not get an answer (connection refused, reset, TLS, ...).
     #[error("{verb} {url}: {source}")]
@@ -144,7 +165,45 @@ impl ListWatchError {
                 .as_ref()
                 .map(|d| d.causes.iter().map(|c| c.reason.clone()).collect())
                 .unwrap_or_default(),
+            retry_after_seconds: status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|s| *s > 0),
         }
+    }
+
+    /// An error built from a failed HTTP answer: its `Status` body (or, for a body that is
+    /// not one, a Status made from the text, as kube-client does) and its `Retry-After`
+    /// header, which wins over the body's `details.retryAfterSeconds`.
+    pub fn from_response(
+        verb: &'static str,
+        url: &str,
+        code: http::StatusCode,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Self {
+        let status = serde_json::from_slice::<Status>(body)
+            .ok()
+            .filter(|s| s.code != 0 || !s.reason.is_empty() || !s.message.is_empty())
+            .unwrap_or_else(|| {
+                Status::failure(String::from_utf8_lossy(body).trim(), "").with_code(code.as_u16())
+            });
+        let mut err = Self::from_status(verb, url, &status);
+        if let ListWatchError::Api {
+            code: c,
+            retry_after_seconds,
+            ..
+        } = &mut err
+        {
+            if *c == 0 {
+                *c = code.as_u16();
+            }
+            if let Some(header) = retry_after_header(headers) {
+                *retry_after_seconds = Some(header);
+            }
+        }
+        err
     }
 
     /// The HTTP code of an apiserver answer.
@@ -173,6 +232,19 @@ impl ListWatchError {
     /// 429 Too Many Requests.
     pub fn is_too_many_requests(&self) -> bool {
         self.code() == Some(429)
+    }
+
+    /// The delay the server asked for before the next attempt, if it named one
+    /// (apimachinery `SuggestsClientDelay`, plus the `Retry-After` header client-go's rest
+    /// client reads).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ListWatchError::Api {
+                retry_after_seconds: Some(s),
+                ..
+            } => Some(Duration::from_secs((*s).into())),
+            _ => None,
+        }
     }
 
     /// The TCP connection was refused (apiserver down or restarting).
@@ -395,6 +467,45 @@ fn classify(verb: &'static str, url: &str, err: kube_client::Error) -> ListWatch
     }
 }
 
+/// The `Retry-After` header in whole seconds, as client-go's rest client reads it
+/// (`retryAfterSeconds` in rest/request.go: `strconv.Atoi`, so an HTTP date or a fraction is
+/// ignored). Zero counts as no delay asked for.
+pub fn retry_after_header(headers: &http::HeaderMap) -> Option<u32> {
+    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    let seconds: u32 = value.trim().parse().ok()?;
+    (seconds > 0).then_some(seconds)
+}
+
+/// Sends `req` and turns a 4xx or 5xx answer into [`ListWatchError::Api`] with its headers
+/// read (kube-client's `handle_api_errors`, which drops them).
+async fn send(
+    client: &Client,
+    verb: &'static str,
+    url: &str,
+    req: http::Request<Vec<u8>>,
+) -> Result<http::Response<Body>, ListWatchError> {
+    let res = client
+        .send(req.map(Body::from))
+        .await
+        .map_err(|e| classify(verb, url, e))?;
+    let code = res.status();
+    if !(code.is_client_error() || code.is_server_error()) {
+        return Ok(res);
+    }
+    let (parts, body) = res.into_parts();
+    let body = body
+        .collect_bytes()
+        .await
+        .map_err(|e| classify(verb, url, e))?;
+    Err(ListWatchError::from_response(
+        verb,
+        url,
+        code,
+        &parts.headers,
+        &body,
+    ))
+}
+
 fn get_request(url: &str) -> http::Request<Vec<u8>> {
     let mut req = http::Request::new(Vec::new());
     // The URL is built from a path the Resource trait gives and escaped parameters, so it
@@ -425,10 +536,12 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         async move {
             // The body is decoded item by item as it arrives (list_decoder.rs): a LIST the
             // watch cache answers whole is never held as one string.
-            let reader = client
-                .request_stream(get_request(&url))
-                .await
-                .map_err(|e| classify("LIST", &url, e))?;
+            let res = send(&client, "LIST", &url, get_request(&url)).await?;
+            let reader = res
+                .into_body()
+                .into_data_stream()
+                .map_err(std::io::Error::other)
+                .into_async_read();
             let mut reader = std::pin::pin!(reader);
             let mut decoder = ListDecoder::<K>::new().with_transform(transform);
             loop {
@@ -466,23 +579,145 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         let url = self.watch_url(options);
         let client = self.client.clone();
         async move {
-            let stream = client
-                .request_events::<K>(get_request(&url))
-                .await
-                .map_err(|e| classify("WATCH", &url, e))?;
-            let url2 = url.clone();
-            Ok(stream
-                .map(move |r| match r {
-                    Ok(e) => Ok(shrunk(e)),
-                    Err(e) => Err(classify("WATCH", &url2, e)),
-                })
-                .boxed())
+            let mut req = get_request(&url);
+            // As kube-client's request_events: watch streams are not compressed (a gzip
+            // member per event is more than its decompression layer reads).
+            req.headers_mut().insert(
+                http::header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("identity"),
+            );
+            let res = send(&client, "WATCH", &url, req).await?;
+            Ok(watch_events(res.into_body(), url))
         }
     }
 
     fn type_description(&self) -> String {
         self.description.clone()
     }
+}
+
+/// The event stream of a watch body: newline-delimited JSON, one `WatchEvent` a line
+/// (apimachinery's `StreamWatcher` over the JSON framer, as client-go's rest client sets it up).
+///
+/// - A complete line that does not decode as an event is a [`ListWatchError::Decode`] (a
+///   line carrying a bare `Status`, kind `Status`, is an [`ListWatchError::Api`]): the
+///   reflector ends the watch and relists, as the StreamWatcher reports a decode
+///   error and stops. kube-client's `request_events` would read any JSON object that is not
+///   an event as a `Status` (all its fields have defaults), which hides what went wrong.
+/// - The body ending, or breaking with an unexpected EOF, ends the stream (the reflector
+///   re-watches); an unterminated last line is dropped unless it decodes whole.
+/// - Any other read failure is a [`ListWatchError::Transport`], after which the stream ends.
+fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
+    struct Lines {
+        body: BodyDataStream<Body>,
+        buf: Vec<u8>,
+        /// Where the unread part of `buf` starts.
+        start: usize,
+        ended: bool,
+        url: String,
+    }
+    let lines = Lines {
+        body: body.into_data_stream(),
+        buf: Vec::new(),
+        start: 0,
+        ended: false,
+        url,
+    };
+    futures::stream::unfold(lines, |mut st| async move {
+        loop {
+            if let Some(n) = st.buf[st.start..].iter().position(|b| *b == b'\n') {
+                let line = &st.buf[st.start..st.start + n];
+                st.start += n + 1;
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let event = decode_watch_line(line, &st.url);
+                return Some((event, st));
+            }
+            if st.ended {
+                let rest = std::mem::take(&mut st.buf);
+                let rest = &rest[std::mem::take(&mut st.start)..];
+                if rest.iter().all(u8::is_ascii_whitespace) {
+                    return None;
+                }
+                return match decode_watch_line::<K>(rest, &st.url) {
+                    Err(ListWatchError::Decode { .. }) => None,
+                    event => Some((event, st)),
+                };
+            }
+            // Keep only the unread tail before reading more: each byte is moved once.
+            st.buf.drain(..st.start);
+            st.start = 0;
+            match st.body.next().await {
+                Some(Ok(chunk)) => st.buf.extend_from_slice(&chunk),
+                None => st.ended = true,
+                Some(Err(e)) if ends_cleanly(&e) => {
+                    tracing::debug!(url = %st.url, "watch stream ended: {e}");
+                    st.ended = true;
+                }
+                Some(Err(e)) => {
+                    let err = ListWatchError::Transport {
+                        verb: "WATCH",
+                        url: st.url.clone(),
+                        source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
+                    };
+                    st.buf.clear();
+                    st.start = 0;
+                    st.ended = true;
+                    return Some((Err(err), st));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+fn decode_watch_line<K: CacheObject>(
+    line: &[u8],
+    url: &str,
+) -> Result<WatchEvent<K>, ListWatchError> {
+    match serde_json::from_slice::<WatchEvent<K>>(line) {
+        Ok(event) => Ok(shrunk(event)),
+        Err(source) => {
+            #[derive(serde::Deserialize)]
+            struct Kind {
+                #[serde(default)]
+                kind: String,
+            }
+            if serde_json::from_slice::<Kind>(line).is_ok_and(|k| k.kind == "Status")
+                && let Ok(status) = serde_json::from_slice::<Status>(line)
+            {
+                return Err(ListWatchError::from_status("WATCH", url, &status));
+            }
+            Err(ListWatchError::Decode {
+                verb: "WATCH",
+                url: url.to_string(),
+                source: kube_client::Error::SerdeError(source),
+            })
+        }
+    }
+}
+
+/// A read failure that is how watch streams end: the connection closed mid-chunk (kube-client
+/// treats an `UnexpectedEof` anywhere in the chain, or hyper's "unexpected EOF during chunk",
+/// as a resumable end) or a client read timeout.
+fn ends_cleanly(err: &kube_client::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::TimedOut
+            )
+        {
+            return true;
+        }
+        if e.to_string().contains("unexpected EOF during chunk") {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// Gives back the spare room serde's `Vec` growth leaves in the metadata lists a cached
@@ -611,6 +846,119 @@ mod tests {
         );
     }
 
+    fn headers(retry_after: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_str(retry_after).unwrap(),
+        );
+        h
+    }
+
+    // client-go: rest/request.go retryAfterSeconds (whole seconds only)
+    #[test]
+    fn retry_after_header_is_whole_seconds() {
+        assert_eq!(retry_after_header(&headers("2")), Some(2));
+        assert_eq!(retry_after_header(&headers(" 7 ")), Some(7));
+        for ignored in ["0", "-1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", ""] {
+            assert_eq!(retry_after_header(&headers(ignored)), None, "{ignored:?}");
+        }
+        assert_eq!(retry_after_header(&http::HeaderMap::new()), None);
+    }
+
+    /// How the apiserver's watch cache answers while it is not ready (cacher.go's
+    /// NewTooManyRequests); priority and fairness sends a plain-text body instead.
+    const TOO_MANY: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":4},"code":429}"#;
+
+    #[test]
+    fn a_429_answer_carries_the_servers_delay() {
+        let code = http::StatusCode::TOO_MANY_REQUESTS;
+        // The header wins over the body's details.retryAfterSeconds.
+        let e =
+            ListWatchError::from_response("WATCH", "/w", code, &headers("2"), TOO_MANY.as_bytes());
+        assert!(e.is_too_many_requests());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+        assert!(e.to_string().contains("TooManyRequests"), "{e}");
+        // Without the header, the body's details.
+        let e = ListWatchError::from_response(
+            "LIST",
+            "/l",
+            code,
+            &http::HeaderMap::new(),
+            TOO_MANY.as_bytes(),
+        );
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
+        // A body that is not a Status (priority and fairness answers in plain text) keeps the
+        // HTTP code and the header.
+        let e = ListWatchError::from_response(
+            "WATCH",
+            "/w",
+            code,
+            &headers("9"),
+            b"Too many requests, please try again later.\n",
+        );
+        assert_eq!(e.code(), Some(429));
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(9)));
+        assert!(e.to_string().contains("please try again later"), "{e}");
+        // No delay named: none.
+        let e = ListWatchError::from_response(
+            "WATCH",
+            "/w",
+            http::StatusCode::FORBIDDEN,
+            &http::HeaderMap::new(),
+            br#"{"kind":"Status","status":"Failure","reason":"Forbidden","code":403}"#,
+        );
+        assert_eq!((e.code(), e.retry_after()), (Some(403), None));
+    }
+
+    async fn events_of(body: &str) -> Vec<Result<WatchEvent<ConfigMap>, ListWatchError>> {
+        watch_events::<ConfigMap>(Body::from(body.as_bytes().to_vec()), "/w".into())
+            .collect()
+            .await
+    }
+
+    const ADDED: &str = r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
+
+    // After apimachinery's watch/streamwatcher.go: a decode failure is reported as an error
+    // (and the reflector ends the watch on it), not skipped.
+    #[tokio::test]
+    async fn a_complete_line_that_is_not_an_event_is_a_decode_error() {
+        let body =
+            format!("{ADDED}\n\n{{\"type\":\"MODIFIED\",\"object\":\"not an object\"}}\n{ADDED}\n");
+        let events = events_of(&body).await;
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert!(
+            matches!(&events[0], Ok(WatchEvent::Added(cm)) if cm.metadata.name.as_deref() == Some("a"))
+        );
+        assert!(
+            matches!(
+                &events[1],
+                Err(ListWatchError::Decode { verb: "WATCH", .. })
+            ),
+            "{:?}",
+            events[1]
+        );
+        // A bare Status line is the server's error, not a decode failure.
+        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}"#;
+        let events = events_of(&format!("{status}\n")).await;
+        assert!(
+            matches!(&events[..], [Err(e)] if e.is_expired()),
+            "{events:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unterminated_last_line_is_dropped_unless_it_decodes_whole() {
+        let cut = &ADDED[..40];
+        let events = events_of(&format!("{ADDED}\n{cut}")).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        let events = events_of(ADDED).await;
+        assert!(
+            matches!(&events[..], [Ok(WatchEvent::Added(_))]),
+            "{events:?}"
+        );
+    }
+
     #[test]
     fn error_classification() {
         let gone = ListWatchError::Api {
@@ -620,6 +968,7 @@ mod tests {
             reason: "Expired".into(),
             message: "too old resource version".into(),
             causes: vec![],
+            retry_after_seconds: None,
         };
         assert!(gone.is_expired());
         assert!(!gone.is_too_many_requests());
@@ -630,6 +979,7 @@ mod tests {
             reason: "Timeout".into(),
             message: "Too large resource version: 10, current: 5".into(),
             causes: vec!["ResourceVersionTooLarge".into()],
+            retry_after_seconds: None,
         };
         assert!(too_large.is_too_large_resource_version());
         assert!(!too_large.is_expired());

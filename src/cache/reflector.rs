@@ -15,7 +15,8 @@
 //!   A watch that closes in under a second with no events, and any other failure: back off,
 //!   relist.
 //! - One [`Backoff`] for everything (apimachinery's `DelayWithReset`: jitter after the cap,
-//!   reset every two minutes).
+//!   reset every two minutes). A failure whose answer named a delay (`Retry-After`, or a
+//!   Status's `retryAfterSeconds`) waits at least that long (see `Core::back_off`).
 //! - An event that does not decode ends the watch like an error from the server: back off,
 //!   relist (client-go's `StreamWatcher` reports it as an error event and stops).
 //! - Streaming list (`sendInitialEvents`, on by default as in client-go 1.35+): events are
@@ -383,9 +384,30 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
     }
 
-    fn back_off(&mut self, then: AfterBackoff) -> State<K> {
-        let delay = self.backoff.next_delay();
-        tracing::debug!(type_name = %self.type_name, ?delay, ?then, "backing off");
+    /// Backs off after a failure, for at least the delay the server asked for, if any.
+    ///
+    /// client-go honours `Retry-After` one layer down, in its rest client: `Request.Watch`
+    /// (and `Do`, which LIST uses) retries an answer of 429 or 5xx that carries a
+    /// `Retry-After` header up to 10 times (`maxRetries`), each after `max(backoff,
+    /// Retry-After)`
+    /// (rest/with_retry.go `checkWait`, `Before`; the default `NoBackoff` makes that the
+    /// header's value), with no relist in between. Only when those retries run out does the
+    /// reflector see the 429 and back off on its own clock (`delayHandler`), re-watching
+    /// without a relist (`isWatchErrorRetriable`, reflector.go).
+    ///
+    /// kubeloop: with kube-client's `Config::default_retry` on (its default), a retry layer
+    /// under the client does what client-go's rest client does: `RetryPolicy::server_retry`
+    /// retries 429, 503 and 504 up to 15 times, each after `max(its backoff from 5 ms,
+    /// Retry-After)`, so the reflector sees a 429 only when those run out. Whatever reaches
+    /// the reflector (every 429 when `default_retry` is off) carries the server's delay
+    /// ([`ListWatchError::retry_after`]), and the reflector waits `max(its backoff delay, that
+    /// delay)` before the next attempt: the server's wish is honoured, and the backoff still
+    /// grows when the server names no delay or a shorter one.
+    /// `tests/cache_fault_throttle.rs` shows both against the real apiserver.
+    fn back_off(&mut self, then: AfterBackoff, server_delay: Option<Duration>) -> State<K> {
+        let backoff = self.backoff.next_delay();
+        let delay = server_delay.map_or(backoff, |d| d.max(backoff));
+        tracing::debug!(type_name = %self.type_name, ?delay, ?server_delay, ?then, "backing off");
         State::Backoff {
             until: Instant::now() + delay,
             then,
@@ -449,7 +471,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         type_name: self.type_name.clone(),
                         source,
                     });
-                    return self.back_off(AfterBackoff::Relist);
+                    return self.back_off(AfterBackoff::Relist, None);
                 }
                 self.rv_unavailable = false;
                 self.set_last_sync(&rv);
@@ -457,11 +479,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
             Err(source) => {
                 self.metrics.list_errors.inc();
+                let server_delay = source.retry_after();
                 self.report(ReflectorError::List {
                     type_name: self.type_name.clone(),
                     source,
                 });
-                self.back_off(AfterBackoff::Relist)
+                self.back_off(AfterBackoff::Relist, server_delay)
             }
         }
     }
@@ -539,14 +562,15 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
             Err(source) => {
                 let retry_watch = source.is_connection_refused() || source.is_too_many_requests();
+                let server_delay = source.retry_after();
                 self.report(ReflectorError::Watch {
                     type_name: self.type_name.clone(),
                     source,
                 });
                 if retry_watch {
-                    self.back_off(AfterBackoff::Rewatch)
+                    self.back_off(AfterBackoff::Rewatch, server_delay)
                 } else {
-                    self.back_off(AfterBackoff::Relist)
+                    self.back_off(AfterBackoff::Relist, server_delay)
                 }
             }
         }
@@ -558,7 +582,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             self.report(ReflectorError::ShortWatch {
                 type_name: self.type_name.clone(),
             });
-            return self.back_off(AfterBackoff::Relist);
+            return self.back_off(AfterBackoff::Relist, None);
         }
         State::Watch
     }
@@ -629,11 +653,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 
     /// The watch ended with an error from the server (410 included): relist after backoff.
     fn watch_failed(&mut self, source: ListWatchError) -> State<K> {
+        let server_delay = source.retry_after();
         self.report(ReflectorError::Watch {
             type_name: self.type_name.clone(),
             source,
         });
-        self.back_off(AfterBackoff::Relist)
+        self.back_off(AfterBackoff::Relist, server_delay)
     }
 
     async fn watch_list(&mut self) -> State<K> {
@@ -658,7 +683,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         type_name: self.type_name.clone(),
                         source,
                     });
-                    return self.back_off(AfterBackoff::Relist);
+                    return self.back_off(AfterBackoff::Relist, None);
                 }
                 self.rv_unavailable = false;
                 self.set_last_sync(&rv);
@@ -781,6 +806,7 @@ mod tests {
             reason: reason.into(),
             message: format!("fake {code}"),
             causes: vec![],
+            retry_after_seconds: None,
         }
     }
 
@@ -1156,6 +1182,56 @@ mod tests {
         assert_eq!(m.watches(), 3);
     }
 
+    fn throttled(retry_after_secs: u32) -> ListWatchError {
+        ListWatchError::Api {
+            verb: "WATCH",
+            url: "/fake".into(),
+            code: 429,
+            reason: "TooManyRequests".into(),
+            message: "Too many requests, please try again later.".into(),
+            causes: vec![],
+            retry_after_seconds: Some(retry_after_secs),
+        }
+    }
+
+    // client-go honours Retry-After in its rest client (rest/with_retry.go); here the
+    // reflector's own backoff waits max(backoff, Retry-After), see `Core::back_off`.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_answered_429_with_retry_after_waits_at_least_that_long() {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![], "10", None)
+            // Asks for 5 s: more than the 800 ms backoff, so 5 s it is.
+            .watch_raw(Err(throttled(5)))
+            // Asks for 1 s: less than the 1.6 s backoff, so the backoff wins.
+            .watch_raw(Err(throttled(1)))
+            .watch(vec![], true);
+        let (_, m) = run_for(&lw, no_jitter(), 20, None).await;
+        let calls = lw.calls();
+        let names: Vec<&str> = calls.iter().map(|c| c.1.as_str()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert!(names[1..].iter().all(|n| n.starts_with(r#"watch rv="10""#)));
+        assert_eq!((calls[2].0 - calls[1].0).as_millis(), 5000);
+        assert_eq!((calls[3].0 - calls[2].0).as_millis(), 1600);
+        assert_eq!((m.lists(), m.relists()), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_answered_429_with_retry_after_waits_at_least_that_long() {
+        let lw = FakeLw::new();
+        let mut err = throttled(3);
+        if let ListWatchError::Api { verb, .. } = &mut err {
+            *verb = "LIST";
+        }
+        lw.list_err(err)
+            .list_ok(vec![cm("a", "1")], "10", None)
+            .watch(vec![], true);
+        let (ops, _) = run_for(&lw, no_jitter(), 10, None).await;
+        assert_eq!(ops, ["replace [a] @10"]);
+        let calls = lw.calls();
+        assert!(calls[1].1.starts_with("list"), "{calls:?}");
+        assert_eq!((calls[1].0 - calls[0].0).as_millis(), 3000);
+    }
+
     // client-go: TestReflectorListExtract's paginatedResult rule ("relists at a version are
     // paginated only if the server paginated the list at \"0\"")
     #[tokio::test(start_paused = true)]
@@ -1192,6 +1268,7 @@ mod tests {
             reason: "Timeout".into(),
             message: "Too large resource version: 20, current: 10".into(),
             causes: vec!["ResourceVersionTooLarge".into()],
+            retry_after_seconds: None,
         })
         .list_ok(vec![cm("a", "1")], "10", None)
         .watch(vec![], true);

@@ -73,22 +73,14 @@ impl Authority {
 
     /// Issues the apiserver's serving certificate for 127.0.0.1 and localhost.
     pub fn serving_cert(&self, dir: &Path, name: &str) -> Result<CertFiles, TestEnvError> {
-        let mut params = CertificateParams::new(vec![
-            "localhost".to_owned(),
-            "kubernetes".to_owned(),
-            "kubernetes.default.svc".to_owned(),
-        ])
-        .map_err(|e| cert_error("serving certificate names", e))?;
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        // 10.0.0.1 is the first address of --service-cluster-ip-range: the `kubernetes` Service.
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.issue(dir, name, params)
+        self.issue(dir, name, serving_params(name)?)
+    }
+
+    /// A serving certificate like the apiserver's, kept in memory: the certificate and its
+    /// PKCS#8 key, both DER, as rustls takes them (for the HTTP fault proxy).
+    pub fn serving_identity(&self, name: &str) -> Result<(Vec<u8>, Vec<u8>), TestEnvError> {
+        let (cert, key) = self.sign(name, serving_params(name)?)?;
+        Ok((cert.der().to_vec(), key.serialize_der()))
     }
 
     /// Issues a client certificate: the apiserver takes CN as the user name and each O as a group.
@@ -111,12 +103,11 @@ impl Authority {
         self.issue(dir, file_name, params)
     }
 
-    fn issue(
+    fn sign(
         &self,
-        dir: &Path,
         name: &str,
         mut params: CertificateParams,
-    ) -> Result<CertFiles, TestEnvError> {
+    ) -> Result<(rcgen::Certificate, KeyPair), TestEnvError> {
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
@@ -127,6 +118,16 @@ impl Authority {
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(|e| cert_error(&format!("signing {name}"), e))?;
+        Ok((cert, key))
+    }
+
+    fn issue(
+        &self,
+        dir: &Path,
+        name: &str,
+        params: CertificateParams,
+    ) -> Result<CertFiles, TestEnvError> {
+        let (cert, key) = self.sign(name, params)?;
         let files = CertFiles {
             cert: dir.join(format!("{name}.crt")),
             key: dir.join(format!("{name}.key")),
@@ -135,6 +136,27 @@ impl Authority {
         write(&files.key, &key.serialize_pem())?;
         Ok(files)
     }
+}
+
+/// A server certificate's parameters: 127.0.0.1, localhost and the in-cluster names of the
+/// `kubernetes` Service.
+fn serving_params(name: &str) -> Result<CertificateParams, TestEnvError> {
+    let mut params = CertificateParams::new(vec![
+        "localhost".to_owned(),
+        "kubernetes".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+    ])
+    .map_err(|e| cert_error("serving certificate names", e))?;
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    // 10.0.0.1 is the first address of --service-cluster-ip-range: the `kubernetes` Service.
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    Ok(params)
 }
 
 /// Writes the service-account signing key (`sa.key`, PKCS#8 PEM) and its public half (`sa.pub`).

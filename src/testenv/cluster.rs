@@ -273,9 +273,16 @@ impl Cluster {
         self.config_for(&self.apiserver_url(), &self.admin)
     }
 
-    /// Like [`Cluster::client_config`] but talking to `addr` (a [`super::FaultProxy`]) instead.
+    /// Like [`Cluster::client_config`] but talking to `addr` (a [`super::FaultProxy`] or an
+    /// [`super::HttpFaultProxy`]) instead.
     pub fn client_config_via(&self, addr: SocketAddr) -> Config {
         self.config_for(&format!("https://{addr}"), &self.admin)
+    }
+
+    /// A serving certificate for 127.0.0.1 signed by the cluster's CA, in memory (certificate
+    /// and PKCS#8 key, DER): clients made with [`Cluster::client_config_via`] trust it.
+    pub(super) fn serving_identity(&self, name: &str) -> Result<(Vec<u8>, Vec<u8>), TestEnvError> {
+        self.ca.serving_identity(name)
     }
 
     /// A client for the admin user. Create one per tokio runtime: its connection pool lives there.

@@ -12,7 +12,9 @@
 //! - Each cluster owns a temporary directory (certs, kubeconfigs, etcd data, logs); set
 //!   `KUBELOOP_KEEP_TESTENV=1` to keep it for reading the logs after a failure.
 //!
-//! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them.
+//! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them;
+//! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
+//! `Retry-After`, corrupt watch events and count LISTs and WATCHes.
 //! [`eventually`] and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
 //! real-cluster test.
 
@@ -28,7 +30,7 @@ use std::path::PathBuf;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
 pub use helpers::{Kubectl, POLL_INTERVAL, Ready, eventually, eventually_blocking};
-pub use proxy::FaultProxy;
+pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
 
 /// What went wrong while bringing up or driving the local control plane.
 #[derive(Debug, thiserror::Error)]
