@@ -11,11 +11,10 @@
 //! `synced_ms` and `cpu_ms` run from just before the informer starts to `has_synced`;
 //! `peak_rss_kib` is VmHWM then, `rss_after_kib` VmRSS a second later; p50/p99 are the
 //! latencies from just before an update request is sent to the handler seeing it.
-
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+//!
+//! It allocates with the system allocator (glibc's malloc), as the kube-runtime side does, so
+//! the two Rust informers are compared on the same allocator; the `kubeloop` binary's mimalloc
+//! is measured separately (benches/README.md, "Informer").
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
