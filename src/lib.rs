@@ -24,11 +24,13 @@
 //!
 //! # Features
 //!
-//! `default = ["cli", "testenv"]`, which is everything. For the machinery alone (cache,
-//! workqueue, leader election, events, trace) use `default-features = false`: no HTTP server,
-//! no container-engine client (bollard), no command line (clap), no harness. Add `ops` for the
-//! metrics/health server, `controllers` for the controller runtime and the two controllers
-//! (implies `ops`), `testenv` for the local control plane, `cli` for the `kubeloop` binary.
+//! `default = ["cli", "testenv", "mimalloc"]`, which is everything. For the machinery alone
+//! (cache, workqueue, leader election, events, trace) use `default-features = false`: no HTTP
+//! server, no container-engine client (bollard), no command line (clap), no harness. Add `ops`
+//! for the metrics/health server, `controllers` for the controller runtime and the two
+//! controllers (implies `ops`), `testenv` for the local control plane, `cli` for the
+//! `kubeloop` binary, `mimalloc` to make mimalloc the global allocator of the binaries and
+//! benches (the library never sets one).
 //!
 //! # One example per layer
 //!
