@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt, TryStreamExt};
-use http_body_util::BodyDataStream;
 use http_body_util::BodyExt;
 use kube_client::client::Body;
 use kube_client::core::{Status, WatchEvent};
@@ -608,26 +607,42 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
 ///   re-watches); an unterminated last line is dropped unless it decodes whole.
 /// - Any other read failure is a [`ListWatchError::Transport`], after which the stream ends.
 fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
-    struct Lines {
-        body: BodyDataStream<Body>,
+    watch_events_of_chunks(body.into_data_stream(), url)
+}
+
+/// [`watch_events`] over the body's chunks as they arrive.
+fn watch_events_of_chunks<K, S, D>(chunks: S, url: String) -> WatchStream<K>
+where
+    K: CacheObject,
+    S: futures::Stream<Item = Result<D, kube_client::Error>> + Send + Unpin + 'static,
+    D: AsRef<[u8]>,
+{
+    struct Lines<S> {
+        body: S,
         buf: Vec<u8>,
         /// Where the unread part of `buf` starts.
         start: usize,
+        /// How many bytes after `start` are known to hold no newline, so a line that arrives
+        /// in many chunks is searched once, not once per chunk.
+        scanned: usize,
         ended: bool,
         url: String,
     }
     let lines = Lines {
-        body: body.into_data_stream(),
+        body: chunks,
         buf: Vec::new(),
         start: 0,
+        scanned: 0,
         ended: false,
         url,
     };
     futures::stream::unfold(lines, |mut st| async move {
         loop {
-            if let Some(n) = st.buf[st.start..].iter().position(|b| *b == b'\n') {
-                let line = &st.buf[st.start..st.start + n];
-                st.start += n + 1;
+            let from = st.start + st.scanned;
+            if let Some(n) = st.buf[from..].iter().position(|b| *b == b'\n') {
+                let line = &st.buf[st.start..from + n];
+                st.start = from + n + 1;
+                st.scanned = 0;
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
@@ -637,6 +652,7 @@ fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
             if st.ended {
                 let rest = std::mem::take(&mut st.buf);
                 let rest = &rest[std::mem::take(&mut st.start)..];
+                st.scanned = 0;
                 if rest.iter().all(u8::is_ascii_whitespace) {
                     return None;
                 }
@@ -646,10 +662,11 @@ fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
                 };
             }
             // Keep only the unread tail before reading more: each byte is moved once.
+            st.scanned = st.buf.len() - st.start;
             st.buf.drain(..st.start);
             st.start = 0;
             match st.body.next().await {
-                Some(Ok(chunk)) => st.buf.extend_from_slice(&chunk),
+                Some(Ok(chunk)) => st.buf.extend_from_slice(chunk.as_ref()),
                 None => st.ended = true,
                 Some(Err(e)) if ends_cleanly(&e) => {
                     tracing::debug!(url = %st.url, "watch stream ended: {e}");
@@ -663,6 +680,7 @@ fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
                     };
                     st.buf.clear();
                     st.start = 0;
+                    st.scanned = 0;
                     st.ended = true;
                     return Some((Err(err), st));
                 }
@@ -945,6 +963,31 @@ mod tests {
             matches!(&events[..], [Err(e)] if e.is_expired()),
             "{events:?}"
         );
+    }
+
+    // Lines cut across chunks anywhere (a byte at a time, then mid-line) decode as whole
+    // lines: the newline search resumes where the previous chunk's search ended.
+    #[tokio::test]
+    async fn events_split_across_chunks_decode_as_whole_lines() {
+        let body = format!("{ADDED}\n\n{ADDED}\n{ADDED}\n");
+        for size in [1, 7, 64, body.len()] {
+            let chunks: Vec<Result<Vec<u8>, kube_client::Error>> = body
+                .as_bytes()
+                .chunks(size)
+                .map(|c| Ok(c.to_vec()))
+                .collect();
+            let events: Vec<_> = watch_events_of_chunks::<ConfigMap, _, _>(
+                futures::stream::iter(chunks),
+                "/w".into(),
+            )
+            .collect()
+            .await;
+            assert_eq!(events.len(), 3, "chunks of {size}: {events:?}");
+            assert!(
+                events.iter().all(|e| matches!(e, Ok(WatchEvent::Added(_)))),
+                "chunks of {size}: {events:?}"
+            );
+        }
     }
 
     #[tokio::test]
