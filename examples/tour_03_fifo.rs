@@ -12,7 +12,7 @@ use kube_client::Client;
 use kube_client::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_client::core::WatchEvent;
 use kubeloop::cache::{
-    DeltaFIFO, Deltas, KnownObjects, ListWatch, ListerWatcher, RealFIFO, ThreadSafeStore,
+    DeltaFIFO, Deltas, KnownObjects, ListWatch, ListerWatcher, Popped, RealFIFO, ThreadSafeStore,
     WatchOptions, default_key_func, index::namespace_indexers,
 };
 
@@ -90,7 +90,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("DeltaFIFO pop -> {popped}");
     }
     while !real_fifo.is_empty() {
-        let popped = real_fifo.pop(|deltas, _| describe(&deltas)).await?;
+        // A RealFIFO pop can also be a whole list or a resync (`Popped::ReplacedAll`,
+        // `Popped::SyncAll`); four watch events are four single events.
+        let popped = real_fifo
+            .pop(|popped, _| match popped {
+                Popped::Deltas(deltas) => describe(&deltas),
+                other => format!("{other:?}"),
+            })
+            .await?;
         println!("RealFIFO  pop -> {popped}");
     }
     Ok(())

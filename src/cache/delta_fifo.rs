@@ -537,10 +537,11 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
 impl<K: Send + Sync + 'static> super::queue::InformerQueue<K> for DeltaFIFO<K> {
     fn pop_with<'a>(
         &'a self,
-        process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
+        process: &'a mut (dyn FnMut(super::queue::Popped<K>, bool) + Send),
     ) -> futures::future::BoxFuture<'a, Result<(), FifoClosed>> {
         use futures::FutureExt;
-        self.pop(process).boxed()
+        self.pop(|deltas, initial| process(super::queue::Popped::Deltas(deltas), initial))
+            .boxed()
     }
     fn queue_has_synced(&self) -> bool {
         self.has_synced()

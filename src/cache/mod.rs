@@ -85,8 +85,8 @@ pub use list_watch::{
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};
 pub use processor::{Notification, ResourceEventHandler, ResourceEventHandlerFuncs};
-pub use queue::{InformerQueue, QueueKind};
-pub use real_fifo::RealFIFO;
+pub use queue::{InformerQueue, Popped, QueueKind, ReplacedAllInfo};
+pub use real_fifo::{DEFAULT_BATCH_SIZE, RealFIFO, RealFifoOptions, RealFifoOptionsError};
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
     default_watch_error_handler,
@@ -98,4 +98,4 @@ pub use store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, default_key_func, meta_namespace_key,
     split_meta_namespace_key,
 };
-pub use thread_safe_store::{Indexer, ThreadSafeStore};
+pub use thread_safe_store::{Indexer, StoreWrite, ThreadSafeStore};

@@ -5,10 +5,67 @@
 //! The informer only pops, asks whether the first list has been delivered, sets a
 //! transform and closes; the reflector writes through [`ReflectorStore`].
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 
-use super::delta_fifo::{Deltas, FifoClosed, TransformFunc};
+use super::delta_fifo::{Delta, Deltas, FifoClosed, TransformFunc};
 use super::store::ReflectorStore;
+
+/// What one pop hands to the informer's processing loop.
+///
+/// client-go passes `Deltas` to `Pop`'s process function and `[]Delta` to `PopBatch`'s, and
+/// carries the atomic RealFIFO's whole-list items as deltas of type `ReplacedAll`, `SyncAll`
+/// and `Bookmark` whose `Object` is an info struct; here those are variants of their own, so
+/// a [`Delta`] always carries an object.
+#[derive(Debug)]
+pub enum Popped<K> {
+    /// One key's deltas, oldest first ([`DeltaFIFO`](super::DeltaFIFO)), or one event
+    /// ([`RealFIFO`](super::RealFIFO)).
+    Deltas(Deltas<K>),
+    /// Events of distinct keys in watch order, applied to the store in one lock
+    /// (client-go `PopBatch` and `processDeltasInBatch`).
+    Batch(Vec<Delta<K>>),
+    /// An atomic RealFIFO's list: the store becomes exactly these objects (client-go
+    /// `ReplacedAll` with `ReplacedAllInfo`).
+    ReplacedAll(ReplacedAllInfo<K>),
+    /// An atomic RealFIFO's resync: every cached object is offered to the handlers due one
+    /// (client-go `SyncAll`).
+    SyncAll,
+    /// The reflector saw a watch bookmark at this resourceVersion (client-go `Bookmark`
+    /// with `BookmarkInfo`).
+    Bookmark(String),
+}
+
+/// A completed list, queued whole by an atomic RealFIFO (client-go `ReplacedAllInfo`).
+#[derive(Debug)]
+pub struct ReplacedAllInfo<K> {
+    /// The list's resourceVersion.
+    pub resource_version: String,
+    /// The listed objects, transformed, in list order.
+    pub objects: Vec<Arc<K>>,
+}
+
+impl<K> Clone for ReplacedAllInfo<K> {
+    fn clone(&self) -> Self {
+        Self {
+            resource_version: self.resource_version.clone(),
+            objects: self.objects.clone(),
+        }
+    }
+}
+
+impl<K> Clone for Popped<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Popped::Deltas(d) => Popped::Deltas(d.clone()),
+            Popped::Batch(d) => Popped::Batch(d.clone()),
+            Popped::ReplacedAll(info) => Popped::ReplacedAll(info.clone()),
+            Popped::SyncAll => Popped::SyncAll,
+            Popped::Bookmark(rv) => Popped::Bookmark(rv.clone()),
+        }
+    }
+}
 
 /// Which queue an informer uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,14 +80,15 @@ pub enum QueueKind {
 
 /// A queue an informer pops (client-go `Queue`).
 pub trait InformerQueue<K>: ReflectorStore<K> {
-    /// Waits for the next item and runs `process(deltas, is_in_initial_list)` on it under
-    /// the queue's lock; [`FifoClosed`] once closed and drained.
+    /// Waits for the next item (or batch) and runs `process(popped, is_in_initial_list)` on
+    /// it, under the queue's lock unless the queue unlocks while processing;
+    /// [`FifoClosed`] once closed and drained. The informer is the one consumer.
     ///
     /// # Cancel safety
     /// Cancel-safe: nothing is removed until the future completes.
     fn pop_with<'a>(
         &'a self,
-        process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
+        process: &'a mut (dyn FnMut(Popped<K>, bool) + Send),
     ) -> BoxFuture<'a, Result<(), FifoClosed>>;
 
     /// True once everything the first `replace` queued has been popped (or at once if an

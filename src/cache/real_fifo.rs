@@ -2,23 +2,35 @@
 //! `tools/cache/the_real_fifo.go` (`RealFIFO`), the queue client-go 1.36 informers use.
 //!
 //! Every event is its own item, in the order the reflector delivered it: no per-key merging,
-//! so a handler sees exactly the watch's sequence. `pop` hands out one [`Delta`] at a time
-//! (as a one-element [`Deltas`], the shape [`DeltaFIFO`](super::DeltaFIFO) pops).
+//! so a handler sees exactly the watch's sequence. `pop` hands out one item; `pop_batch`
+//! hands out up to [`RealFifoOptions::batch_size`] events of distinct keys at once, which the
+//! informer applies to its store under one lock (client-go `PopBatch`).
+//!
+//! Two ways to queue a list or a resync, as in client-go:
+//! - **atomic** ([`RealFifoOptions::atomic_events`], client-go's `AtomicFIFO` gate, on by
+//!   default in 1.36): a list is one [`Popped::ReplacedAll`] item, a resync one
+//!   [`Popped::SyncAll`], a watch bookmark one [`Popped::Bookmark`]; the informer works out
+//!   deletions against its store when it pops them, so the queue needs no view of the store
+//!   and may be unlocked while the informer processes (client-go `UnlockWhileProcessing`);
+//! - **per object** ([`RealFifoOptions::non_atomic`]): a list queues a tombstone for every
+//!   key that is queued or known but not listed, then one `Replaced` event per object
+//!   (client-go `reconcileReplacement`), and a resync queues a `Sync` event per known key with
+//!   nothing queued. This needs the informer's store as [`KnownObjects`].
 //!
 //! Invariants (on `Inner`):
 //! - `initial_population_count` counts the items the first `replace` left queued; each pop
-//!   lowers it while it is above zero;
+//!   lowers it (by the number of items popped) once processing has finished, so `has_synced`
+//!   never turns true while the last initial item is still being processed;
 //! - `synced` latches: once `populated && initial_population_count == 0` it stays true
-//!   (client-go closes its `synced` channel once).
+//!   (client-go closes its `synced` channel once);
+//! - a batch never spans the end of the initial population, never holds two events of one
+//!   key, and never holds a whole-list item.
 //!
-//! Memory: one `Delta` (an `Arc` and a tag, 16 bytes) per queued event; no key strings are
-//! kept (keys are computed only when `replace` or `resync` look for deletions).
+//! Memory: one item (an `Arc` and a tag) per queued event; no key strings are kept (keys are
+//! computed only when a batch is formed, or `replace` or `resync` look for deletions).
 //!
 //! Differs on purpose from client-go:
-//! - The known-objects store is required (client-go panics without it outside atomic mode).
-//! - Atomic events (`ReplacedAll` / `SyncAll` / `Bookmark` items), batch pops and
-//!   `UnlockWhileProcessing` are not implemented: they are off by default in client-go 1.36
-//!   (`AtomicFIFO` and `InOrderInformersBatchProcess` gates).
+//! - Bad options are an error from [`RealFIFO::with_options`], not a panic.
 //! - A tombstone for a known key whose object vanished from the store is skipped rather than
 //!   queued with a nil object.
 
@@ -27,15 +39,68 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use super::delta_fifo::{
-    DeletedFinalStateUnknown, DeletedObject, Delta, Deltas, FifoClosed, KnownObjects,
-    TransformFunc, apply_transform, transformed_list,
+    DeletedFinalStateUnknown, DeletedObject, Delta, FifoClosed, KnownObjects, TransformFunc,
+    apply_transform, transformed_list,
 };
-use super::queue::InformerQueue;
+use super::queue::{InformerQueue, Popped, ReplacedAllInfo};
 use super::store::{KeyError, KeyFunc, ReflectorStore, StoreError};
+
+/// client-go's `defaultBatchSize`: the most events one `pop_batch` hands out.
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
+
+/// How a [`RealFIFO`] queues lists and resyncs and how it hands items out. `Default` is what
+/// a client-go 1.36 informer builds (`newQueueFIFO` with the `AtomicFIFO`,
+/// `UnlockWhileProcessingFIFO` and `InOrderInformersBatchProcess` gates at their 1.36
+/// defaults, all on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RealFifoOptions {
+    /// A list is one `ReplacedAll` item and a resync one `SyncAll` item (client-go
+    /// `AtomicEvents`). Needs no known-objects store, and refuses one.
+    pub atomic_events: bool,
+    /// Release the queue's lock while the consumer processes an item, so the reflector is
+    /// not held up by the informer (client-go `UnlockWhileProcessing`), unless two full
+    /// batches are already queued. Needs `atomic_events`.
+    pub unlock_while_processing: bool,
+    /// Queue watch bookmarks as `Bookmark` items, so the store learns the resourceVersion
+    /// it is current to (client-go `EmitDeltaTypeBookmark`). Needs `atomic_events`.
+    pub emit_bookmarks: bool,
+    /// The most events one `pop_batch` hands out (client-go `batchSize`); 1 pops one at a
+    /// time (client-go `Pop`, the `InOrderInformersBatchProcess` gate off).
+    pub batch_size: usize,
+}
+
+impl Default for RealFifoOptions {
+    fn default() -> Self {
+        Self {
+            atomic_events: true,
+            unlock_while_processing: true,
+            emit_bookmarks: true,
+            batch_size: DEFAULT_BATCH_SIZE,
+        }
+    }
+}
+
+impl RealFifoOptions {
+    /// The per-object queue of client-go 1.33-1.35 (the `AtomicFIFO` gate off): lists and
+    /// resyncs queued one event per object, deletions found against the known objects.
+    pub fn non_atomic() -> Self {
+        Self {
+            atomic_events: false,
+            unlock_while_processing: false,
+            emit_bookmarks: false,
+            batch_size: DEFAULT_BATCH_SIZE,
+        }
+    }
+}
+
+/// Options that contradict each other (client-go panics with "coding error").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("RealFIFO options refused: {0}")]
+pub struct RealFifoOptionsError(&'static str);
 
 /// client-go `RealFIFO`. Cloning shares the queue.
 pub struct RealFIFO<K> {
@@ -47,11 +112,21 @@ struct Shared<K> {
     /// Woken when an item is queued or the queue closes.
     ready: Notify,
     key_func: KeyFunc<K>,
-    known: Arc<dyn KnownObjects<K>>,
+    /// The informer's store, for deletion detection and resync; `None` in atomic mode.
+    known: Option<Arc<dyn KnownObjects<K>>>,
+    options: RealFifoOptions,
+}
+
+/// One queued item.
+enum Item<K> {
+    Delta(Delta<K>),
+    ReplacedAll(ReplacedAllInfo<K>),
+    SyncAll,
+    Bookmark(String),
 }
 
 struct Inner<K> {
-    items: VecDeque<Delta<K>>,
+    items: VecDeque<Item<K>>,
     populated: bool,
     initial_population_count: usize,
     synced: bool,
@@ -67,10 +142,70 @@ impl<K> Clone for RealFIFO<K> {
     }
 }
 
+impl<K> Item<K> {
+    fn to_popped(&self) -> Popped<K> {
+        match self {
+            Item::Delta(d) => Popped::Deltas(vec![d.clone()]),
+            Item::ReplacedAll(info) => Popped::ReplacedAll(info.clone()),
+            Item::SyncAll => Popped::SyncAll,
+            Item::Bookmark(rv) => Popped::Bookmark(rv.clone()),
+        }
+    }
+
+    fn into_popped(self) -> Popped<K> {
+        match self {
+            Item::Delta(d) => Popped::Deltas(vec![d]),
+            Item::ReplacedAll(info) => Popped::ReplacedAll(info),
+            Item::SyncAll => Popped::SyncAll,
+            Item::Bookmark(rv) => Popped::Bookmark(rv),
+        }
+    }
+}
+
 impl<K: Send + Sync + 'static> RealFIFO<K> {
-    /// A queue keyed by `key_func` whose deletion detection consults `known` (the informer's
-    /// store).
+    /// A per-object queue ([`RealFifoOptions::non_atomic`]) keyed by `key_func` whose
+    /// deletion detection consults `known` (the informer's store).
     pub fn new(key_func: KeyFunc<K>, known: Arc<dyn KnownObjects<K>>) -> Self {
+        Self::build(key_func, Some(known), RealFifoOptions::non_atomic())
+    }
+
+    /// A queue with `options`: atomic queues take no `known`, per-object queues need it
+    /// (client-go `NewRealFIFOWithOptions`).
+    pub fn with_options(
+        key_func: KeyFunc<K>,
+        known: Option<Arc<dyn KnownObjects<K>>>,
+        options: RealFifoOptions,
+    ) -> Result<Self, RealFifoOptionsError> {
+        if options.atomic_events {
+            if known.is_some() {
+                return Err(RealFifoOptionsError(
+                    "an atomic queue works out deletions in the informer and takes no known objects",
+                ));
+            }
+        } else {
+            if options.unlock_while_processing {
+                return Err(RealFifoOptionsError(
+                    "unlock_while_processing needs atomic_events",
+                ));
+            }
+            if options.emit_bookmarks {
+                return Err(RealFifoOptionsError("emit_bookmarks needs atomic_events"));
+            }
+            if known.is_none() {
+                return Err(RealFifoOptionsError(
+                    "a per-object queue needs the known objects to find deletions",
+                ));
+            }
+        }
+        Ok(Self::build(key_func, known, options))
+    }
+
+    fn build(
+        key_func: KeyFunc<K>,
+        known: Option<Arc<dyn KnownObjects<K>>>,
+        mut options: RealFifoOptions,
+    ) -> Self {
+        options.batch_size = options.batch_size.max(1);
         Self {
             shared: Arc::new(Shared {
                 inner: Mutex::new(Inner {
@@ -84,8 +219,14 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                 ready: Notify::new(),
                 key_func,
                 known,
+                options,
             }),
         }
+    }
+
+    /// The options this queue was built with.
+    pub fn options(&self) -> RealFifoOptions {
+        self.shared.options
     }
 
     /// Sets the transform applied to objects before they are queued (not to tombstones or
@@ -132,15 +273,16 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                 format!("{delta_type:?} (RealFIFO, {ahead} items ahead)")
             });
         }
-        inner.items.push_back(delta);
+        inner.items.push_back(Item::Delta(delta));
         drop(inner);
         self.shared.ready.notify_waiters();
         Ok(())
     }
 
-    /// client-go `Replace` (non-atomic, `reconcileReplacement`): first a tombstone for every
-    /// key that is queued or known but not in `list` (a queued key whose last item is a
-    /// deletion needs none), then a `Replaced` item per object, in list order.
+    /// client-go `Replace`. Atomic: one `ReplacedAll` item holding the whole list. Per
+    /// object (`reconcileReplacement`): first a tombstone for every key that is queued or
+    /// known but not in `list` (a queued key whose last item is a deletion needs none), then
+    /// a `Replaced` item per object, in list order.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
         self.replace_listed(transformed_list(transform.as_ref(), list), resource_version)
@@ -150,8 +292,11 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     pub fn replace_listed(
         &self,
         list: Vec<Arc<K>>,
-        _resource_version: &str,
+        resource_version: &str,
     ) -> Result<(), StoreError> {
+        if self.shared.options.atomic_events {
+            return self.replace_atomic(list, resource_version);
+        }
         // Keys first, so a bad object leaves the queue untouched.
         let mut new_keys = HashSet::with_capacity(list.len());
         for obj in &list {
@@ -163,6 +308,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         let mut queued_order: Vec<String> = Vec::new();
         let mut last_queued: HashMap<String, Delta<K>> = HashMap::new();
         for item in &inner.items {
+            let Item::Delta(item) = item else { continue };
             let key = self.key_of_delta(item)?;
             if last_queued.insert(key.clone(), item.clone()).is_none() {
                 queued_order.push(key);
@@ -180,12 +326,14 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
             let obj = last.object().clone();
             tombstones.push(tombstone(key, obj));
         }
-        for key in self.shared.known.list_keys() {
-            if new_keys.contains(&key) || last_queued.contains_key(&key) {
-                continue;
-            }
-            if let Some(obj) = self.shared.known.get_by_key(&key) {
-                tombstones.push(tombstone(key, obj));
+        if let Some(known) = &self.shared.known {
+            for key in known.list_keys() {
+                if new_keys.contains(&key) || last_queued.contains_key(&key) {
+                    continue;
+                }
+                if let Some(obj) = known.get_by_key(&key) {
+                    tombstones.push(tombstone(key, obj));
+                }
             }
         }
         if crate::trace::on() {
@@ -198,8 +346,37 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
         drop(new_keys);
         drop(last_queued);
-        inner.items.extend(tombstones);
-        inner.items.extend(list.into_iter().map(Delta::Replaced));
+        inner.items.extend(tombstones.into_iter().map(Item::Delta));
+        inner
+            .items
+            .extend(list.into_iter().map(|o| Item::Delta(Delta::Replaced(o))));
+        self.after_replace(inner);
+        Ok(())
+    }
+
+    /// client-go `addReplaceToItemsLocked`.
+    fn replace_atomic(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        if crate::trace::on() {
+            let kind = crate::trace::short_type_name::<K>();
+            for obj in &list {
+                if let Ok(key) = (self.shared.key_func)(obj) {
+                    crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
+                        "ReplacedAll (RealFIFO, from a LIST)".into()
+                    });
+                }
+            }
+        }
+        let mut inner = self.shared.inner.lock();
+        inner.items.push_back(Item::ReplacedAll(ReplacedAllInfo {
+            resource_version: resource_version.to_string(),
+            objects: list,
+        }));
+        self.after_replace(inner);
+        Ok(())
+    }
+
+    /// The first replace fixes how many items make the initial population.
+    fn after_replace(&self, mut inner: MutexGuard<'_, Inner<K>>) {
         if !inner.populated {
             inner.populated = true;
             inner.initial_population_count = inner.items.len();
@@ -207,23 +384,34 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
         drop(inner);
         self.shared.ready.notify_waiters();
-        Ok(())
     }
 
-    /// client-go `Resync` (non-atomic): a `Sync` item for every known key with nothing queued.
+    /// client-go `Resync`. Atomic: one `SyncAll` item. Per object: a `Sync` item for every
+    /// known key with nothing queued.
     pub fn resync(&self) -> Result<(), StoreError> {
         let mut inner = self.shared.inner.lock();
+        if self.shared.options.atomic_events {
+            inner.items.push_back(Item::SyncAll);
+            drop(inner);
+            self.shared.ready.notify_waiters();
+            return Ok(());
+        }
+        let Some(known) = &self.shared.known else {
+            return Ok(());
+        };
         let mut queued = HashSet::with_capacity(inner.items.len());
         for item in &inner.items {
-            queued.insert(self.key_of_delta(item)?);
+            if let Item::Delta(d) = item {
+                queued.insert(self.key_of_delta(d)?);
+            }
         }
         let mut added = false;
-        for key in self.shared.known.list_keys() {
+        for key in known.list_keys() {
             if queued.contains(&key) {
                 continue;
             }
-            if let Some(obj) = self.shared.known.get_by_key(&key) {
-                inner.items.push_back(Delta::Sync(obj));
+            if let Some(obj) = known.get_by_key(&key) {
+                inner.items.push_back(Item::Delta(Delta::Sync(obj)));
                 added = true;
             }
         }
@@ -234,14 +422,52 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         Ok(())
     }
 
-    /// Waits for the oldest item, removes it and runs `process(deltas, is_in_initial_list)`
-    /// under the queue's lock. After `close`, drains what is queued, then [`FifoClosed`].
+    /// client-go `Bookmark`: queues a `Bookmark` item if the queue emits them, else nothing.
+    pub fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+        if !self.shared.options.emit_bookmarks {
+            return Ok(());
+        }
+        self.shared
+            .inner
+            .lock()
+            .items
+            .push_back(Item::Bookmark(resource_version.to_string()));
+        self.shared.ready.notify_waiters();
+        Ok(())
+    }
+
+    /// Waits for the oldest item, removes it and runs `process(item, is_in_initial_list)`
+    /// (client-go `Pop`). After `close`, drains what is queued, then [`FifoClosed`].
     ///
     /// # Cancel safety
     /// Cancel-safe: nothing is removed until the future completes.
     pub async fn pop<R>(
         &self,
-        process: impl FnOnce(Deltas<K>, bool) -> R,
+        process: impl FnOnce(Popped<K>, bool) -> R,
+    ) -> Result<R, FifoClosed> {
+        self.pop_up_to(1, process).await
+    }
+
+    /// client-go `PopBatch`: waits for items and hands out as many as
+    /// [`RealFifoOptions::batch_size`] events as one [`Popped::Batch`], oldest first. The
+    /// batch ends before a second event of a key already in it, before a whole-list item,
+    /// at the end of the initial population, and after an event whose key cannot be
+    /// computed. A batch of one is handed out as [`pop`](Self::pop) would.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is removed until the future completes.
+    pub async fn pop_batch<R>(
+        &self,
+        process: impl FnOnce(Popped<K>, bool) -> R,
+    ) -> Result<R, FifoClosed> {
+        self.pop_up_to(self.shared.options.batch_size, process)
+            .await
+    }
+
+    async fn pop_up_to<R>(
+        &self,
+        limit: usize,
+        process: impl FnOnce(Popped<K>, bool) -> R,
     ) -> Result<R, FifoClosed> {
         loop {
             let notified = self.shared.ready.notified();
@@ -249,11 +475,23 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
             notified.as_mut().enable();
             {
                 let mut inner = self.shared.inner.lock();
-                if let Some(item) = inner.items.pop_front() {
+                if !inner.items.is_empty() {
                     let is_in_initial_list = !inner.synced;
-                    let result = process(vec![item], is_in_initial_list);
+                    let (popped, n) = self.take(&mut inner, limit);
+                    // client-go unlocks only while fewer than two full batches are queued, so
+                    // a slow consumer holds the producer back instead of letting it run away.
+                    let unlock = self.shared.options.unlock_while_processing
+                        && inner.items.len() < self.shared.options.batch_size * 2;
+                    let result = if unlock {
+                        MutexGuard::unlocked(&mut inner, || process(popped, is_in_initial_list))
+                    } else {
+                        process(popped, is_in_initial_list)
+                    };
+                    // Only now, so `has_synced` is not true while the last initial item is
+                    // still being processed.
                     if inner.initial_population_count > 0 {
-                        inner.initial_population_count -= 1;
+                        inner.initial_population_count =
+                            inner.initial_population_count.saturating_sub(n);
                         inner.check_synced();
                     }
                     return Ok(result);
@@ -263,6 +501,54 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                 }
             }
             notified.await;
+        }
+    }
+
+    /// Removes up to `limit` items from the front as one pop (see `pop_batch`); returns them
+    /// and how many there were.
+    fn take(&self, inner: &mut Inner<K>, limit: usize) -> (Popped<K>, usize) {
+        let mut limit = limit.min(inner.items.len());
+        if inner.initial_population_count > 0 {
+            limit = limit.min(inner.initial_population_count);
+        }
+        let first_is_event = matches!(inner.items.front(), Some(Item::Delta(_)));
+        if limit <= 1 || !first_is_event {
+            let item = inner.items.pop_front().expect("checked non-empty");
+            return (item.into_popped(), 1);
+        }
+        let mut keys = HashSet::with_capacity(limit);
+        let mut n = 0;
+        for item in inner.items.iter().take(limit) {
+            let Item::Delta(delta) = item else {
+                break;
+            };
+            match self.key_of_delta(delta) {
+                Ok(key) => {
+                    if !keys.insert(key) {
+                        break;
+                    }
+                    n += 1;
+                }
+                Err(_) => {
+                    // client-go takes an event whose key fails into the batch and ends it
+                    // there; the informer reports the key error when it applies the event.
+                    n += 1;
+                    break;
+                }
+            }
+        }
+        let batch: Vec<Delta<K>> = inner
+            .items
+            .drain(..n)
+            .map(|item| match item {
+                Item::Delta(d) => d,
+                _ => unreachable!("a batch holds events only"),
+            })
+            .collect();
+        if batch.len() == 1 {
+            (Popped::Deltas(batch), 1)
+        } else {
+            (Popped::Batch(batch), n)
         }
     }
 
@@ -283,9 +569,16 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         self.shared.inner.lock().synced
     }
 
-    /// The queued items, oldest first (a copy, for tests and debugging).
-    pub fn items(&self) -> Vec<Delta<K>> {
-        self.shared.inner.lock().items.iter().cloned().collect()
+    /// The queued items, oldest first, each as `pop` would hand it out (a copy, for tests
+    /// and debugging).
+    pub fn items(&self) -> Vec<Popped<K>> {
+        self.shared
+            .inner
+            .lock()
+            .items
+            .iter()
+            .map(Item::to_popped)
+            .collect()
     }
 
     /// Number of queued items.
@@ -296,6 +589,15 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Queues `delta` as is, without computing its key (tests of key failures).
+    #[cfg(test)]
+    fn push_unchecked(&self, delta: Delta<K>) {
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        inner.check_synced();
+        inner.items.push_back(Item::Delta(delta));
     }
 }
 
@@ -334,6 +636,9 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     fn resync(&self) -> Result<(), StoreError> {
         RealFIFO::resync(self)
     }
+    fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+        RealFIFO::bookmark(self, resource_version)
+    }
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
@@ -345,9 +650,9 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
 impl<K: Send + Sync + 'static> InformerQueue<K> for RealFIFO<K> {
     fn pop_with<'a>(
         &'a self,
-        process: &'a mut (dyn FnMut(Deltas<K>, bool) + Send),
+        process: &'a mut (dyn FnMut(Popped<K>, bool) + Send),
     ) -> BoxFuture<'a, Result<(), FifoClosed>> {
-        self.pop(process).boxed()
+        self.pop_batch(process).boxed()
     }
     fn queue_has_synced(&self) -> bool {
         self.has_synced()
@@ -424,18 +729,26 @@ mod tests {
         fifo_with_known(&[])
     }
 
+    /// The one event a popped or queued item carries.
+    fn one(p: &Popped<ConfigMap>) -> &Delta<ConfigMap> {
+        match p {
+            Popped::Deltas(d) => {
+                assert_eq!(d.len(), 1, "a RealFIFO pops one delta at a time");
+                &d[0]
+            }
+            other => panic!("expected one event, got {other:?}"),
+        }
+    }
+
     fn items(q: &RealFIFO<ConfigMap>) -> Vec<Flat> {
-        q.items().iter().map(flat1).collect()
+        q.items().iter().map(|p| flat1(one(p))).collect()
     }
 
     /// Pops one item: (its flat form, is_in_initial_list).
     async fn pop1(q: &RealFIFO<ConfigMap>) -> (Flat, bool) {
-        q.pop(|d, initial| {
-            assert_eq!(d.len(), 1, "a RealFIFO pops one delta at a time");
-            (flat1(&d[0]), initial)
-        })
-        .await
-        .expect("queue closed")
+        q.pop(|p, initial| (flat1(one(&p)), initial))
+            .await
+            .expect("queue closed")
     }
 
     async fn pop_all(q: &RealFIFO<ConfigMap>) -> Vec<Flat> {
@@ -593,7 +906,7 @@ mod tests {
         q.replace(vec![], "").unwrap();
         let all = q.items();
         assert_eq!(
-            all.iter().map(flat1).collect::<Vec<_>>(),
+            all.iter().map(|p| flat1(one(p))).collect::<Vec<_>>(),
             vec![
                 f(DeltaType::Added, "foo", 10),
                 f(DeltaType::Added, "bar", 11),
@@ -604,7 +917,7 @@ mod tests {
                 tomb("bar", 16),
             ]
         );
-        for d in &all {
+        for d in all.iter().map(one) {
             assert_eq!(d.object().data.as_ref().unwrap()["xfrm"], "1", "{d:?}");
         }
     }
@@ -900,5 +1213,412 @@ mod tests {
         q.close();
         assert_eq!(pop1(&q).await.0, f(DeltaType::Added, "a", 1));
         assert_eq!(q.pop(|_, _| ()).await, Err(FifoClosed));
+    }
+
+    /// A per-object queue handing out batches of up to `batch_size` events.
+    fn batching_fifo(known: &[ConfigMap], batch_size: usize) -> RealFIFO<ConfigMap> {
+        let store = ThreadSafeStore::new(Default::default());
+        for o in known {
+            store.add(o.metadata.name.clone().unwrap(), Arc::new(o.clone()));
+        }
+        let options = RealFifoOptions {
+            batch_size,
+            ..RealFifoOptions::non_atomic()
+        };
+        RealFIFO::with_options(default_key_func(), Some(Arc::new(store)), options).unwrap()
+    }
+
+    /// An atomic queue (client-go 1.36's informer default).
+    fn atomic_fifo() -> RealFIFO<ConfigMap> {
+        RealFIFO::with_options(default_key_func(), None, RealFifoOptions::default()).unwrap()
+    }
+
+    /// Pops batches until the queue is empty: each batch flat, with its is_in_initial_list.
+    async fn pop_batches(q: &RealFIFO<ConfigMap>) -> Vec<(Vec<Flat>, bool)> {
+        let mut out = Vec::new();
+        while !q.is_empty() {
+            let batch = q
+                .pop_batch(|p, initial| match p {
+                    Popped::Batch(ds) => {
+                        assert!(ds.len() > 1, "a batch of one is handed out as one event");
+                        (ds.iter().map(flat1).collect(), initial)
+                    }
+                    Popped::Deltas(ds) => (ds.iter().map(flat1).collect(), initial),
+                    other => panic!("expected events, got {other:?}"),
+                })
+                .await
+                .unwrap();
+            out.push(batch);
+        }
+        out
+    }
+
+    // client-go: TestRealFIFO_PopMultipleDeltaInBatch
+    #[tokio::test(start_paused = true)]
+    async fn pop_batch_splits_at_duplicates_initial_list_and_batch_size() {
+        use DeltaType::{Replaced as R, Updated as U};
+        const UNLIMITED: usize = 999_999;
+        let o = |i: usize| obj(&format!("foo{i}"), 5);
+        let b = |items: &[(DeltaType, usize)]| -> Vec<Flat> {
+            items
+                .iter()
+                .map(|&(t, i)| f(t, &format!("foo{i}"), 5))
+                .collect()
+        };
+        type Case = (&'static str, Vec<usize>, Vec<usize>, usize, Vec<Vec<Flat>>);
+        let cases: Vec<Case> = vec![
+            (
+                "non-split: pop unique items should work",
+                vec![1, 2, 3],
+                vec![],
+                UNLIMITED,
+                vec![b(&[(R, 1), (R, 2), (R, 3)])],
+            ),
+            (
+                "split due to initial list: initial 2 items with 2 updates should have 2 batches",
+                vec![1, 2],
+                vec![3, 4],
+                2,
+                vec![b(&[(R, 1), (R, 2)]), b(&[(U, 3), (U, 4)])],
+            ),
+            (
+                "split due to non-unique#1: update single item for multiple items should have separate batch",
+                vec![1],
+                vec![1, 1],
+                UNLIMITED,
+                vec![b(&[(R, 1)]), b(&[(U, 1)]), b(&[(U, 1)])],
+            ),
+            (
+                "split due to non-unique#2: update 3 item for with non-unique item at the end should have separate batch",
+                vec![1, 2],
+                vec![2, 3],
+                UNLIMITED,
+                vec![b(&[(R, 1), (R, 2)]), b(&[(U, 2), (U, 3)])],
+            ),
+            (
+                "split due to non-unique#3: update 3 item for with non-unique item in the mid should have separate batch",
+                vec![1, 2, 3],
+                vec![2],
+                UNLIMITED,
+                vec![b(&[(R, 1), (R, 2), (R, 3)]), b(&[(U, 2)])],
+            ),
+            (
+                "split due to batch size#1: batching initial list should work",
+                vec![1, 2, 3],
+                vec![],
+                2,
+                vec![b(&[(R, 1), (R, 2)]), b(&[(R, 3)])],
+            ),
+            (
+                "split due to batch size#2: batching incoming non-initial deltas should work",
+                vec![],
+                vec![1, 2, 3],
+                2,
+                vec![b(&[(U, 1), (U, 2)]), b(&[(U, 3)])],
+            ),
+            (
+                "split due to batch size#3: pop 4 mixed initial & non-initial items with 2 batch size should have 3 batch",
+                vec![1, 2, 3],
+                vec![4],
+                2,
+                vec![b(&[(R, 1), (R, 2)]), b(&[(R, 3)]), b(&[(U, 4)])],
+            ),
+        ];
+        for (name, initial, updates, batch_size, want) in cases {
+            let initial: Vec<ConfigMap> = initial.into_iter().map(o).collect();
+            let q = batching_fifo(&initial, batch_size);
+            q.replace(initial.clone(), "123").unwrap();
+            for i in updates {
+                q.update(o(i)).unwrap();
+            }
+            let got = pop_batches(&q).await;
+            let batches: Vec<Vec<Flat>> = got.iter().map(|(b, _)| b.clone()).collect();
+            assert_eq!(batches, want, "{name}");
+            // Exactly the initial items were handed out as part of the initial list.
+            let initial_names: Vec<String> = got
+                .iter()
+                .filter(|(_, init)| *init)
+                .flat_map(|(b, _)| b.iter().map(|x| x.1.clone()))
+                .collect();
+            let want_names: Vec<String> = initial
+                .iter()
+                .map(|o| o.metadata.name.clone().unwrap())
+                .collect();
+            assert_eq!(initial_names, want_names, "{name}");
+        }
+    }
+
+    // client-go: TestRealFIFO_PopBrokenItemsInBatch
+    #[tokio::test(start_paused = true)]
+    async fn pop_batch_ends_a_batch_after_an_item_whose_key_fails() {
+        use DeltaType::Added as A;
+        let b = |names: &[&str]| -> Vec<Flat> { names.iter().map(|n| f(A, n, 5)).collect() };
+        type Case = (&'static str, Vec<&'static str>, Vec<Vec<Flat>>);
+        let cases: Vec<Case> = vec![
+            ("1st item is broken", vec!["foo3"], vec![b(&["foo3"])]),
+            (
+                "nth item is broken",
+                vec!["foo1", "foo2", "foo3"],
+                vec![b(&["foo1", "foo2", "foo3"])],
+            ),
+            (
+                "multiple nth items are broken",
+                vec!["foo1", "foo2", "foo3", "foo4"],
+                vec![b(&["foo1", "foo2", "foo3"]), b(&["foo4"])],
+            ),
+            (
+                "mixed 1st and nth items are broken",
+                vec!["foo3", "foo1", "foo4"],
+                vec![b(&["foo3"]), b(&["foo1", "foo4"])],
+            ),
+        ];
+        for (name, incoming, want) in cases {
+            let broken: KeyFunc<ConfigMap> = Arc::new(|o: &ConfigMap| {
+                let name = o.metadata.name.clone().unwrap();
+                if name == "foo3" || name == "foo4" {
+                    return Err(KeyError::MissingName {
+                        kind: "test key func error".into(),
+                    });
+                }
+                Ok(name)
+            });
+            let store: Arc<dyn KnownObjects<ConfigMap>> =
+                Arc::new(ThreadSafeStore::<ConfigMap>::new(Default::default()));
+            let options = RealFifoOptions {
+                batch_size: 999_999,
+                ..RealFifoOptions::non_atomic()
+            };
+            let q = RealFIFO::with_options(broken, Some(store), options).unwrap();
+            for n in incoming {
+                q.push_unchecked(Delta::Added(Arc::new(obj(n, 5))));
+            }
+            let batches: Vec<Vec<Flat>> =
+                pop_batches(&q).await.into_iter().map(|(b, _)| b).collect();
+            assert_eq!(batches, want, "{name}");
+        }
+    }
+
+    /// A queued or popped item in a comparable form: events flat, whole-list items by
+    /// their contents.
+    #[derive(Debug, PartialEq)]
+    enum Shown {
+        Event(Flat),
+        ReplacedAll(String, Vec<(String, i32)>),
+        SyncAll,
+        Bookmark(String),
+    }
+
+    fn show(p: Popped<ConfigMap>) -> Shown {
+        match p {
+            Popped::Deltas(_) => Shown::Event(flat1(one(&p))),
+            Popped::ReplacedAll(info) => Shown::ReplacedAll(
+                info.resource_version,
+                info.objects
+                    .iter()
+                    .map(|o| (o.metadata.name.clone().unwrap(), val(o)))
+                    .collect(),
+            ),
+            Popped::SyncAll => Shown::SyncAll,
+            Popped::Bookmark(rv) => Shown::Bookmark(rv),
+            Popped::Batch(b) => panic!("pop hands out one item, got a batch of {}", b.len()),
+        }
+    }
+
+    async fn pop_shown(q: &RealFIFO<ConfigMap>) -> Vec<Shown> {
+        let mut out = Vec::new();
+        while !q.is_empty() {
+            out.push(q.pop(|p, _| show(p)).await.unwrap());
+        }
+        out
+    }
+
+    // client-go: TestRealFIFO_ReplaceAtomic
+    #[tokio::test(start_paused = true)]
+    async fn replace_atomic_queues_one_replaced_all_item_in_order() {
+        let added = || Shown::Event(f(DeltaType::Added, "foo", 2));
+        let all = |rv: &str, objs: &[(&str, i32)]| {
+            Shown::ReplacedAll(
+                rv.into(),
+                objs.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            )
+        };
+        type Ops = fn(&RealFIFO<ConfigMap>);
+        let cases: Vec<(&str, Ops, Vec<Shown>)> = vec![
+            (
+                "Base replace",
+                |q| q.replace(vec![], "123").unwrap(),
+                vec![all("123", &[])],
+            ),
+            (
+                "Added object exists in deltas on Atomic Replace",
+                |q| {
+                    q.add(obj("foo", 2)).unwrap();
+                    q.replace(vec![], "123").unwrap();
+                },
+                vec![added(), all("123", &[])],
+            ),
+            (
+                "Multiple replaces run in order",
+                |q| {
+                    q.add(obj("foo", 2)).unwrap();
+                    q.replace(vec![obj("foo", 2)], "10").unwrap();
+                    q.replace(vec![obj("foo", 2)], "20").unwrap();
+                    q.replace(vec![], "56").unwrap();
+                },
+                vec![
+                    added(),
+                    all("10", &[("foo", 2)]),
+                    all("20", &[("foo", 2)]),
+                    all("56", &[]),
+                ],
+            ),
+            (
+                "Bookmark object should not be included in Replace",
+                |q| {
+                    q.bookmark("123").unwrap();
+                    q.replace(vec![], "1234").unwrap();
+                },
+                vec![Shown::Bookmark("123".into()), all("1234", &[])],
+            ),
+        ];
+        for (name, ops, want) in cases {
+            let q = atomic_fifo();
+            ops(&q);
+            assert_eq!(pop_shown(&q).await, want, "{name}");
+            assert!(q.is_empty(), "{name}: expected no extra items");
+        }
+    }
+
+    // client-go: TestRealFIFO_ReplaceAtomicPop
+    #[tokio::test(start_paused = true)]
+    async fn replace_atomic_pops_the_add_then_the_whole_list() {
+        let q = atomic_fifo();
+        q.add(obj("foo", 10)).unwrap();
+        q.replace(vec![obj("foo", 15)], "20").unwrap();
+        assert_eq!(
+            q.pop(|p, _| show(p)).await.unwrap(),
+            Shown::Event(f(DeltaType::Added, "foo", 10))
+        );
+        assert_eq!(
+            q.pop(|p, _| show(p)).await.unwrap(),
+            Shown::ReplacedAll("20".into(), vec![("foo".into(), 15)])
+        );
+        let more = tokio::time::timeout(Duration::from_millis(50), q.pop(|p, _| show(p))).await;
+        assert!(more.is_err(), "got a second value: {more:?}");
+        assert!(q.is_empty(), "item did not get removed");
+    }
+
+    // client-go: TestRealFIFO_ResyncAtomic
+    #[tokio::test(start_paused = true)]
+    async fn resync_atomic_queues_one_sync_all_item() {
+        let q = atomic_fifo();
+        q.resync().unwrap();
+        assert_eq!(pop_shown(&q).await, vec![Shown::SyncAll], "Base resync");
+        assert!(q.is_empty());
+
+        let q = atomic_fifo();
+        q.add(obj("foo", 2)).unwrap();
+        q.resync().unwrap();
+        assert_eq!(
+            pop_shown(&q).await,
+            vec![Shown::Event(f(DeltaType::Added, "foo", 2)), Shown::SyncAll],
+            "Added object exists in deltas on Atomic Resync"
+        );
+        assert!(q.is_empty());
+    }
+
+    // kubeloop's own: client-go `NewRealFIFOWithOptions` panics on these ("coding error").
+    #[test]
+    fn contradicting_options_are_refused() {
+        let known = || -> Arc<dyn KnownObjects<ConfigMap>> {
+            Arc::new(ThreadSafeStore::<ConfigMap>::new(Default::default()))
+        };
+        let atomic = RealFifoOptions::default();
+        let flat = RealFifoOptions::non_atomic();
+        let refused = [
+            (Some(known()), atomic),
+            (None, flat),
+            (
+                Some(known()),
+                RealFifoOptions {
+                    unlock_while_processing: true,
+                    ..flat
+                },
+            ),
+            (
+                Some(known()),
+                RealFifoOptions {
+                    emit_bookmarks: true,
+                    ..flat
+                },
+            ),
+        ];
+        for (known, options) in refused {
+            let e = RealFIFO::with_options(default_key_func::<ConfigMap>(), known, options);
+            assert!(e.is_err(), "{options:?} accepted");
+        }
+        assert!(RealFIFO::with_options(default_key_func::<ConfigMap>(), None, atomic).is_ok());
+        assert!(
+            RealFIFO::with_options(default_key_func::<ConfigMap>(), Some(known()), flat).is_ok()
+        );
+    }
+
+    // kubeloop's own: with `unlock_while_processing` the queue's lock is free while the
+    // consumer processes (so the reflector can queue meanwhile), unless two full batches are
+    // already waiting; a per-object queue keeps it held. `has_synced` turns true only after
+    // the last initial item has been processed.
+    #[tokio::test(start_paused = true)]
+    async fn unlock_while_processing_frees_the_lock_unless_two_batches_wait() {
+        let q = atomic_fifo();
+        q.replace(vec![obj("a", 1)], "1").unwrap();
+        let (free, synced) = q
+            .pop(|_, _| {
+                let free = q.shared.inner.try_lock().is_some();
+                (free, q.has_synced())
+            })
+            .await
+            .unwrap();
+        assert!(free, "the lock was held while processing");
+        assert!(!synced, "synced while the initial list was being processed");
+        assert!(q.has_synced());
+
+        let options = RealFifoOptions {
+            batch_size: 2,
+            ..RealFifoOptions::default()
+        };
+        let q = RealFIFO::with_options(default_key_func(), None, options).unwrap();
+        for i in 0..6 {
+            q.add(obj(&format!("k{i}"), i)).unwrap();
+        }
+        // Two events out, four left: two full batches wait, so the lock stays held.
+        let free = q
+            .pop_batch(|_, _| q.shared.inner.try_lock().is_some())
+            .await;
+        assert_eq!(free, Ok(false));
+        // Two more out, two left: fewer than two batches, unlocked.
+        let free = q
+            .pop_batch(|_, _| q.shared.inner.try_lock().is_some())
+            .await;
+        assert_eq!(free, Ok(true));
+
+        let q = fifo();
+        q.add(obj("a", 1)).unwrap();
+        let free = q.pop(|_, _| q.shared.inner.try_lock().is_some()).await;
+        assert_eq!(
+            free,
+            Ok(false),
+            "a per-object queue unlocked while processing"
+        );
+    }
+
+    // kubeloop's own: only a queue that emits bookmarks queues them.
+    #[tokio::test(start_paused = true)]
+    async fn bookmarks_are_queued_only_when_emitted() {
+        let q = fifo();
+        q.bookmark("7").unwrap();
+        assert!(q.is_empty());
+        let q = atomic_fifo();
+        q.bookmark("7").unwrap();
+        assert_eq!(pop_shown(&q).await, vec![Shown::Bookmark("7".into())]);
     }
 }

@@ -630,7 +630,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             WatchEvent::Deleted(obj) => {
                 (resource_version(&obj).to_string(), self.store.delete(obj))
             }
-            WatchEvent::Bookmark(b) => (b.metadata.resource_version, Ok(())),
+            WatchEvent::Bookmark(b) => {
+                let result = self.store.bookmark(&b.metadata.resource_version);
+                (b.metadata.resource_version, result)
+            }
             WatchEvent::Error(status) => {
                 return self.watch_failed(ListWatchError::from_status(
                     "WATCH",

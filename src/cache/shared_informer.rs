@@ -6,7 +6,13 @@
 //! popping it that updates the [`ThreadSafeStore`] and fans notifications out to every
 //! handler's buffer, and one task per handler.
 //!
-//! Locking: the queue's lock is held while an item's deltas are processed (as in client-go);
+//! The queue's default is client-go 1.36's: an atomic RealFIFO ([`RealFifoOptions`]) that
+//! queues a whole list as one item (the informer works out deletions against its store when
+//! it pops it, [`Popped::ReplacedAll`]) and hands out watch events in batches of distinct
+//! keys, each batch applied to the store under one lock.
+//!
+//! Locking: the queue's lock is held while a pop is processed, unless the queue unlocks
+//! while processing (the atomic default, as client-go 1.36's `UnlockWhileProcessingFIFO`);
 //! inside it the informer's one lock (`Inner`: handlers and lifecycle) and then the store's.
 //! Adding a handler takes the informer lock, so its replay of the cache and live
 //! notifications never interleave. No lock is held across an `.await`.
@@ -22,6 +28,7 @@
 //! Differs on purpose: a handler resync period given to an informer whose default is 0 turns
 //! the resync check on when added before start (client-go silently never resyncs then).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -34,7 +41,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::delta_fifo::{
-    DeletedObject, Delta, DeltaFIFO, DeltaType, Deltas, KnownObjects, TransformFunc,
+    DeletedFinalStateUnknown, DeletedObject, Delta, DeltaFIFO, DeltaType, Deltas, KnownObjects,
+    TransformFunc,
 };
 use super::index::{IndexError, Indexers, namespace_indexers};
 use super::list_watch::{CacheObject, ListerWatcher};
@@ -44,11 +52,11 @@ use super::processor::{
     Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler,
     determine_resync_period, distribute, run_listener, should_resync,
 };
-use super::queue::{InformerQueue, QueueKind};
-use super::real_fifo::RealFIFO;
+use super::queue::{InformerQueue, Popped, QueueKind, ReplacedAllInfo};
+use super::real_fifo::{RealFIFO, RealFifoOptions};
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
 use super::store::{KeyFunc, ReflectorStore, default_key_func, resource_version};
-use super::thread_safe_store::{Indexer, ThreadSafeStore};
+use super::thread_safe_store::{Indexer, StoreWrite, ThreadSafeStore};
 
 /// Informer settings.
 #[derive(Debug, Clone, Default)]
@@ -62,6 +70,10 @@ pub struct InformerConfig {
     pub metrics: CacheMetrics,
     /// The queue between reflector and handlers. client-go 1.36: always the RealFIFO.
     pub queue: QueueKind,
+    /// How the RealFIFO queues lists and hands out events; `Default` is client-go 1.36's
+    /// (atomic lists and resyncs, bookmarks, unlocked while processing, batches of 1000).
+    /// Ignored with [`QueueKind::DeltaFifo`].
+    pub real_fifo: RealFifoOptions,
 }
 
 /// Per-handler options.
@@ -133,6 +145,8 @@ struct Shared<K> {
     type_name: String,
     store: ThreadSafeStore<K>,
     fifo: Arc<dyn InformerQueue<K>>,
+    /// The store records the resourceVersion it is current to (an atomic queue).
+    track_rv: bool,
     key_func: KeyFunc<K>,
     metrics: CacheMetrics,
     /// Woken after each processed key (for `wait_for_cache_sync`).
@@ -190,8 +204,26 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let store = ThreadSafeStore::new(indexers);
         let key_func = default_key_func::<K>();
         let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
+        let mut options = config.real_fifo;
+        if !options.atomic_events && (options.unlock_while_processing || options.emit_bookmarks) {
+            tracing::warn!(
+                %type_name,
+                "RealFIFO options: unlock_while_processing and emit_bookmarks need atomic_events; both turned off"
+            );
+            options.unlock_while_processing = false;
+            options.emit_bookmarks = false;
+        }
+        let track_rv = config.queue == QueueKind::RealFifo && options.atomic_events;
         let fifo: Arc<dyn InformerQueue<K>> = match config.queue {
-            QueueKind::RealFifo => Arc::new(RealFIFO::new(key_func.clone(), known)),
+            QueueKind::RealFifo => {
+                // An atomic queue finds deletions in `replace_all`; a per-object one needs
+                // the store.
+                let known = (!options.atomic_events).then_some(known);
+                Arc::new(
+                    RealFIFO::with_options(key_func.clone(), known, options)
+                        .expect("options made consistent above"),
+                )
+            }
             QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
         };
         let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
@@ -209,6 +241,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 type_name,
                 store,
                 fifo,
+                track_rv,
                 key_func,
                 metrics: config.metrics,
                 progressed: Notify::new(),
@@ -611,83 +644,152 @@ impl<K: CacheObject> Shared<K> {
         }
     }
 
-    /// client-go `processDeltas`: apply a key's deltas to the store and notify handlers.
-    fn process_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
+    /// Applies one pop to the store and notifies the handlers: client-go `processDeltas`,
+    /// `processDeltasInBatch` and `processReplacedAllInfo`.
+    fn process(&self, popped: Popped<K>, is_in_initial_list: bool) {
         let inner = self.inner.lock();
-        for delta in deltas {
-            let delta_type = delta.delta_type();
-            match delta {
-                Delta::Deleted(deleted) => {
-                    let key = match &deleted {
-                        DeletedObject::Unknown(t) => Ok(t.key.clone()),
-                        DeletedObject::Object(o) => (self.key_func)(o),
+        let listeners = &inner.listeners;
+        match popped {
+            Popped::Deltas(deltas) | Popped::Batch(deltas) => {
+                self.apply_deltas(listeners, deltas, is_in_initial_list)
+            }
+            Popped::ReplacedAll(info) => self.replace_all(listeners, info, is_in_initial_list),
+            Popped::SyncAll => {
+                for obj in self.store.list() {
+                    let n = Notification::Update {
+                        old: obj.clone(),
+                        new: obj,
                     };
-                    match key {
-                        Ok(key) => {
-                            self.store.delete(&key);
-                            if crate::trace::on() {
-                                trace_popped::<K>(
-                                    &key,
-                                    delta_type,
-                                    "removed",
-                                    inner.listeners.len(),
-                                );
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(type_name = %self.type_name, "cannot delete: {e}");
-                            continue;
-                        }
-                    }
-                    distribute(&inner.listeners, &Notification::Delete(deleted), false);
-                }
-                Delta::Added(obj)
-                | Delta::Updated(obj)
-                | Delta::Replaced(obj)
-                | Delta::Sync(obj) => {
-                    let key = match (self.key_func)(&obj) {
-                        Ok(k) => k,
-                        Err(e) => {
-                            tracing::warn!(type_name = %self.type_name, "cannot store: {e}");
-                            continue;
-                        }
-                    };
-                    match self.store.get(&key) {
-                        Some(old) => {
-                            if crate::trace::on() {
-                                trace_popped::<K>(
-                                    &key,
-                                    delta_type,
-                                    "updated",
-                                    inner.listeners.len(),
-                                );
-                            }
-                            self.store.update(key, obj.clone());
-                            // Unchanged resourceVersion: a resync, only for handlers due one.
-                            let is_sync = resource_version(&*old) == resource_version(&*obj);
-                            distribute(
-                                &inner.listeners,
-                                &Notification::Update { old, new: obj },
-                                is_sync,
-                            );
-                        }
-                        None => {
-                            if crate::trace::on() {
-                                trace_popped::<K>(&key, delta_type, "added", inner.listeners.len());
-                            }
-                            self.store.add(key, obj.clone());
-                            distribute(
-                                &inner.listeners,
-                                &Notification::Add {
-                                    obj,
-                                    is_in_initial_list,
-                                },
-                                false,
-                            );
-                        }
-                    }
+                    distribute(listeners, &n, true);
                 }
             }
+            Popped::Bookmark(rv) => self.store.bookmark(&rv),
+        }
+    }
+
+    /// Applies events to the store under one lock, then notifies (client-go
+    /// `processDeltasInBatch`; one key's deltas or one event are a batch of their own). An
+    /// event whose key cannot be computed is reported and skipped.
+    fn apply_deltas(&self, listeners: &[Listener<K>], deltas: Deltas<K>, initial: bool) {
+        let mut writes = Vec::with_capacity(deltas.len());
+        let mut applied = Vec::with_capacity(deltas.len());
+        for delta in deltas {
+            let key = match &delta {
+                Delta::Deleted(DeletedObject::Unknown(t)) => Ok(t.key.clone()),
+                d => (self.key_func)(d.object()),
+            };
+            let key = match key {
+                Ok(key) => key,
+                Err(e) => {
+                    tracing::warn!(type_name = %self.type_name, "cannot apply a {:?} event: {e}", delta.delta_type());
+                    continue;
+                }
+            };
+            writes.push(match &delta {
+                Delta::Deleted(_) => StoreWrite::Delete(key.clone()),
+                d => StoreWrite::Put(key.clone(), d.object().clone()),
+            });
+            applied.push((key, delta));
+        }
+        // client-go sets the store's resourceVersion from the last object written (a
+        // tombstone has none); only an atomic queue keeps the store between versions.
+        let rv = match applied.last() {
+            Some((_, Delta::Deleted(DeletedObject::Unknown(_)))) | None => None,
+            Some((_, d)) if self.track_rv => Some(resource_version(&**d.object())),
+            Some(_) => None,
+        };
+        let old = self.store.transaction(writes, rv);
+        for ((key, delta), old) in applied.into_iter().zip(old) {
+            let delta_type = delta.delta_type();
+            match (delta, old) {
+                (Delta::Deleted(deleted), _) => {
+                    if crate::trace::on() {
+                        trace_popped::<K>(&key, delta_type, "removed", listeners.len());
+                    }
+                    distribute(listeners, &Notification::Delete(deleted), false);
+                }
+                (
+                    Delta::Added(obj)
+                    | Delta::Updated(obj)
+                    | Delta::Replaced(obj)
+                    | Delta::Sync(obj),
+                    old,
+                ) => self.notify_put(listeners, &key, delta_type, old, obj, initial),
+            }
+        }
+    }
+
+    /// Notifies the handlers of one object written to the store over `old`.
+    fn notify_put(
+        &self,
+        listeners: &[Listener<K>],
+        key: &str,
+        delta_type: DeltaType,
+        old: Option<Arc<K>>,
+        obj: Arc<K>,
+        is_in_initial_list: bool,
+    ) {
+        match old {
+            Some(old) => {
+                if crate::trace::on() {
+                    trace_popped::<K>(key, delta_type, "updated", listeners.len());
+                }
+                // Unchanged resourceVersion: a resync, only for handlers due one.
+                let is_sync = resource_version(&*old) == resource_version(&*obj);
+                distribute(listeners, &Notification::Update { old, new: obj }, is_sync);
+            }
+            None => {
+                if crate::trace::on() {
+                    trace_popped::<K>(key, delta_type, "added", listeners.len());
+                }
+                let n = Notification::Add {
+                    obj,
+                    is_in_initial_list,
+                };
+                distribute(listeners, &n, false);
+            }
+        }
+    }
+
+    /// client-go `processReplacedAllInfo`: the store becomes exactly the list (so it reflects
+    /// what handlers are told), then a tombstone for every key the list lacks, then an add
+    /// or update per listed object in list order. An object whose key cannot be computed is
+    /// reported and left out.
+    fn replace_all(&self, listeners: &[Listener<K>], info: ReplacedAllInfo<K>, initial: bool) {
+        let ReplacedAllInfo {
+            resource_version: rv,
+            objects,
+        } = info;
+        let mut items = HashMap::with_capacity(objects.len());
+        for obj in &objects {
+            match (self.key_func)(obj) {
+                Ok(key) => {
+                    items.insert(key, obj.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}");
+                }
+            }
+        }
+        let mut old = self.store.replace_at(items, &rv);
+        // Keys are computed again rather than kept: a 100k-object list would otherwise hold
+        // a second copy of every key until the handlers are notified.
+        let mut puts = Vec::with_capacity(objects.len());
+        for obj in objects {
+            if let Ok(key) = (self.key_func)(&obj) {
+                let prev = old.remove(&key);
+                puts.push((key, prev, obj));
+            }
+        }
+        for (key, obj) in old {
+            if crate::trace::on() {
+                trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
+            }
+            let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
+            distribute(listeners, &Notification::Delete(tombstone), false);
+        }
+        for (key, prev, obj) in puts {
+            self.notify_put(listeners, &key, DeltaType::Replaced, prev, obj, initial);
         }
     }
 }
@@ -706,7 +808,7 @@ fn trace_popped<K>(key: &str, delta_type: DeltaType, store: &str, handlers: usiz
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).
 async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
     let process_shared = shared.clone();
-    let mut process = move |deltas, initial| process_shared.process_deltas(deltas, initial);
+    let mut process = move |popped, initial| process_shared.process(popped, initial);
     loop {
         let popped = tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -839,6 +941,130 @@ mod tests {
             "1"
         );
         inf.shutdown().await;
+    }
+
+    fn informer_with(
+        source: &FakeControllerSource,
+        queue: QueueKind,
+        real_fifo: RealFifoOptions,
+    ) -> SharedIndexInformer<ConfigMap> {
+        let mut config = informer(source, Duration::ZERO)
+            .shared
+            .inner
+            .lock()
+            .reflector_config
+            .clone();
+        config.resync_period = Duration::ZERO;
+        SharedIndexInformer::new(
+            source.clone(),
+            InformerConfig {
+                reflector: config,
+                queue,
+                real_fifo,
+                ..Default::default()
+            },
+        )
+    }
+
+    // kubeloop's own: the three queue settings (client-go 1.36's atomic RealFIFO, the
+    // per-object RealFIFO of 1.33-1.35, the DeltaFIFO) give a handler the same events through
+    // a list, watch events, and a relist that finds a deletion, a change and an addition it
+    // never saw; the atomic queue tells the deletion first, as client-go's
+    // `processReplacedAllInfo` does.
+    #[tokio::test(start_paused = true)]
+    async fn every_queue_setting_gives_handlers_the_same_events() {
+        let settings = [
+            (
+                "atomic RealFIFO",
+                QueueKind::RealFifo,
+                RealFifoOptions::default(),
+            ),
+            (
+                "per-object RealFIFO",
+                QueueKind::RealFifo,
+                RealFifoOptions::non_atomic(),
+            ),
+            (
+                "DeltaFIFO",
+                QueueKind::DeltaFifo,
+                RealFifoOptions::default(),
+            ),
+        ];
+        for (name, queue, real_fifo) in settings {
+            let source = FakeControllerSource::new();
+            source.add(cm("a"));
+            source.add(cm("b"));
+            let inf = informer_with(&source, queue, real_fifo);
+            let rec = Recorder::default();
+            let reg = inf.add_event_handler(rec.clone()).unwrap();
+            inf.start();
+            assert!(reg.wait_for_sync().await, "{name}");
+            let mut initial = rec.take();
+            initial.sort();
+            assert_eq!(initial, ["add a initial", "add b initial"], "{name}");
+
+            source.modify(cm_data("a", "1"));
+            source.delete(cm("b"));
+            source.add(cm("c"));
+            settle().await;
+            assert_eq!(rec.take(), ["update a", "delete b", "add c"], "{name}");
+
+            // Lost while "disconnected"; the relist after the compaction finds them.
+            source.delete_silently(cm("c"));
+            source.modify_silently(cm_data("a", "2"));
+            source.add_silently(cm("d"));
+            source.compact();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let relist = rec.take();
+            if real_fifo.atomic_events && queue == QueueKind::RealFifo {
+                assert_eq!(relist.first().map(String::as_str), Some("tombstone ns/c"));
+            }
+            let mut relist = relist;
+            relist.sort();
+            assert_eq!(relist, ["add d", "tombstone ns/c", "update a"], "{name}");
+            let mut keys = inf.indexer().list_keys();
+            keys.sort();
+            assert_eq!(keys, ["ns/a", "ns/d"], "{name}");
+            assert_eq!(
+                inf.lister().get("ns", "a").unwrap().data.as_ref().unwrap()["v"],
+                "2",
+                "{name}"
+            );
+            inf.shutdown().await;
+        }
+    }
+
+    // kubeloop's own (client-go `threadSafeMap.rv`, kept with the `AtomicFIFO` gate on): an
+    // informer with an atomic queue knows the resourceVersion its store is current to, the
+    // list's and then each applied event's; with a per-object queue it reports "".
+    #[tokio::test(start_paused = true)]
+    async fn the_store_knows_its_resource_version_with_an_atomic_queue() {
+        for (real_fifo, tracked) in [
+            (RealFifoOptions::default(), true),
+            (RealFifoOptions::non_atomic(), false),
+        ] {
+            let source = FakeControllerSource::new();
+            source.add(cm("a"));
+            source.add(cm("b"));
+            let inf = informer_with(&source, QueueKind::RealFifo, real_fifo);
+            let indexer = inf.indexer();
+            assert_eq!(indexer.last_store_sync_resource_version(), "");
+            inf.start();
+            assert!(inf.wait_for_cache_sync().await);
+            let want = |rv: &str| {
+                if tracked {
+                    rv.to_string()
+                } else {
+                    String::new()
+                }
+            };
+            assert_eq!(indexer.last_store_sync_resource_version(), want("2"));
+            source.add(cm("c"));
+            source.modify(cm_data("a", "1"));
+            settle().await;
+            assert_eq!(indexer.last_store_sync_resource_version(), want("4"));
+            inf.shutdown().await;
+        }
     }
 
     // client-go: TestAddWhileActive / TestSharedInformerMultipleRegistration

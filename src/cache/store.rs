@@ -112,6 +112,13 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// A periodic resync.
     fn resync(&self) -> Result<(), StoreError>;
 
+    /// A watch bookmark at `resource_version` (client-go `ReflectorBookmarkStore`). A store
+    /// that does not care ignores it.
+    fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+        let _ = resource_version;
+        Ok(())
+    }
+
     /// The transform this store runs on incoming objects (client-go `TransformingStore`).
     /// The reflector runs it on each listed object as it arrives, so a list never holds
     /// untransformed objects (their managedFields, say) all at once, and hands the result to

@@ -38,6 +38,18 @@ struct Inner<K> {
     indexers: Indexers<K>,
     /// index name -> value -> keys; see the module invariants.
     indices: HashMap<String, Index>,
+    /// The resourceVersion the contents are current to, as the writer last said (client-go
+    /// `threadSafeMap.rv`); empty until said.
+    rv: String,
+}
+
+/// One write of a [`ThreadSafeStore::transaction`] (client-go `ThreadSafeStoreTransaction`).
+#[derive(Debug)]
+pub enum StoreWrite<K> {
+    /// Insert or replace the object at the key (client-go `TransactionTypeAdd`/`Update`).
+    Put(String, Arc<K>),
+    /// Remove the key (client-go `TransactionTypeDelete`).
+    Delete(String),
 }
 
 impl<K> Clone for ThreadSafeStore<K> {
@@ -65,6 +77,7 @@ impl<K> ThreadSafeStore<K> {
                 items: HashMap::new(),
                 indexers,
                 indices,
+                rv: String::new(),
             })),
         }
     }
@@ -96,6 +109,52 @@ impl<K> ThreadSafeStore<K> {
         let mut inner = self.inner.write();
         inner.items = items;
         inner.rebuild_indices();
+    }
+
+    /// [`replace`](Self::replace), and the contents are now current to `resource_version`
+    /// (client-go `Replace(items, resourceVersion)`). Returns the previous contents, dropped
+    /// by the caller outside the lock.
+    pub fn replace_at(
+        &self,
+        items: HashMap<String, Arc<K>>,
+        resource_version: &str,
+    ) -> HashMap<String, Arc<K>> {
+        let mut inner = self.inner.write();
+        let old = std::mem::replace(&mut inner.items, items);
+        inner.rebuild_indices();
+        inner.rv = resource_version.to_string();
+        old
+    }
+
+    /// Applies `writes` in order under one lock (client-go `Transaction`) and returns, for
+    /// each, what was stored at its key before it. With `resource_version`, the contents are
+    /// then current to it.
+    pub fn transaction(
+        &self,
+        writes: Vec<StoreWrite<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Option<Arc<K>>> {
+        let mut inner = self.inner.write();
+        let old = writes
+            .into_iter()
+            .map(|w| match w {
+                StoreWrite::Put(key, obj) => inner.put(key, obj),
+                StoreWrite::Delete(key) => inner.remove(&key),
+            })
+            .collect();
+        if let Some(rv) = resource_version {
+            inner.rv.clear();
+            inner.rv.push_str(rv);
+        }
+        old
+    }
+
+    /// The contents are current to `resource_version` (a watch bookmark; client-go
+    /// `Bookmark`).
+    pub fn bookmark(&self, resource_version: &str) {
+        let mut inner = self.inner.write();
+        inner.rv.clear();
+        inner.rv.push_str(resource_version);
     }
 
     /// Read side, for convenience.
@@ -143,6 +202,15 @@ impl<K> Indexer<K> {
     /// All keys (client-go `ListKeys`).
     pub fn list_keys(&self) -> Vec<String> {
         self.inner.read().items.keys().cloned().collect()
+    }
+
+    /// The resourceVersion the cache is current to (client-go
+    /// `LastStoreSyncResourceVersion`): the last list's, the last applied event's or the
+    /// last bookmark's. Empty until the first list has been applied, and always empty for
+    /// an informer whose queue is not atomic (client-go returns "" with the `AtomicFIFO`
+    /// gate off: per-object list events leave the store between versions).
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.inner.read().rv.clone()
     }
 
     /// Number of objects.
@@ -227,9 +295,10 @@ impl<K> Inner<K> {
             })
     }
 
-    fn put(&mut self, key: String, obj: Arc<K>) {
+    fn put(&mut self, key: String, obj: Arc<K>) -> Option<Arc<K>> {
         let old = self.items.insert(key.clone(), obj.clone());
         self.update_indices(old.as_deref(), Some(&obj), &key);
+        old
     }
 
     fn remove(&mut self, key: &str) -> Option<Arc<K>> {
