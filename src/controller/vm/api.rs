@@ -79,7 +79,7 @@ pub enum ApiError {
 }
 
 /// `Ok` if `ctx` may still write, else the [`ApiError::NotEntitled`] for `operation` on `vm`.
-fn fence(
+pub(super) fn fence(
     ctx: &ReconcileContext,
     vm: &VirtualMachine,
     operation: &'static str,

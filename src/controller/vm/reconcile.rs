@@ -688,6 +688,10 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         ctx: &ReconcileContext,
     ) -> Result<Option<VirtualMachine>, ReconcileError> {
         let transition = transition_event(vm, &status);
+        // Checked before the log line too, so "writing status" is never logged by a reconcile
+        // that may no longer write (one resumed past its fence and polled before its worker
+        // dropped it); `write_status` checks again before each attempt.
+        super::api::fence(ctx, vm, "status update")?;
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
         let written = write_status(&self.api, vm, status, ctx).await?;
         if written.is_some()
