@@ -11,7 +11,7 @@
 //! | [`reflector`]           | `reflector.go`                                          |
 //! | [`backoff`]             | apimachinery `wait` backoff manager as the reflector uses it |
 //! | [`queue`]               | `fifo.go` (`Queue`): what the informer pops              |
-//! | [`real_fifo`]           | `the_real_fifo.go` (the informer default)                |
+//! | [`real_fifo`]           | `the_real_fifo.go` (the informer default: atomic, batched, as 1.36) |
 //! | [`delta_fifo`]          | `delta_fifo.go`                                         |
 //! | [`store`]               | `store.go` (keys) and the reflector's `Store`           |
 //! | [`index`]               | `index.go`                                              |
@@ -19,7 +19,7 @@
 //! | [`labels`]              | apimachinery `pkg/labels`                               |
 //! | [`lister`]              | `listers.go`                                            |
 //! | [`processor`]           | `sharedProcessor` / `processorListener`, `ResourceEventHandler` |
-//! | [`shared_informer`]     | `shared_informer.go`, `controller.go` (`processDeltas`) |
+//! | [`shared_informer`]     | `shared_informer.go`, `controller.go` (`processDeltas`, `processDeltasInBatch`, `processReplacedAllInfo`) |
 //! | [`factory`]             | `informers/factory.go`, `dynamicinformer`               |
 //! | [`metrics`]             | reflector metrics, plus a handler backlog gauge         |
 //!
