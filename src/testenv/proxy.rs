@@ -74,31 +74,6 @@ impl Connections {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// Accepts connections until `stop`, counting each: a blocked one is closed at once, the
-    /// others are handed to `serve` on a task of their own.
-    async fn accept_loop<Fut>(
-        &self,
-        listener: TcpListener,
-        stop: CancellationToken,
-        serve: impl Fn(TcpStream) -> Fut,
-    ) where
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        loop {
-            let accepted = tokio::select! {
-                _ = stop.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let Ok((inbound, _)) = accepted else { continue };
-            self.accepted.fetch_add(1, Ordering::SeqCst);
-            if self.blocked.load(Ordering::SeqCst) {
-                drop(inbound);
-                continue;
-            }
-            tokio::spawn(serve(inbound));
-        }
-    }
-
     /// Runs `conn` until it ends or the next `cut_all`.
     async fn until_cut(&self, conn: impl Future<Output = ()>) {
         let mut generation = self.generation.subscribe();
@@ -110,6 +85,36 @@ impl Connections {
             }
         }
     }
+}
+
+/// Spawns the loop that accepts connections until `stop`, counting each: a blocked one is
+/// closed at once, the others are handed to `serve` on a task of their own.
+fn spawn_accept_loop<S, Fut>(
+    listener: TcpListener,
+    shared: Arc<S>,
+    conns: fn(&S) -> &Connections,
+    stop: CancellationToken,
+    serve: fn(TcpStream, Arc<S>) -> Fut,
+) where
+    S: Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((inbound, _)) = accepted else { continue };
+            let conns = conns(&shared);
+            conns.accepted.fetch_add(1, Ordering::SeqCst);
+            if conns.blocked.load(Ordering::SeqCst) {
+                drop(inbound);
+                continue;
+            }
+            tokio::spawn(serve(inbound, shared.clone()));
+        }
+    });
 }
 
 async fn bind() -> Result<(TcpListener, SocketAddr), TestEnvError> {
@@ -132,14 +137,13 @@ impl FaultProxy {
             conns: Connections::new(),
         });
         let stop = CancellationToken::new();
-        let (task_shared, task_stop) = (shared.clone(), stop.clone());
-        tokio::spawn(async move {
-            let serve = |inbound| forward(inbound, task_shared.clone());
-            task_shared
-                .conns
-                .accept_loop(listener, task_stop, serve)
-                .await;
-        });
+        spawn_accept_loop(
+            listener,
+            shared.clone(),
+            |s| &s.conns,
+            stop.clone(),
+            forward,
+        );
         Ok(Self { addr, shared, stop })
     }
 
@@ -307,14 +311,13 @@ impl HttpFaultProxy {
             log: Mutex::default(),
         });
         let stop = CancellationToken::new();
-        let (task_shared, task_stop) = (shared.clone(), stop.clone());
-        tokio::spawn(async move {
-            let serve = |inbound| serve_http(inbound, task_shared.clone());
-            task_shared
-                .conns
-                .accept_loop(listener, task_stop, serve)
-                .await;
-        });
+        spawn_accept_loop(
+            listener,
+            shared.clone(),
+            |s| &s.conns,
+            stop.clone(),
+            serve_http,
+        );
         Ok(Self { addr, shared, stop })
     }
 
