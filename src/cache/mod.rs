@@ -98,4 +98,4 @@ pub use store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, default_key_func, meta_namespace_key,
     split_meta_namespace_key,
 };
-pub use thread_safe_store::{Indexer, StoreWrite, ThreadSafeStore};
+pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};

@@ -56,7 +56,7 @@ use super::queue::{InformerQueue, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
 use super::store::{KeyFunc, ReflectorStore, default_key_func, resource_version};
-use super::thread_safe_store::{Indexer, StoreWrite, ThreadSafeStore};
+use super::thread_safe_store::{Indexer, ThreadSafeStore};
 
 /// Informer settings.
 #[derive(Debug, Clone, Default)]
@@ -671,50 +671,56 @@ impl<K: CacheObject> Shared<K> {
     /// `processDeltasInBatch`; one key's deltas or one event are a batch of their own). An
     /// event whose key cannot be computed is reported and skipped.
     fn apply_deltas(&self, listeners: &[Listener<K>], deltas: Deltas<K>, initial: bool) {
-        let mut writes = Vec::with_capacity(deltas.len());
-        let mut applied = Vec::with_capacity(deltas.len());
-        for delta in deltas {
-            let key = match &delta {
-                Delta::Deleted(DeletedObject::Unknown(t)) => Ok(t.key.clone()),
-                d => (self.key_func)(d.object()),
-            };
-            let key = match key {
-                Ok(key) => key,
-                Err(e) => {
-                    tracing::warn!(type_name = %self.type_name, "cannot apply a {:?} event: {e}", delta.delta_type());
-                    continue;
-                }
-            };
-            writes.push(match &delta {
-                Delta::Deleted(_) => StoreWrite::Delete(key.clone()),
-                d => StoreWrite::Put(key.clone(), d.object().clone()),
-            });
-            applied.push((key, delta));
-        }
-        // client-go sets the store's resourceVersion from the last object written (a
-        // tombstone has none); only an atomic queue keeps the store between versions.
-        let rv = match applied.last() {
-            Some((_, Delta::Deleted(DeletedObject::Unknown(_)))) | None => None,
-            Some((_, d)) if self.track_rv => Some(resource_version(&**d.object())),
-            Some(_) => None,
-        };
-        let old = self.store.transaction(writes, rv);
-        for ((key, delta), old) in applied.into_iter().zip(old) {
-            let delta_type = delta.delta_type();
-            match (delta, old) {
-                (Delta::Deleted(deleted), _) => {
-                    if crate::trace::on() {
-                        trace_popped::<K>(&key, delta_type, "removed", listeners.len());
+        let applied = self.store.transaction(|tx| {
+            let mut applied = Vec::with_capacity(deltas.len());
+            for delta in deltas {
+                let delta_type = delta.delta_type();
+                let key = match &delta {
+                    Delta::Deleted(DeletedObject::Unknown(t)) => Ok(t.key.clone()),
+                    d => (self.key_func)(d.object()),
+                };
+                let key = match key {
+                    Ok(key) => key,
+                    Err(e) => {
+                        tracing::warn!(type_name = %self.type_name, "cannot apply a {delta_type:?} event: {e}");
+                        continue;
                     }
+                };
+                // The store keeps the key; a copy only for a followed object's trace.
+                let traced = crate::trace::on().then(|| key.clone());
+                let old = match &delta {
+                    Delta::Deleted(_) => tx.delete(&key),
+                    d => tx.put(key, d.object().clone()),
+                };
+                if let Some(key) = traced {
+                    let stage = match (&delta, &old) {
+                        (Delta::Deleted(_), _) => "removed",
+                        (_, Some(_)) => "updated",
+                        (_, None) => "added",
+                    };
+                    trace_popped::<K>(&key, delta_type, stage, listeners.len());
+                }
+                applied.push((delta, old));
+            }
+            // client-go sets the store's resourceVersion from the last object written (a
+            // tombstone has none); only an atomic queue keeps the store between versions.
+            if self.track_rv
+                && let Some((d, _)) = applied.last()
+                && !matches!(d, Delta::Deleted(DeletedObject::Unknown(_)))
+            {
+                tx.set_resource_version(resource_version(&**d.object()));
+            }
+            applied
+        });
+        for (delta, old) in applied {
+            match delta {
+                Delta::Deleted(deleted) => {
                     distribute(listeners, &Notification::Delete(deleted), false);
                 }
-                (
-                    Delta::Added(obj)
-                    | Delta::Updated(obj)
-                    | Delta::Replaced(obj)
-                    | Delta::Sync(obj),
-                    old,
-                ) => self.notify_put(listeners, &key, delta_type, old, obj, initial),
+                Delta::Added(obj)
+                | Delta::Updated(obj)
+                | Delta::Replaced(obj)
+                | Delta::Sync(obj) => self.notify_put(listeners, old, obj, initial),
             }
         }
     }
@@ -723,25 +729,17 @@ impl<K: CacheObject> Shared<K> {
     fn notify_put(
         &self,
         listeners: &[Listener<K>],
-        key: &str,
-        delta_type: DeltaType,
         old: Option<Arc<K>>,
         obj: Arc<K>,
         is_in_initial_list: bool,
     ) {
         match old {
             Some(old) => {
-                if crate::trace::on() {
-                    trace_popped::<K>(key, delta_type, "updated", listeners.len());
-                }
                 // Unchanged resourceVersion: a resync, only for handlers due one.
                 let is_sync = resource_version(&*old) == resource_version(&*obj);
                 distribute(listeners, &Notification::Update { old, new: obj }, is_sync);
             }
             None => {
-                if crate::trace::on() {
-                    trace_popped::<K>(key, delta_type, "added", listeners.len());
-                }
                 let n = Notification::Add {
                     obj,
                     is_in_initial_list,
@@ -771,14 +769,18 @@ impl<K: CacheObject> Shared<K> {
                 }
             }
         }
-        let mut old = self.store.replace_at(items, &rv);
+        let mut old = self.store.replace(items, &rv);
         // Keys are computed again rather than kept: a 100k-object list would otherwise hold
         // a second copy of every key until the handlers are notified.
         let mut puts = Vec::with_capacity(objects.len());
         for obj in objects {
             if let Ok(key) = (self.key_func)(&obj) {
                 let prev = old.remove(&key);
-                puts.push((key, prev, obj));
+                if crate::trace::on() {
+                    let stage = if prev.is_some() { "updated" } else { "added" };
+                    trace_popped::<K>(&key, DeltaType::Replaced, stage, listeners.len());
+                }
+                puts.push((prev, obj));
             }
         }
         for (key, obj) in old {
@@ -788,8 +790,8 @@ impl<K: CacheObject> Shared<K> {
             let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
             distribute(listeners, &Notification::Delete(tombstone), false);
         }
-        for (key, prev, obj) in puts {
-            self.notify_put(listeners, &key, DeltaType::Replaced, prev, obj, initial);
+        for (prev, obj) in puts {
+            self.notify_put(listeners, prev, obj, initial);
         }
     }
 }

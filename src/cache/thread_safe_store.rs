@@ -43,13 +43,27 @@ struct Inner<K> {
     rv: String,
 }
 
-/// One write of a [`ThreadSafeStore::transaction`] (client-go `ThreadSafeStoreTransaction`).
-#[derive(Debug)]
-pub enum StoreWrite<K> {
-    /// Insert or replace the object at the key (client-go `TransactionTypeAdd`/`Update`).
-    Put(String, Arc<K>),
-    /// Remove the key (client-go `TransactionTypeDelete`).
-    Delete(String),
+/// Writes made under the store's one lock: see [`ThreadSafeStore::transaction`].
+pub struct StoreTransaction<'a, K> {
+    inner: &'a mut Inner<K>,
+}
+
+impl<K> StoreTransaction<'_, K> {
+    /// Inserts or replaces the object at `key` (client-go `TransactionTypeAdd`/`Update`);
+    /// returns what was stored there.
+    pub fn put(&mut self, key: String, obj: Arc<K>) -> Option<Arc<K>> {
+        self.inner.put(key, obj)
+    }
+
+    /// Removes `key` (client-go `TransactionTypeDelete`); returns what was stored there.
+    pub fn delete(&mut self, key: &str) -> Option<Arc<K>> {
+        self.inner.remove(key)
+    }
+
+    /// The contents are now current to `resource_version`.
+    pub fn set_resource_version(&mut self, resource_version: &str) {
+        self.inner.set_rv(resource_version)
+    }
 }
 
 impl<K> Clone for ThreadSafeStore<K> {
@@ -104,17 +118,10 @@ impl<K> ThreadSafeStore<K> {
         self.inner.write().remove(key)
     }
 
-    /// Makes the contents exactly `items`, rebuilding every index.
-    pub fn replace(&self, items: HashMap<String, Arc<K>>) {
-        let mut inner = self.inner.write();
-        inner.items = items;
-        inner.rebuild_indices();
-    }
-
-    /// [`replace`](Self::replace), and the contents are now current to `resource_version`
-    /// (client-go `Replace(items, resourceVersion)`). Returns the previous contents, dropped
-    /// by the caller outside the lock.
-    pub fn replace_at(
+    /// Makes the contents exactly `items`, current to `resource_version`, rebuilding every
+    /// index (client-go `Replace(items, resourceVersion)`). Returns the previous contents,
+    /// for the caller to compare against and drop outside the lock.
+    pub fn replace(
         &self,
         items: HashMap<String, Arc<K>>,
         resource_version: &str,
@@ -122,39 +129,22 @@ impl<K> ThreadSafeStore<K> {
         let mut inner = self.inner.write();
         let old = std::mem::replace(&mut inner.items, items);
         inner.rebuild_indices();
-        inner.rv = resource_version.to_string();
+        inner.set_rv(resource_version);
         old
     }
 
-    /// Applies `writes` in order under one lock (client-go `Transaction`) and returns, for
-    /// each, what was stored at its key before it. With `resource_version`, the contents are
-    /// then current to it.
-    pub fn transaction(
-        &self,
-        writes: Vec<StoreWrite<K>>,
-        resource_version: Option<&str>,
-    ) -> Vec<Option<Arc<K>>> {
-        let mut inner = self.inner.write();
-        let old = writes
-            .into_iter()
-            .map(|w| match w {
-                StoreWrite::Put(key, obj) => inner.put(key, obj),
-                StoreWrite::Delete(key) => inner.remove(&key),
-            })
-            .collect();
-        if let Some(rv) = resource_version {
-            inner.rv.clear();
-            inner.rv.push_str(rv);
-        }
-        old
+    /// Runs `f`'s writes under one lock (client-go `Transaction`): readers see all of them
+    /// or none.
+    pub fn transaction<R>(&self, f: impl FnOnce(&mut StoreTransaction<'_, K>) -> R) -> R {
+        f(&mut StoreTransaction {
+            inner: &mut self.inner.write(),
+        })
     }
 
     /// The contents are current to `resource_version` (a watch bookmark; client-go
     /// `Bookmark`).
     pub fn bookmark(&self, resource_version: &str) {
-        let mut inner = self.inner.write();
-        inner.rv.clear();
-        inner.rv.push_str(resource_version);
+        self.inner.write().set_rv(resource_version);
     }
 
     /// Read side, for convenience.
@@ -299,6 +289,11 @@ impl<K> Inner<K> {
         let old = self.items.insert(key.clone(), obj.clone());
         self.update_indices(old.as_deref(), Some(&obj), &key);
         old
+    }
+
+    fn set_rv(&mut self, rv: &str) {
+        self.rv.clear();
+        self.rv.push_str(rv);
     }
 
     fn remove(&mut self, key: &str) -> Option<Arc<K>> {
@@ -555,9 +550,10 @@ mod tests {
         s.add("ns/a".into(), pod("ns", "a", &["ernie"]));
         let mut next = HashMap::new();
         next.insert("other/b".to_string(), pod("other", "b", &["bert"]));
-        s.replace(next);
+        s.replace(next, "7");
         let r = s.reader();
         assert_eq!(r.list_keys(), vec!["other/b"]);
+        assert_eq!(r.last_store_sync_resource_version(), "7");
         assert!(r.index_keys("byUser", "ernie").unwrap().is_empty());
         assert_eq!(r.index_keys("byUser", "bert").unwrap(), vec!["other/b"]);
         assert_eq!(
