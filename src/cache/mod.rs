@@ -75,7 +75,9 @@ pub use delta_fifo::{
     DeletedFinalStateUnknown, DeletedObject, Delta, DeltaFIFO, DeltaType, Deltas, FifoClosed,
     KnownObjects, TransformFunc,
 };
+pub(crate) use factory::ErasedInformer;
 pub use factory::{FactoryOptions, SharedInformerFactory};
+pub use fake_source::FakeControllerSource;
 pub use index::{IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func};
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
 pub use list_watch::{
@@ -96,6 +98,6 @@ pub use shared_informer::{
 };
 pub use store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, default_key_func, meta_namespace_key,
-    split_meta_namespace_key,
+    resource_version, split_meta_namespace_key,
 };
 pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};

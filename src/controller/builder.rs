@@ -29,11 +29,9 @@ use tokio_util::sync::CancellationToken;
 use super::context::ReconcileContext;
 use super::sharding::{RingStore, ShardRing, Sharding};
 use super::worker::{enqueue, key_of, key_of_deleted};
-use crate::cache::factory::ErasedInformer;
-use crate::cache::store::resource_version;
 use crate::cache::{
-    CacheObject, DeletedObject, InformerError, Lister, ResourceEventHandlerFuncs,
-    SharedIndexInformer,
+    CacheObject, DeletedObject, ErasedInformer, InformerError, Lister, ResourceEventHandlerFuncs,
+    SharedIndexInformer, resource_version,
 };
 use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
 use crate::workqueue::{
