@@ -152,6 +152,7 @@ pub mod leaderelection;
 #[cfg(feature = "ops")]
 pub mod ops;
 pub mod record;
+pub mod runtime;
 #[cfg(feature = "testenv")]
 pub mod testenv;
 pub mod testing;

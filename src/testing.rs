@@ -5,7 +5,7 @@
 //! |----------------------------|-------------------------------------------------------------|
 //! | [`FakeControllerSource`]   | `tools/cache/testing` `FakeControllerSource`                |
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
-//! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see `controller::sharding`) |
+//! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see [`crate::runtime::ShardRing`]) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop::testenv` runs
@@ -17,7 +17,7 @@
 //! # async fn main() {
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kubeloop::cache::{InformerConfig, SharedIndexInformer};
-//! use kubeloop::controller::{Action, Controller, ReconcileContext, default_error_policy};
+//! use kubeloop::runtime::{Action, Controller, ObjectKey, ReconcileContext, default_error_policy};
 //! use kubeloop::testing::{FakeControllerSource, settle};
 //! use tokio_util::sync::CancellationToken;
 //!
@@ -32,7 +32,7 @@
 //! let run = tokio::spawn(
 //!     Controller::new("test", SharedIndexInformer::new(source.clone(), InformerConfig::default()))
 //!         .run(
-//!             move |key: String, _ctx: ReconcileContext| {
+//!             move |key: ObjectKey, _ctx: ReconcileContext| {
 //!                 s.lock().push(key);
 //!                 async { Ok::<_, String>(Action::Done) }
 //!             },
@@ -51,8 +51,8 @@ use std::time::Duration;
 
 #[cfg(feature = "controllers")]
 use {
-    crate::controller::sharding::{RingLease, RingRole, RingStore},
     crate::leaderelection::LockError,
+    crate::runtime::{RingLease, RingRole, RingStore},
     parking_lot::Mutex,
     std::collections::BTreeMap,
     std::sync::Arc,
@@ -85,7 +85,7 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
 
 #[cfg(feature = "controllers")]
 /// The Leases of shard rings, in memory: one [`FakeLockStore`] per Lease name, with its
-/// labels, listed and deleted as [`crate::controller::LeaseRing`] does on the apiserver.
+/// labels, listed and deleted as [`crate::runtime::LeaseRing`] does on the apiserver.
 /// Cheap to clone; clones share the Leases. [`FakeRing::set_reach`] cuts one identity off
 /// every Lease of the ring, present and future (a replica whose renewals hang or fail).
 #[derive(Clone, Default)]

@@ -14,8 +14,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Api, PostParams};
 use kube_client::core::ObjectMeta;
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
-use kubeloop::controller::{Action, Controller, ErrorAction, NotEntitled, ReconcileContext};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
+use kubeloop::runtime::{
+    Action, Controller, ErrorAction, NotEntitled, ObjectKey, ReconcileContext,
+};
 use kubeloop::testenv::{self, FaultProxy, eventually};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -43,7 +45,7 @@ fn slow_reconcile(
     work: Duration,
     obedient: bool,
 ) -> impl Fn(
-    String,
+    ObjectKey,
     ReconcileContext,
 ) -> futures::future::BoxFuture<'static, Result<Action, NotEntitled>>
 + Send
@@ -106,7 +108,7 @@ async fn slow_reconcile_is_cut_off_before_the_successor(obedient: bool) {
                 .leader_election(elector)
                 .run(
                     slow_reconcile(name, effects.clone(), work, obedient),
-                    |_: &NotEntitled, _: &str, _: u32| ErrorAction::RateLimited,
+                    |_: &NotEntitled, _: &ObjectKey, _: u32| ErrorAction::RateLimited,
                     stop.clone(),
                 ),
         );

@@ -774,9 +774,12 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
         status_writes: Default::default(),
     };
 
-    sync_handler(&sync_client, &format!("{ns}/stale"))
-        .await
-        .expect("the conflict is retried, not returned");
+    sync_handler(
+        &sync_client,
+        &kubeloop::runtime::ObjectKey::new(&ns, "stale"),
+    )
+    .await
+    .expect("the conflict is retried, not returned");
     assert_eq!(
         sync_client
             .status_writes
@@ -846,11 +849,11 @@ fn start_sharded(client: &Client, namespace: &str, identity: &str) -> Running {
     let shutdown = CancellationToken::new();
     let config = ControllerConfig {
         namespace: Some(namespace.to_string()),
-        sharding: Some(kubeloop::controller::ShardingConfig {
+        sharding: Some(kubeloop::runtime::ShardingConfig {
             lease_duration: Duration::from_secs(4),
             renew_deadline: Duration::from_secs(3),
             retry_period: Duration::from_millis(500),
-            ..kubeloop::controller::ShardingConfig::new("foos", 4, identity)
+            ..kubeloop::runtime::ShardingConfig::new("foos", 4, identity)
         }),
         sharding_namespace: namespace.to_string(),
         ..Default::default()

@@ -1282,10 +1282,10 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
 #[tokio::test]
 async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist() {
     use kubeloop::cache::{Lister, ThreadSafeStore};
-    use kubeloop::controller::ReconcileContext;
     use kubeloop::controller::vm::api::KubeVmApi;
     use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig};
     use kubeloop::controller::vm::{SweepReport, sweep_orphans};
+    use kubeloop::runtime::ReconcileContext;
 
     let cluster = testenv::shared().await;
     install_crd(cluster).await;

@@ -72,8 +72,8 @@ pub async fn serve_controller_ops(
         || {
             let mut registry = prometheus_client::registry::Registry::default();
             kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
-            kubeloop::ops::ReconcileMetrics::global().register(&mut registry);
-            kubeloop::ops::ShardMetrics::global().register(&mut registry);
+            kubeloop::runtime::ReconcileMetrics::global().register(&mut registry);
+            kubeloop::runtime::ShardMetrics::global().register(&mut registry);
             cache_metrics.register(&mut registry);
             if let Some(m) = &leader_metrics {
                 m.register(&mut registry);

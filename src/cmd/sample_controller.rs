@@ -3,15 +3,15 @@
 //! controller-runtime's `--metrics-bind-address` / `--health-probe-bind-address`; the cluster
 //! is found as client-go's clientcmd loading rules find it (see `common::ClusterArgs`).
 //! `--shards N` splits the Foos over N shards held through Leases, so that replicas share the
-//! work (`kubeloop::controller::sharding`). SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
+//! work (`kubeloop::runtime::ShardRing`). SIGINT/SIGTERM drain the queue and stop; a second signal exits at once with status 1
 //! (client-go's `SetupSignalHandler`).
 
 use std::time::Duration;
 
 use anyhow::Context;
-use kubeloop::controller::ShardingConfig;
 use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
 use kubeloop::ops::OpsArgs;
+use kubeloop::runtime::ShardingConfig;
 
 use super::common::{self, ClusterArgs};
 

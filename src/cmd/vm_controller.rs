@@ -3,7 +3,7 @@
 //! Leader election (on by default) wraps the controller: only the holder of the Lease
 //! `--lease-lock-namespace/--lease-lock-name` runs it. With `--shards N` the VMs are split
 //! over N shards instead, each held through a Lease `<lease-lock-name>-shard-<i>`, and every
-//! replica works on the shards it holds (`kubeloop::controller::sharding`). SIGINT / SIGTERM stop the controller
+//! replica works on the shards it holds (`kubeloop::runtime::ShardRing`). SIGINT / SIGTERM stop the controller
 //! (workers drained), release the Lease so a standby takes over at once, and exit 0. Losing
 //! the Lease exits 1 (the process manager restarts it; client-go's `Run` also does not
 //! re-contend).
@@ -25,8 +25,8 @@ use kubeloop::controller::vm::driver::{
     DockerDriver, DockerDriverConfig, Driver, FakeDriver, QemuDriver, QemuDriverConfig,
 };
 use kubeloop::controller::vm::{self, VmControllerConfig, VmControllerError};
-use kubeloop::controller::{LeaseRing, ShardRing, ShardingConfig};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
+use kubeloop::runtime::{LeaseRing, ShardRing, ShardingConfig};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 

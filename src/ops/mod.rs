@@ -8,12 +8,8 @@
 
 #[cfg(feature = "cli")]
 mod flags;
-mod reconcile_metrics;
 mod server;
-mod shard_metrics;
 
 #[cfg(feature = "cli")]
 pub use flags::{OpsArgs, OpsFlagError, Serving};
-pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};
-pub use shard_metrics::{ShardMetrics, ShardMetricsHandle};

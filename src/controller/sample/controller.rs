@@ -1,5 +1,5 @@
 //! Wiring: sample-controller's `NewController` and `Run` (controller.go), declared on
-//! kubeloop's controller runtime ([`crate::controller::Controller`]).
+//! kubeloop's controller runtime ([`crate::runtime::Controller`]).
 //!
 //! Event handlers (sample-controller's, registered by the runtime):
 //! - Foo add and update (resyncs included) -> enqueue the Foo's key. Deletions are left to the
@@ -7,7 +7,7 @@
 //!   (`enqueue_deletes(false)`).
 //! - Deployment add, update and delete (tombstones included) -> if its controller
 //!   ownerReference is a Foo that is in the cache, enqueue that Foo (`handleObject`, the
-//!   runtime's [`crate::controller::Controller::owns`]). Updates with an unchanged
+//!   runtime's [`crate::runtime::Controller::owns`]). Updates with an unchanged
 //!   resourceVersion (the periodic resync) are ignored.
 //!
 //! [`run`] hands the runtime the sync handler; the runtime starts the informers, waits for
@@ -29,11 +29,11 @@ use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
 use crate::cache::{CacheMetrics, FactoryOptions, SharedInformerFactory};
-use crate::controller::{
-    Controller, ControllerError as RuntimeError, LeaseRing, ReconcileContext, ShardRing,
+use crate::record::EventBroadcaster;
+use crate::runtime::{
+    Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
     ShardingConfig, default_error_policy,
 };
-use crate::record::EventBroadcaster;
 use crate::workqueue::{MetricsProvider, sample_controller_rate_limiter};
 
 /// The controller's name: event source component, queue name, log field.
@@ -127,7 +127,7 @@ pub async fn run(
         deployments.lister(),
         recorder,
     ));
-    let reconcile = move |key: String, _ctx: ReconcileContext| {
+    let reconcile = move |key: ObjectKey, _ctx: ReconcileContext| {
         let sync_client = Arc::clone(&sync_client);
         async move { sync_handler(sync_client.as_ref(), &key).await }
     };

@@ -68,7 +68,7 @@ pub fn controller_reference(foo: &Foo) -> OwnerReference {
     }
 }
 
-pub use crate::controller::controller_of;
+pub use crate::runtime::controller_of;
 
 /// Whether `meta`'s controller is `foo` (same UID). client-go: `metav1.IsControlledBy`.
 pub fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {
@@ -80,7 +80,7 @@ pub fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {
 
 /// Whether an ownerReference points at a Foo (kind and API group both match).
 pub fn refers_to_foo(owner: &OwnerReference) -> bool {
-    crate::controller::refers_to::<super::types::Foo>(owner)
+    crate::runtime::refers_to::<super::types::Foo>(owner)
 }
 
 #[cfg(test)]

@@ -74,6 +74,13 @@ pub enum SyncError {
     },
 }
 
+/// A status write that lost a race is retried on a fresh read ([`crate::runtime::retry_on_conflict`]).
+impl crate::runtime::Conflict for SyncError {
+    fn is_conflict(&self) -> bool {
+        matches!(self, SyncError::UpdateStatus { source, .. } if source.is_conflict())
+    }
+}
+
 /// Why [`run`](super::run) stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -88,5 +95,5 @@ pub enum ControllerError {
     Handler(#[from] crate::cache::InformerError),
     /// The sharding settings cannot work.
     #[error(transparent)]
-    Sharding(#[from] crate::controller::ShardingError),
+    Sharding(#[from] crate::runtime::ShardingError),
 }

@@ -23,11 +23,11 @@ use thiserror::Error;
 
 use super::types::{FINALIZER, VirtualMachine, VirtualMachineStatus};
 use crate::cache::Lister;
-use crate::controller::context::{NotEntitled, ReconcileContext};
+use crate::runtime::{Conflict, DEFAULT_RETRY, NotEntitled, ReconcileContext, retry_on_conflict};
 
 /// How many times a write that hit a 409 is recomputed on fresh data before giving up (the
-/// failure then goes back to the workqueue's rate limiter).
-pub const CONFLICT_RETRIES: usize = 5;
+/// failure then goes back to the workqueue's rate limiter): client-go's `retry.DefaultRetry`.
+pub const CONFLICT_RETRIES: usize = DEFAULT_RETRY.steps as usize;
 
 /// An apiserver call that failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -126,38 +126,37 @@ pub async fn write_status<A: VmApi>(
     status: VirtualMachineStatus,
     ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
-    let mut current = vm.clone();
-    for _ in 0..CONFLICT_RETRIES {
-        current.status = Some(status.clone());
-        fence(ctx, vm, "status update")?;
-        match api.replace_status(&current).await {
-            Ok(updated) => {
-                crate::trace::status_written(
-                    &vm.key(),
-                    "VirtualMachine",
-                    &current.metadata,
-                    &updated.metadata,
-                    || {
-                        format!(
-                            "phase {}",
-                            updated.status.as_ref().map_or("", |s| s.phase.as_str())
-                        )
-                    },
-                );
-                return Ok(Some(updated));
+    let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
+        let status = status.clone();
+        async move {
+            let Some(mut current) = current_or_fresh(api, vm, attempt).await? else {
+                return Ok(None);
+            };
+            current.status = Some(status);
+            fence(ctx, vm, "status update")?;
+            match api.replace_status(&current).await {
+                Ok(updated) => {
+                    crate::trace::status_written(
+                        &vm.key(),
+                        "VirtualMachine",
+                        &current.metadata,
+                        &updated.metadata,
+                        || {
+                            format!(
+                                "phase {}",
+                                updated.status.as_ref().map_or("", |s| s.phase.as_str())
+                            )
+                        },
+                    );
+                    Ok(Some(updated))
+                }
+                Err(ApiError::NotFound { .. }) => Ok(None),
+                Err(other) => Err(other),
             }
-            Err(ApiError::NotFound { .. }) => return Ok(None),
-            Err(ApiError::Conflict { .. }) => match api.get(vm.namespace(), vm.name()).await? {
-                Some(fresh) => current = fresh,
-                None => return Ok(None),
-            },
-            Err(other) => return Err(other),
         }
-    }
-    Err(ApiError::ConflictRetriesExhausted {
-        vm: vm.key(),
-        operation: "status update",
     })
+    .await;
+    exhausted(written, vm, "status update")
 }
 
 /// Adds (`present = true`) or removes our finalizer, re-reading after a conflict. Returns the
@@ -169,8 +168,10 @@ pub async fn set_finalizer<A: VmApi>(
     present: bool,
     ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
-    let mut current = vm.clone();
-    for _ in 0..CONFLICT_RETRIES {
+    let written = retry_on_conflict(DEFAULT_RETRY, |attempt| async move {
+        let Some(current) = current_or_fresh(api, vm, attempt).await? else {
+            return Ok(None);
+        };
         let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
         let has = finalizers.iter().any(|f| f == FINALIZER);
         if has == present {
@@ -188,19 +189,48 @@ pub async fn set_finalizer<A: VmApi>(
             format!("{change} {FINALIZER}")
         });
         match api.patch_finalizers(&current, finalizers).await {
-            Ok(updated) => return Ok(Some(updated)),
-            Err(ApiError::NotFound { .. }) => return Ok(None),
-            Err(ApiError::Conflict { .. }) => match api.get(vm.namespace(), vm.name()).await? {
-                Some(fresh) => current = fresh,
-                None => return Ok(None),
-            },
-            Err(other) => return Err(other),
+            Ok(updated) => Ok(Some(updated)),
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(other) => Err(other),
         }
-    }
-    Err(ApiError::ConflictRetriesExhausted {
-        vm: vm.key(),
-        operation: "finalizer patch",
     })
+    .await;
+    exhausted(written, vm, "finalizer patch")
+}
+
+/// The VM one attempt of a write works on: the caller's copy first, a fresh GET after a
+/// conflict (`None`: the VM is gone).
+async fn current_or_fresh<A: VmApi>(
+    api: &A,
+    vm: &VirtualMachine,
+    attempt: u32,
+) -> Result<Option<VirtualMachine>, ApiError> {
+    if attempt == 0 {
+        return Ok(Some(vm.clone()));
+    }
+    api.get(vm.namespace(), vm.name()).await
+}
+
+/// A conflict left after the last attempt, said as such.
+fn exhausted<T>(
+    written: Result<T, ApiError>,
+    vm: &VirtualMachine,
+    operation: &'static str,
+) -> Result<T, ApiError> {
+    written.map_err(|e| match e {
+        ApiError::Conflict { .. } => ApiError::ConflictRetriesExhausted {
+            vm: vm.key(),
+            operation,
+        },
+        other => other,
+    })
+}
+
+/// A write that lost a race is retried on a fresh read ([`retry_on_conflict`]).
+impl Conflict for ApiError {
+    fn is_conflict(&self) -> bool {
+        matches!(self, ApiError::Conflict { .. })
+    }
 }
 
 /// [`VmApi`] over the real apiserver and the informer's lister.

@@ -39,7 +39,7 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::driver::{Created, DeleteOutcome, Driver, DriverError, ServerSpec};
-use crate::controller::context::{NotEntitled, ReconcileContext};
+use crate::runtime::{NotEntitled, ReconcileContext};
 
 /// What the create task reports to the waiting reconcile: the create's outcome, or that the
 /// context ended before the outcome could be handed over (the task then undid the create).

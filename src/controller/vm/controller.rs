@@ -1,6 +1,6 @@
 //! Wiring of the VirtualMachine controller (controller101's `controller.go` `New` / `Run`):
 //! one VirtualMachine informer, its event handlers, a rate-limited workqueue of
-//! `namespace/name` keys, and the shared worker loop ([`crate::controller::worker`]) calling
+//! `namespace/name` keys, and the shared worker loop ([`crate::runtime`]) calling
 //! [`Reconciler::reconcile`].
 //!
 //! Event filter: the controller's own status writes must not wake it up again (each refresh
@@ -10,7 +10,7 @@
 //! gone reconciles to `Done` and is forgotten. Periodic work comes from
 //! [`Action::RequeueAfter`], not from resyncs.
 //!
-//! Everything else is the runtime's ([`crate::controller::Controller`]): informer start and
+//! Everything else is the runtime's ([`crate::runtime::Controller`]): informer start and
 //! sync, readiness, workers, leader election (the informer stays warm on a standby; only the
 //! workers wait), the fence when leadership ends, and shutdown with drain. Each reconcile gets
 //! its [`ReconcileContext`] and checks it before every side effect; while leading, a leader
@@ -32,11 +32,12 @@ use super::reconcile::{Reconciler, ReconcilerConfig};
 use super::sweep::{DEFAULT_SWEEP_INTERVAL, sweep_orphans};
 use super::types::VirtualMachine;
 use crate::cache::{FactoryOptions, SharedInformerFactory};
-use crate::controller::context::ReconcileContext;
-use crate::controller::sharding::{RingStore, ShardRing};
-use crate::controller::{Action, Controller, ControllerError, ErrorAction};
 use crate::leaderelection::{LeaderElector, ResourceLock, StopReason};
 use crate::record::EventBroadcaster;
+use crate::runtime::{
+    Action, Controller, ControllerError, ErrorAction, ObjectKey, ReconcileContext, RingStore,
+    ShardRing,
+};
 
 /// Settings of one controller instance.
 #[derive(Clone, Debug)]
@@ -56,7 +57,7 @@ pub struct VmControllerConfig {
     pub sweep_interval: Duration,
     /// Concurrent refreshes (`--refresh-workers`): the requeue lane's workers, apart from the
     /// `workers` that create, delete and retry, so that refreshing many VMs never holds up a
-    /// create or a delete (see [`crate::controller::Controller::requeue_lane`]).
+    /// create or a delete (see [`crate::runtime::Controller::requeue_lane`]).
     pub refresh_workers: usize,
     /// The longest a VM that failed for a reason that may pass (engine down) waits before its
     /// next try (`--max-retry-delay`).
@@ -125,7 +126,7 @@ pub async fn run<D: Driver, L: ResourceLock>(
 }
 
 /// As [`run`], with VMs split over the shards of `ring`: several replicas work at once, each on
-/// the VMs of the shards it holds (see [`crate::controller::sharding`]). The orphan sweep runs
+/// the VMs of the shards it holds (see [`crate::runtime::ShardRing`]). The orphan sweep runs
 /// on the holder of shard 0.
 pub async fn run_sharded<D: Driver, R: RingStore>(
     client: Client,
@@ -203,20 +204,20 @@ async fn run_as<D: Driver>(
 pub(crate) fn reconcile_fn<D: Driver, A: VmApi>(
     reconciler: Arc<Reconciler<D, A>>,
 ) -> impl Fn(
-    String,
+    ObjectKey,
     ReconcileContext,
 ) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
 + Send
 + Sync
 + 'static {
-    move |key: String, ctx: ReconcileContext| {
+    move |key: ObjectKey, ctx: ReconcileContext| {
         let reconciler = Arc::clone(&reconciler);
         Box::pin(async move { reconciler.reconcile(&key, &ctx).await })
     }
 }
 
 /// Errors a retry cannot fix (see [`super::error_policy`]) drop the key; the rest back off.
-pub fn error_policy(error: &ReconcileError, _key: &str, _retries: u32) -> ErrorAction {
+pub fn error_policy(error: &ReconcileError, _key: &ObjectKey, _retries: u32) -> ErrorAction {
     if error.retry() {
         ErrorAction::RateLimited
     } else {
@@ -266,13 +267,13 @@ mod tests {
     use crate::controller::vm::driver::FakeDriver;
     use crate::controller::vm::fake_api::FakeApi;
     use crate::controller::vm::types::{Phase, VirtualMachineStatus};
-    use crate::controller::worker::{WorkerConfig, run_workers};
+    use crate::runtime::{WorkerConfig, run_workers};
     use crate::workqueue::{ItemExponentialFailureRateLimiter, RateLimitingQueue};
 
     /// The reconcile as the key-only worker loop takes it, with a context that never ends.
     fn worker_fn<D: Driver, A: VmApi>(
         reconciler: Arc<Reconciler<D, A>>,
-    ) -> impl Fn(String) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
+    ) -> impl Fn(ObjectKey) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>>
     + Send
     + Sync
     + 'static {
@@ -292,7 +293,7 @@ mod tests {
             ReconcilerConfig::default(),
         ));
         // The per-item part of the controller's default limiter: 5 ms doubling, cap 1000 s.
-        let queue: RateLimitingQueue<String> =
+        let queue: RateLimitingQueue<ObjectKey> =
             RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
                 Duration::from_millis(5),
                 Duration::from_secs(1000),
@@ -337,7 +338,7 @@ mod tests {
                 ..ReconcilerConfig::default()
             },
         ));
-        let queue: RateLimitingQueue<String> =
+        let queue: RateLimitingQueue<ObjectKey> =
             RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
                 Duration::from_millis(5),
                 Duration::from_secs(1000),

@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use super::api::ApiError;
 use super::driver::DriverError;
-use crate::controller::context::NotEntitled;
+use crate::runtime::NotEntitled;
 
 /// The longest a failing VM waits before its next try.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
@@ -32,12 +32,14 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
 /// The VM controller's queue limiter: per VM 5 ms doubling up to [`MAX_RETRY_DELAY`], and
 /// overall 10 retries a second with bursts of 100 (client-go's `DefaultControllerRateLimiter`
 /// with the per-item cap lowered).
-pub fn rate_limiter() -> crate::workqueue::MaxOfRateLimiter<String> {
+pub fn rate_limiter() -> crate::workqueue::MaxOfRateLimiter<crate::runtime::ObjectKey> {
     rate_limiter_capped(MAX_RETRY_DELAY)
 }
 
 /// [`rate_limiter`] with the per-VM backoff capped at `max_delay` (`--max-retry-delay`).
-pub fn rate_limiter_capped(max_delay: Duration) -> crate::workqueue::MaxOfRateLimiter<String> {
+pub fn rate_limiter_capped(
+    max_delay: Duration,
+) -> crate::workqueue::MaxOfRateLimiter<crate::runtime::ObjectKey> {
     use crate::workqueue::{
         BucketRateLimiter, ItemExponentialFailureRateLimiter, MaxOfRateLimiter,
     };
@@ -118,7 +120,7 @@ mod tests {
     #[test]
     fn a_failing_vm_backs_off_exponentially_up_to_two_minutes() {
         let limiter = rate_limiter();
-        let key = "ns/vm".to_string();
+        let key = crate::runtime::ObjectKey::new("ns", "vm");
         let delays: Vec<Duration> = (0..40).map(|_| limiter.when(&key)).collect();
         assert_eq!(delays[0], Duration::from_millis(5));
         assert_eq!(delays[1], Duration::from_millis(10));

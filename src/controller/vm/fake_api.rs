@@ -4,6 +4,7 @@
 //! away when its last finalizer is removed). The real apiserver is exercised in
 //! tests/vm_controller.rs.
 
+use crate::runtime::ObjectKey;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -68,17 +69,18 @@ impl FakeApi {
     }
 
     /// Creates `vm` (uid and resourceVersion assigned) and returns its key.
-    pub fn create(&self, mut vm: VirtualMachine) -> String {
+    pub fn create(&self, mut vm: VirtualMachine) -> ObjectKey {
         let mut inner = self.inner.lock();
         vm.metadata.uid = Some(format!("uid-{}", vm.name()));
         inner.bump(&mut vm);
         let key = vm.key();
         inner.objects.insert(key.clone(), vm);
-        key
+        ObjectKey::parse(&key).expect("a VM's key")
     }
 
     /// `kubectl delete`: sets deletionTimestamp if finalizers remain, else removes the object.
-    pub fn delete(&self, key: &str) {
+    pub fn delete(&self, key: impl AsRef<str>) {
+        let key = key.as_ref();
         let mut inner = self.inner.lock();
         let Some(mut vm) = inner.objects.remove(key) else {
             return;
@@ -98,8 +100,8 @@ impl FakeApi {
     }
 
     /// The stored object.
-    pub fn object(&self, key: &str) -> Option<VirtualMachine> {
-        self.inner.lock().objects.get(key).cloned()
+    pub fn object(&self, key: impl AsRef<str>) -> Option<VirtualMachine> {
+        self.inner.lock().objects.get(key.as_ref()).cloned()
     }
 
     /// `kubectl edit` of the spec: stores `vm.spec` and bumps generation and resourceVersion.
@@ -117,13 +119,19 @@ impl FakeApi {
 
     /// Makes `cached` return `vm` for `key` from now on, whatever is stored: an informer
     /// that has not seen the latest writes.
-    pub fn freeze_cache(&self, key: &str, vm: VirtualMachine) {
-        self.inner.lock().frozen_cache.insert(key.to_string(), vm);
+    pub fn freeze_cache(&self, key: impl AsRef<str>, vm: VirtualMachine) {
+        self.inner
+            .lock()
+            .frozen_cache
+            .insert(key.as_ref().to_string(), vm);
     }
 
     /// Makes `cached` answer `None` for `key`: an informer that has not seen it yet.
-    pub fn hide_from_cache(&self, key: &str) {
-        self.inner.lock().hidden_from_cache.insert(key.to_string());
+    pub fn hide_from_cache(&self, key: impl AsRef<str>) {
+        self.inner
+            .lock()
+            .hidden_from_cache
+            .insert(key.as_ref().to_string());
     }
 
     /// The next `n` writes fail with 409 (someone else wrote the object in between).

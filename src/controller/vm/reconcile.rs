@@ -54,9 +54,9 @@ use super::driver::{
 use super::error_policy::ReconcileError;
 use super::quantity::{Resources, resources_of};
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
-use crate::controller::context::{NotEntitled, ReconcileContext};
-pub use crate::controller::worker::Action;
 use crate::record::{EventRecorder, EventType};
+pub use crate::runtime::Action;
+use crate::runtime::{NotEntitled, ObjectKey, ReconcileContext};
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
@@ -175,20 +175,18 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     /// One pass over the VM named by `key`, entitled to side effects while `ctx` is.
     pub async fn reconcile(
         &self,
-        key: &str,
+        key: &ObjectKey,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
-        let Some((namespace, name)) = key
-            .split_once('/')
-            .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-        else {
+        // VirtualMachines are namespaced: a key without a namespace names none.
+        let Some(namespace) = key.namespace() else {
             return Err(ReconcileError::InvalidKey {
                 key: key.to_string(),
             });
         };
-        let Some(cached) = self.api.cached(namespace, name) else {
+        let Some(cached) = self.api.cached(namespace, key.name()) else {
             // Deleted (and, if it was ours, finalized): nothing to do, and nothing to requeue.
-            debug!(vm = key, "VirtualMachine no longer exists");
+            debug!(vm = %key, "VirtualMachine no longer exists");
             return Ok(Action::Done);
         };
         let vm = VirtualMachine::clone(&cached);
@@ -835,11 +833,11 @@ mod tests {
         (reconciler, driver, api)
     }
 
-    fn phase(api: &FakeApi, key: &str) -> Phase {
+    fn phase(api: &FakeApi, key: impl AsRef<str>) -> Phase {
         api.object(key).expect("object exists").phase()
     }
 
-    fn reason(api: &FakeApi, key: &str) -> String {
+    fn reason(api: &FakeApi, key: impl AsRef<str>) -> String {
         api.object(key)
             .and_then(|o| o.status)
             .map(|s| s.reason)
@@ -848,7 +846,7 @@ mod tests {
 
     const SERVER: &str = "kubeloop-vm_ns_vm";
 
-    fn vm_with_phase(api: &FakeApi, key: &str, phase: Phase) -> VirtualMachine {
+    fn vm_with_phase(api: &FakeApi, key: impl AsRef<str>, phase: Phase) -> VirtualMachine {
         let mut vm = api.object(key).unwrap();
         vm.status.get_or_insert_with(Default::default).phase = phase;
         vm
@@ -1085,7 +1083,7 @@ mod tests {
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)
     }
 
-    fn condition(api: &FakeApi, key: &str, type_: &str) -> (String, String, String) {
+    fn condition(api: &FakeApi, key: impl AsRef<str>, type_: &str) -> (String, String, String) {
         let vm = api.object(key).unwrap();
         let c = vm
             .status
@@ -1390,9 +1388,15 @@ mod tests {
     #[tokio::test]
     async fn a_bad_key_is_an_error_that_is_not_retried() {
         let (r, _driver, _api) = setup();
-        for key in ["nokey", "a/b/c", "/x", "x/"] {
-            let err = r.reconcile(key, &ctx()).await.unwrap_err();
-            assert!(!err.retry(), "{key}");
+        // A key without a namespace names no VirtualMachine (they are namespaced).
+        let err = r
+            .reconcile(&ObjectKey::new("", "nokey"), &ctx())
+            .await
+            .unwrap_err();
+        assert!(!err.retry(), "{err}");
+        // Malformed keys cannot be queued at all: the runtime's keys are parsed once.
+        for key in ["a/b/c", "/x", "x/"] {
+            assert!(ObjectKey::parse(key).is_err(), "{key}");
         }
         assert_eq!(FINALIZER, "finalizer.cloudnative.tw");
     }

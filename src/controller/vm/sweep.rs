@@ -36,7 +36,7 @@ use tracing::{debug, warn};
 use super::api::VmApi;
 use super::driver::{DeleteOutcome, Driver, DriverError, ManagedServer};
 use super::reconcile::until_cancelled;
-use crate::controller::context::{NotEntitled, ReconcileContext};
+use crate::runtime::{NotEntitled, ReconcileContext};
 
 /// How often a leader sweeps (besides once when it becomes leader). Orphans are rare (a crash
 /// mid-create, a failed undo) and cost only resources, so minutes are soon enough.

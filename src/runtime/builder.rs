@@ -19,19 +19,19 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube_client::Resource;
-use kube_client::core::ObjectMeta;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ReconcileContext;
+use super::handlers::{add_all, enqueue, key_of_deleted, owned_handler};
+use super::key::ObjectKey;
 use super::sharding::{RingStore, ShardRing, Sharding};
-use super::worker::{enqueue, key_of, key_of_deleted};
+use super::terms::LeaderTask;
 use crate::cache::{
     CacheObject, DeletedObject, ErasedInformer, InformerError, Lister, ResourceEventHandlerFuncs,
-    SharedIndexInformer, resource_version,
+    SharedIndexInformer,
 };
 use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
 use crate::workqueue::{
@@ -65,7 +65,7 @@ pub struct ControllerOptions {
     /// Where the workqueue reports (`None`: the process-wide provider).
     pub queue_metrics: Option<MetricsProvider>,
     /// The queue's rate limiter (`None`: client-go's `DefaultControllerRateLimiter`).
-    pub rate_limiter: Option<Box<dyn RateLimiter<String>>>,
+    pub rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
     /// Workers of the requeue lane ([`Controller::requeue_lane`]); 0: no lane, timed requeues
     /// go back to the controller's queue as in client-go.
     pub requeue_workers: usize,
@@ -86,14 +86,7 @@ impl std::fmt::Debug for ControllerOptions {
 pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 pub(super) type Registration =
-    Box<dyn FnOnce(&RateLimitingQueue<String>) -> Result<(), InformerError> + Send + Sync>;
-
-/// A task that runs only while this process leads (controller-runtime's
-/// `LeaderElectionRunnable`), started with each term and ended before the term's fence.
-pub(super) struct LeaderTask {
-    pub name: String,
-    pub run: Arc<dyn Fn(ReconcileContext) -> BoxFuture<'static, ()> + Send + Sync>,
-}
+    Box<dyn FnOnce(&RateLimitingQueue<ObjectKey>) -> Result<(), InformerError> + Send + Sync>;
 
 /// Leader election, with the lock type erased.
 pub(super) struct LeaderElection {
@@ -102,23 +95,6 @@ pub(super) struct LeaderElection {
             + Send
             + Sync,
     >,
-}
-
-/// What a failed reconcile asks of the queue; returned by the error policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorAction {
-    /// Retry with the queue's rate limiter (client-go's `AddRateLimited`; the default).
-    RateLimited,
-    /// Retry after this long, without growing the key's backoff.
-    RequeueAfter(Duration),
-    /// Give up on this key until its next event (`Forget`; for errors a retry cannot fix).
-    Drop,
-}
-
-/// The error policy every failed reconcile gets unless the controller says otherwise:
-/// [`ErrorAction::RateLimited`].
-pub fn default_error_policy<E>(_error: &E, _key: &str, _retries: u32) -> ErrorAction {
-    ErrorAction::RateLimited
 }
 
 impl<K: CacheObject> Controller<K> {
@@ -171,7 +147,7 @@ impl<K: CacheObject> Controller<K> {
     pub fn watches<W, F>(mut self, watched: SharedIndexInformer<W>, map: F) -> Self
     where
         W: CacheObject,
-        F: Fn(&W) -> Vec<String> + Send + Sync + 'static,
+        F: Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static,
     {
         let map = Arc::new(map);
         let informer = watched.clone();
@@ -242,7 +218,7 @@ impl<K: CacheObject> Controller<K> {
     }
 
     /// The queue's rate limiter.
-    pub fn rate_limiter(mut self, limiter: impl RateLimiter<String> + 'static) -> Self {
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
         self.options.rate_limiter = Some(Box::new(limiter));
         self
     }
@@ -307,7 +283,7 @@ impl<K: CacheObject> Controller<K> {
     }
 
     /// The queue the runtime will use.
-    pub(super) fn make_queue(&mut self) -> RateLimitingQueue<String> {
+    pub(super) fn make_queue(&mut self) -> RateLimitingQueue<ObjectKey> {
         let config = QueueConfig {
             name: self.options.queue_name.clone(),
             metrics_provider: self.options.queue_metrics.clone(),
@@ -320,7 +296,7 @@ impl<K: CacheObject> Controller<K> {
 
     /// The requeue lane's queue: named `<queue name>_requeue` in the metrics; its limiter is
     /// never asked (failures go to the controller's queue).
-    pub(super) fn make_requeue_queue(&self) -> RateLimitingQueue<String> {
+    pub(super) fn make_requeue_queue(&self) -> RateLimitingQueue<ObjectKey> {
         let name = match self.options.queue_name.as_str() {
             "" => String::new(),
             main => format!("{main}_requeue"),
@@ -335,7 +311,7 @@ impl<K: CacheObject> Controller<K> {
     /// The primary's handlers.
     pub(super) fn primary_handler(
         &self,
-        queue: &RateLimitingQueue<String>,
+        queue: &RateLimitingQueue<ObjectKey>,
     ) -> ResourceEventHandlerFuncs<K> {
         let (q_add, q_update) = (queue.clone(), queue.clone());
         let filter = self.update_filter.clone();
@@ -356,86 +332,4 @@ impl<K: CacheObject> Controller<K> {
             }
         })
     }
-}
-
-fn add_all(queue: &RateLimitingQueue<String>, keys: Vec<String>) {
-    for key in keys {
-        queue.add(key);
-    }
-}
-
-/// Owned object -> its controller, if that is a `K` in the primary cache.
-/// sample-controller: `handleObject`.
-fn owned_handler<K, C>(
-    primary: Lister<K>,
-    queue: RateLimitingQueue<String>,
-    controller: String,
-) -> ResourceEventHandlerFuncs<C>
-where
-    K: CacheObject + Resource<DynamicType = ()>,
-    C: CacheObject,
-{
-    let owner_of = Arc::new(move |meta: &ObjectMeta| -> Option<String> {
-        let owner = controller_of(meta).filter(|owner| refers_to::<K>(owner))?;
-        let namespace = meta.namespace.as_deref().unwrap_or("");
-        match primary.get(namespace, &owner.name) {
-            Some(obj) => key_of(obj.as_ref()),
-            None => {
-                tracing::debug!(
-                    controller = %controller,
-                    object = meta.name.as_deref().unwrap_or(""),
-                    owner = %owner.name,
-                    "ignoring orphaned object"
-                );
-                None
-            }
-        }
-    });
-    let (o_add, o_update, o_delete) = (owner_of.clone(), owner_of.clone(), owner_of);
-    let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
-    ResourceEventHandlerFuncs::new()
-        .on_add(move |obj: &Arc<C>, _| {
-            if let Some(key) = o_add(obj.meta()) {
-                q_add.add(key);
-            }
-        })
-        .on_update(move |old: &Arc<C>, new: &Arc<C>| {
-            // Periodic resyncs send the same version twice; two different versions of one
-            // object always have different resourceVersions.
-            if resource_version(old.as_ref()) == resource_version(new.as_ref()) {
-                return;
-            }
-            if let Some(key) = o_update(new.meta()) {
-                q_update.add(key);
-            }
-        })
-        .on_delete(move |deleted: &DeletedObject<C>| {
-            // A tombstone's object is the last state the cache knew; its ownerReferences are
-            // what is needed, and they do not change over an object's life in practice.
-            if let Some(key) = o_delete(deleted.object().meta()) {
-                q_delete.add(key);
-            }
-        })
-}
-
-/// Whether an ownerReference points at a `K` (kind and API group both match; the version may
-/// differ).
-pub fn refers_to<K: Resource<DynamicType = ()>>(
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-) -> bool {
-    let group = owner
-        .api_version
-        .rsplit_once('/')
-        .map_or("", |(group, _)| group);
-    owner.kind == K::kind(&()) && group == K::group(&())
-}
-
-/// The ownerReference marked `controller: true`, if any. client-go: `metav1.GetControllerOf`.
-pub fn controller_of(
-    meta: &ObjectMeta,
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    meta.owner_references
-        .as_deref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
 }

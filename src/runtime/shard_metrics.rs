@@ -1,4 +1,4 @@
-//! Per-replica metrics of a sharded controller ([`crate::controller::sharding`]):
+//! Per-replica metrics of a sharded controller (`sharding`):
 //! `kubeloop_shards_held{controller}` (shards this replica holds a Lease for),
 //! `kubeloop_shard_ring_members{controller}` (live replicas this one sees) and
 //! `kubeloop_shard_moves_total{controller,direction}` with direction `acquired` or `released`

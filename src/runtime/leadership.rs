@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::context::ReconcileContext;
+use super::key::{ObjectKey, shard_of};
 use crate::leaderelection::LeaderContext;
 
 /// One period during which this process may reconcile: a leadership term, or, without leader
@@ -91,7 +92,7 @@ struct GateInner {
     /// Open terms by shard (possibly ended: see [`Term::is_over`]).
     terms: BTreeMap<u32, Term>,
     /// Keys taken while their shard had no live term here.
-    parked: BTreeMap<u32, HashSet<String>>,
+    parked: BTreeMap<u32, HashSet<ObjectKey>>,
 }
 
 /// The gate between leadership and the workers, shared by the runtime (which opens and closes
@@ -241,7 +242,7 @@ impl Gate {
 
     /// Workers may take keys of `shard` for `term`. Returns the keys parked for that shard,
     /// which the caller puts back in the queue. Nothing opens once the gate is closed.
-    pub fn open(&self, shard: u32, term: Term) -> Vec<String> {
+    pub fn open(&self, shard: u32, term: Term) -> Vec<ObjectKey> {
         let parked = {
             let mut inner = self.inner.lock();
             if inner.closed {
@@ -272,24 +273,20 @@ impl Gate {
     }
 
     /// The shard a key belongs to.
-    pub fn shard_of(&self, key: &str) -> u32 {
-        super::sharding::shard_of(key, self.shards)
+    pub fn shard_of(&self, key: &ObjectKey) -> u32 {
+        shard_of(key.as_str(), self.shards)
     }
 
     /// The term to reconcile `key` in, or [`Dispatch::Parked`] if its shard has no live term
     /// here (the key is then kept for when the shard opens).
-    pub fn dispatch(&self, key: &str) -> Dispatch {
+    pub fn dispatch(&self, key: &ObjectKey) -> Dispatch {
         let shard = self.shard_of(key);
         let mut inner = self.inner.lock();
         if let Some(term) = inner.terms.get(&shard).filter(|t| !t.is_over()) {
             return Dispatch::Reconcile(term.clone());
         }
         if !inner.closed {
-            inner
-                .parked
-                .entry(shard)
-                .or_default()
-                .insert(key.to_string());
+            inner.parked.entry(shard).or_default().insert(key.clone());
         }
         Dispatch::Parked
     }

@@ -1,0 +1,131 @@
+//! A ring's settings and their checks; [`ShardRing`] is a checked ring on a store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::lease_ring::RingStore;
+use crate::leaderelection::{ConfigError, LeaderElectionConfig};
+
+/// How a controller is sharded. Build with [`ShardingConfig::new`] and adjust the timings
+/// (the Kubernetes component defaults, as for leader election).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardingConfig {
+    /// The ring's name: prefix of its Leases' names and value of [`super::RING_LABEL`]. Lowercase
+    /// letters, digits, `-` and `.`, as Lease names need.
+    pub ring: String,
+    /// How many shards the key space is split into (fixed for the ring's life; more shards
+    /// than replicas lets load spread evenly, e.g. 4x the largest replica count you expect).
+    pub shards: u32,
+    /// This replica's identity, unique per process ([`crate::leaderelection::default_identity`]).
+    pub identity: String,
+    /// As [`LeaderElectionConfig::lease_duration`], for every Lease of the ring.
+    pub lease_duration: Duration,
+    /// As [`LeaderElectionConfig::renew_deadline`].
+    pub renew_deadline: Duration,
+    /// As [`LeaderElectionConfig::retry_period`]; also how often the ring is listed.
+    pub retry_period: Duration,
+}
+
+/// A [`ShardingConfig`] that cannot work.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ShardingError {
+    /// `shards` is zero.
+    #[error("sharding ring {ring:?}: shards must be at least 1")]
+    NoShards {
+        /// The ring's name.
+        ring: String,
+    },
+    /// The ring name cannot prefix a Lease name.
+    #[error(
+        "sharding ring {ring:?}: the ring name must be 1-200 lowercase letters, digits, '-' or \
+         '.', starting and ending with a letter or digit (it prefixes Lease names)"
+    )]
+    BadRingName {
+        /// The ring's name.
+        ring: String,
+    },
+    /// The lease timings are invalid (the same rules as leader election's).
+    #[error(transparent)]
+    Timing(#[from] ConfigError),
+}
+
+/// One Lease of a ring, as listed.
+
+impl ShardingConfig {
+    /// `shards` shards in the ring `ring`, contended for as `identity`, with the Kubernetes
+    /// components' lease timings (15 s / 10 s / 2 s).
+    pub fn new(ring: impl Into<String>, shards: u32, identity: impl Into<String>) -> Self {
+        let defaults = LeaderElectionConfig::default();
+        ShardingConfig {
+            ring: ring.into(),
+            shards,
+            identity: identity.into(),
+            lease_duration: defaults.lease_duration,
+            renew_deadline: defaults.renew_deadline,
+            retry_period: defaults.retry_period,
+        }
+    }
+
+    /// The checks of leader election, plus a usable ring name and at least one shard.
+    pub fn validate(&self) -> Result<(), ShardingError> {
+        if self.shards == 0 {
+            return Err(ShardingError::NoShards {
+                ring: self.ring.clone(),
+            });
+        }
+        let r = self.ring.as_bytes();
+        let ok_char =
+            |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.';
+        let ok_end =
+            |c: Option<&u8>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        if r.is_empty()
+            || r.len() > 200
+            || !r.iter().all(ok_char)
+            || !ok_end(r.first())
+            || !ok_end(r.last())
+        {
+            return Err(ShardingError::BadRingName {
+                ring: self.ring.clone(),
+            });
+        }
+        self.election(&self.ring).validate()?;
+        crate::leaderelection::config::validate_identity(&self.ring, &self.identity)?;
+        Ok(())
+    }
+
+    /// The elector settings of one of the ring's Leases.
+    pub(super) fn election(&self, name: &str) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            release_on_cancel: true,
+            recontend: true,
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A validated ring on a store, for [`crate::runtime::Controller::sharding`].
+pub struct ShardRing<R: RingStore> {
+    pub(super) config: ShardingConfig,
+    pub(super) store: Arc<R>,
+}
+
+impl<R: RingStore> ShardRing<R> {
+    /// Checks `config` ([`ShardingConfig::validate`]).
+    pub fn new(config: ShardingConfig, store: R) -> Result<Self, ShardingError> {
+        config.validate()?;
+        Ok(ShardRing {
+            config,
+            store: Arc::new(store),
+        })
+    }
+
+    /// The configuration this ring runs with.
+    pub fn config(&self) -> &ShardingConfig {
+        &self.config
+    }
+}

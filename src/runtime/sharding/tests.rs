@@ -1,0 +1,320 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::leaderelection::ConfigError;
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn count(owners: &[Option<String>], m: &str) -> usize {
+    owners.iter().filter(|o| o.as_deref() == Some(m)).count()
+}
+
+#[test]
+fn lease_names_are_valid_lease_names() {
+    assert_eq!(
+        shard_lease_name("vm-controller", 3),
+        "vm-controller-shard-3"
+    );
+    let member = member_lease_name("vm-controller", "host_5f0c-Upper_Case");
+    assert!(member.starts_with("vm-controller-member-"));
+    assert!(
+        member
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    );
+}
+
+#[test]
+fn config_errors_name_the_ring_and_the_problem() {
+    let mut config = ShardingConfig::new("vm", 0, "me");
+    assert_eq!(
+        config.validate(),
+        Err(ShardingError::NoShards { ring: "vm".into() })
+    );
+    config.shards = 4;
+    config.ring = "VM_ring".into();
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("\"VM_ring\"") && err.contains("lowercase"),
+        "{err}"
+    );
+    config.ring = "vm".into();
+    config.renew_deadline = config.lease_duration;
+    assert!(matches!(config.validate(), Err(ShardingError::Timing(_))));
+    config.renew_deadline = Duration::from_secs(10);
+    config.identity = " ".into();
+    assert!(matches!(
+        config.validate(),
+        Err(ShardingError::Timing(ConfigError::EmptyIdentity { .. }))
+    ));
+}
+
+#[test]
+fn assign_gives_every_member_its_fair_share() {
+    for members in 1..=5usize {
+        let names: Vec<String> = (0..members).map(|i| format!("m{i}")).collect();
+        let owners = assign(8, &names, &vec![None; 8]);
+        for m in &names {
+            let n = count(&owners, m);
+            assert!(
+                n == 8 / members || n == 8 / members + 1,
+                "{members} members: {m} has {n}"
+            );
+        }
+        assert!(owners.iter().all(Option::is_some));
+    }
+    assert_eq!(assign(3, &[], &[None, None, None]), vec![None::<String>; 3]);
+}
+
+#[test]
+fn assign_moves_only_what_evens_the_load() {
+    let a_holds_all = vec![Some("a".to_string()); 6];
+    // b joins: a keeps the first three it holds, b gets the rest.
+    let owners = assign(6, &ids(&["a", "b"]), &a_holds_all);
+    assert_eq!(count(&owners, "a"), 3);
+    assert_eq!(
+        &owners[..3],
+        &[Some("a".into()), Some("a".into()), Some("a".into())]
+    );
+    // c joins a balanced ring: each of a and b gives up one.
+    let owners = assign(6, &ids(&["a", "b", "c"]), &owners);
+    assert_eq!(
+        (
+            count(&owners, "a"),
+            count(&owners, "b"),
+            count(&owners, "c")
+        ),
+        (2, 2, 2)
+    );
+    // b dies: only b's shards move.
+    let before = owners.clone();
+    let holders: Vec<Option<String>> = owners
+        .iter()
+        .map(|o| o.clone().filter(|h| h != "b"))
+        .collect();
+    let after = assign(6, &ids(&["a", "c"]), &holders);
+    for (old, new) in before.iter().zip(&after) {
+        if old.as_deref() != Some("b") {
+            assert_eq!(old, new, "a shard of a live member moved");
+        }
+    }
+    assert_eq!((count(&after, "a"), count(&after, "c")), (3, 3));
+    // The same view gives the same answer whatever the order members are listed in.
+    assert_eq!(assign(6, &ids(&["c", "a"]), &holders), after);
+}
+
+mod ring {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_client::core::ObjectMeta;
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::cache::{InformerConfig, SharedIndexInformer};
+    use crate::runtime::{Action, Controller, ObjectKey, ReconcileContext, default_error_policy};
+    use crate::testing::{FakeControllerSource, FakeRing, Reach, eventually, settle};
+
+    /// (replica, key, start, end) of every reconcile.
+    type Entry = (String, String, Instant, Option<Instant>);
+
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<Entry>>>);
+
+    impl Log {
+        /// Two reconciles of one key by different replicas whose runs overlap.
+        fn overlaps(&self) -> Vec<(Entry, Entry)> {
+            let log = self.0.lock();
+            let now = Instant::now();
+            let mut found = Vec::new();
+            for (i, a) in log.iter().enumerate() {
+                for b in &log[i + 1..] {
+                    let (a_end, b_end) = (a.3.unwrap_or(now), b.3.unwrap_or(now));
+                    if a.1 == b.1 && a.0 != b.0 && a.2 < b_end && b.2 < a_end {
+                        found.push((a.clone(), b.clone()));
+                    }
+                }
+            }
+            found
+        }
+        fn replicas_of(&self, key: &str, after: Instant) -> Vec<String> {
+            let mut r: Vec<String> = self
+                .0
+                .lock()
+                .iter()
+                .filter(|e| e.1 == key && e.2 >= after)
+                .map(|e| e.0.clone())
+                .collect();
+            r.sort();
+            r.dedup();
+            r
+        }
+    }
+
+    fn cm(i: usize) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(format!("cm-{i}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// lease 4 s, renew deadline 3 s, retry 0.5 s.
+    fn config(identity: &str) -> ShardingConfig {
+        ShardingConfig {
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(500),
+            ..ShardingConfig::new("ring", 6, identity)
+        }
+    }
+
+    struct Replica {
+        shutdown: CancellationToken,
+        run: JoinHandle<Result<(), crate::runtime::ControllerError>>,
+    }
+
+    /// A replica whose reconcile takes 200 ms (ignoring cancellation, so only the fence
+    /// stops it) and asks to be requeued after 2 s: with 4 workers every key is
+    /// reconciled about every 3.2 s, and work is always in flight.
+    fn replica(
+        identity: &str,
+        source: &FakeControllerSource<ConfigMap>,
+        ring: &FakeRing,
+        log: &Log,
+    ) -> Replica {
+        let informer = SharedIndexInformer::new(source.clone(), InformerConfig::default());
+        let (me, log) = (identity.to_string(), log.clone());
+        let reconcile = move |key: ObjectKey, _ctx: ReconcileContext| {
+            let (me, log) = (me.clone(), log.clone());
+            async move {
+                let i = {
+                    let mut log = log.0.lock();
+                    log.push((me, key.to_string(), Instant::now(), None));
+                    log.len() - 1
+                };
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                log.0.lock()[i].3 = Some(Instant::now());
+                Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(2)))
+            }
+        };
+        let controller = Controller::new("sharded", informer)
+            .workers(4)
+            .sharding(ShardRing::new(config(identity), ring.clone()).unwrap());
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(controller.run(reconcile, default_error_policy, shutdown.clone()));
+        Replica { shutdown, run }
+    }
+
+    fn holders(ring: &FakeRing) -> Vec<String> {
+        (0..6)
+            .map(|s| ring.holder(&shard_lease_name("ring", s)))
+            .collect()
+    }
+
+    fn count(holders: &[String], who: &str) -> usize {
+        holders.iter().filter(|h| *h == who).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shards_spread_over_replicas_that_join_and_move_without_overlap_when_one_dies() {
+        let source = FakeControllerSource::<ConfigMap>::new();
+        for i in 0..24 {
+            source.add(cm(i));
+        }
+        let (ring, log) = (FakeRing::new(), Log::default());
+
+        // One replica takes every shard and reconciles every key.
+        let a = replica("a", &source, &ring, &log);
+        assert!(
+            eventually(Duration::from_secs(10), || count(&holders(&ring), "a") == 6).await,
+            "{:?}",
+            holders(&ring)
+        );
+        settle().await;
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        for i in 0..24 {
+            assert_eq!(log.replicas_of(&format!("ns/cm-{i}"), t0), ["a"]);
+        }
+
+        // Two more join: two shards each, handed over by a after its reconciles ended.
+        let b = replica("b", &source, &ring, &log);
+        let c = replica("c", &source, &ring, &log);
+        let balanced = || {
+            let h = holders(&ring);
+            count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2
+        };
+        assert!(
+            eventually(Duration::from_secs(20), balanced).await,
+            "{:?}",
+            holders(&ring)
+        );
+        let t1 = Instant::now() + Duration::from_secs(2);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let map = holders(&ring);
+        for i in 0..24 {
+            let key = format!("ns/cm-{i}");
+            let owner = map[crate::runtime::shard_of(&key, 6) as usize].clone();
+            assert_eq!(
+                log.replicas_of(&key, t1),
+                [owner],
+                "{key} after the rebalance"
+            );
+        }
+        assert!(log.overlaps().is_empty(), "{:?}", log.overlaps());
+
+        // a's renewals hang (a paused or cut-off replica): its shards are taken over after
+        // its Leases expire, never while its reconciles may still run.
+        ring.set_reach("a", Reach::Hang);
+        let cut = Instant::now();
+        let taken = AtomicBool::new(false);
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                let h = holders(&ring);
+                let done = count(&h, "b") == 3 && count(&h, "c") == 3;
+                taken.store(done, Ordering::SeqCst);
+                done
+            })
+            .await,
+            "{:?}",
+            holders(&ring)
+        );
+        let took = Instant::now() - cut;
+        // Lease 4 s + retry 0.5 s, from a's last renewal (at most one retry before the cut).
+        assert!(
+            took <= Duration::from_millis(5000),
+            "taken over after {took:?}"
+        );
+        let t2 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(log.overlaps().is_empty(), "{:?}", log.overlaps());
+        for i in 0..24 {
+            let key = format!("ns/cm-{i}");
+            let by = log.replicas_of(&key, t2);
+            assert!(
+                by.len() == 1 && by[0] != "a",
+                "{key} reconciled by {by:?} after a was cut off"
+            );
+        }
+
+        for r in [b, c] {
+            r.shutdown.cancel();
+            r.run.await.unwrap().unwrap();
+        }
+        a.shutdown.cancel();
+        a.run.abort();
+        let _ = a.run.await;
+        assert!(log.overlaps().is_empty(), "{:?}", log.overlaps());
+    }
+}
