@@ -3,10 +3,13 @@
 //! key strings), plus Rust translations of client-go's own `BenchmarkQueue` and
 //! `BenchmarkDelayingQueue_AddAfter`.
 //!
-//! Every workload runs with three key types:
-//! - `String` (lines `RESULT_STRING`): what kubeloop's controllers queue (`namespace/name`).
-//!   A clone allocates and copies; the workloads clone a key for every add, as a controller
-//!   builds a key for every event. This is the headline table.
+//! Every workload runs with four key types:
+//! - [`ObjectKey`] (lines `RESULT_KEY`): what kubeloop's controller runtime queues
+//!   (`namespace/name`, one shared allocation: a clone is a reference count). This is the
+//!   headline table.
+//! - `String` (lines `RESULT_STRING`): what the controllers queued before the runtime had a
+//!   typed key. A clone allocates and copies; the workloads clone a key for every add, as a
+//!   controller builds a key for every event.
 //! - `Arc<str>` (lines `RESULT_ARC`): shared keys; every clone and drop is an atomic on the
 //!   key's reference count, which Go does not pay.
 //! - `&'static str` (lines `RESULT`): the exact analogue of a Go `string`, a pointer and a
@@ -18,7 +21,7 @@
 //! type a `FLOOR... <ns>` line: one uncontended lock/unlock of the queue's mutex type plus one
 //! lookup in the queue's hash table type, the physical limit of a locked queue. Run with
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
-//! workloads and `KUBELOOP_BENCH_KEYS=string,arc,static` key types.
+//! workloads and `KUBELOOP_BENCH_KEYS=key,string,arc,static` key types.
 
 // The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
 #[cfg(feature = "mimalloc")]
@@ -30,6 +33,7 @@ use std::hash::Hash;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use kubeloop::runtime::ObjectKey;
 use kubeloop::workqueue::{
     DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter,
 };
@@ -72,6 +76,20 @@ impl Key for Arc<str> {
     }
 }
 
+impl Key for ObjectKey {
+    const LABEL: &'static str = "RESULT_KEY";
+    const HANDED_OUT_LABEL: &'static str = "HANDED_OUT_KEY";
+    const FLOOR_LABEL: &'static str = "FLOOR_KEY";
+    fn make(s: String) -> Self {
+        // The Go side's `key-N` strings: a cluster-scoped object's key, the same text.
+        ObjectKey::parse(&s).expect("key-N is a valid key")
+    }
+    fn all() -> &'static [Self] {
+        static KEYS: LazyLock<Vec<ObjectKey>> = LazyLock::new(make_keys);
+        &KEYS
+    }
+}
+
 impl Key for String {
     const LABEL: &'static str = "RESULT_STRING";
     const HANDED_OUT_LABEL: &'static str = "HANDED_OUT_STRING";
@@ -95,9 +113,13 @@ fn keys<K: Key>(n: usize) -> Arc<Vec<K>> {
 }
 
 fn main() {
-    // `KUBELOOP_BENCH_KEYS=string,arc,static` picks key types (all by default), to profile one.
+    // `KUBELOOP_BENCH_KEYS=key,string,arc,static` picks key types (all by default), to profile
+    // one.
     let picked = std::env::var("KUBELOOP_BENCH_KEYS").unwrap_or_default();
     let wants = |name: &str| picked.is_empty() || picked.split(',').any(|k| k == name);
+    if wants("key") {
+        run_all::<ObjectKey>();
+    }
     if wants("string") {
         run_all::<String>();
     }

@@ -14,8 +14,9 @@
 //! | [`record`]: Events | `tools/record` | always |
 //! | [`trace`]: one object's journey, stage by stage | (none) | always |
 //! | [`testing`]: in-memory sources and locks for unit tests | `tools/cache/testing`, fake clientsets | always |
+//! | [`runtime`]: the controller runtime: typed keys, builder, workers, leadership terms, sharding, conflict retries | controller-runtime (`pkg/reconcile`, `pkg/internal/controller`, `pkg/builder`), kube-runtime's `Controller`, client-go `util/retry` | `runtime` |
 //! | [`ops`](ops/index.html): `/metrics`, `/healthz`, `/readyz`, `/debug/trace` | component-base metrics, apiserver healthz | `ops` |
-//! | [`controller`](controller/index.html): the runtime, the sample and VM controllers | controller-runtime, sample-controller, controller101 | `controllers` |
+//! | [`controller`](controller/index.html): the sample and VM controllers, built on [`runtime`] | sample-controller, controller101 | `sample-controller`, `vm-controller` |
 //! | [`testenv`](testenv/index.html): a real local control plane for tests | controller-runtime's `envtest`, plus kwok nodes | `testenv` |
 //!
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
@@ -98,12 +99,12 @@
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::apps::v1::Deployment;
 //! use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
-//! use kubeloop::controller::{Action, Controller, NotEntitled, ReconcileContext, default_error_policy};
+//! use kubeloop::runtime::{Action, Controller, NotEntitled, ObjectKey, ReconcileContext, default_error_policy};
 //!
 //! let factory = SharedInformerFactory::new(client, FactoryOptions::default());
 //! Controller::new("watcher", factory.informer::<Deployment>())
 //!     .run(
-//!         |key: String, _ctx: ReconcileContext| async move {
+//!         |key: ObjectKey, _ctx: ReconcileContext| async move {
 //!             println!("reconcile {key}");
 //!             Ok::<_, NotEntitled>(Action::Done)
 //!         },

@@ -1,6 +1,6 @@
 //! What a user declares: the primary type, owned and watched types, workers, queue, rate
-//! limiter, leader election and leader-only tasks. [`Controller::run`] (in
-//! [`super::runtime`]) runs it with a reconcile function and an error policy.
+//! limiter, leader election and leader-only tasks. [`Controller::run`] (in `run.rs`) runs it
+//! with a reconcile function and an error policy.
 //!
 //! Counterparts: controller-runtime's `builder.ControllerManagedBy(mgr).For(..).Owns(..)
 //! .Watches(..).WithOptions(..).Complete(r)` and kube-runtime's `Controller::new(api, cfg)
@@ -224,7 +224,8 @@ impl<K: CacheObject> Controller<K> {
     }
 
     /// Run the workers only while `elector` leads. Informers run and caches stay warm on a
-    /// standby; see [`super::leadership`] for what is guaranteed when leadership ends. The
+    /// standby; see [the runtime's docs](crate::runtime#leadership) for what is guaranteed when
+    /// leadership ends. The
     /// elector's own settings decide whether it contends again after a loss
     /// (`recontend`); without it [`Controller::run`] returns
     /// [`super::ControllerError::LeadershipLost`].
@@ -241,7 +242,7 @@ impl<K: CacheObject> Controller<K> {
     /// Split the keys into the ring's shards and reconcile only those of shards this replica
     /// holds, each through its own Lease, instead of one leader doing all the work. Replaces
     /// [`Controller::leader_election`] (set one or the other). Informers run on every replica;
-    /// leader tasks run on the holder of shard 0. See [`super::sharding`] for how shards move
+    /// leader tasks run on the holder of shard 0. See [`ShardRing`] for how shards move
     /// and what is guaranteed when they do.
     pub fn sharding<R: RingStore>(mut self, ring: ShardRing<R>) -> Self {
         self.leader_election = None;

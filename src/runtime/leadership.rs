@@ -9,7 +9,7 @@
 //! steps down. Workers take keys only during a term; every reconcile runs inside the term's
 //! task tracker, with a [`ReconcileContext`] whose token is a child of the term's.
 //!
-//! With sharding ([`super::sharding`]) each shard a replica holds is a term of its own, with
+//! With sharding (`sharding/`) each shard a replica holds is a term of its own, with
 //! its own Lease; the gate knows which shards are open and hands a worker the term of the
 //! key's shard. Everything below holds per shard.
 //!
@@ -80,7 +80,7 @@ impl std::fmt::Debug for Term {
 ///
 /// Without sharding there is one shard, the whole key space: shard 0's term is the
 /// leadership term (or the endless term of a controller without leader election). With
-/// sharding ([`super::sharding`]) each shard held through its Lease has its own term.
+/// sharding (`sharding/`) each shard held through its Lease has its own term.
 ///
 /// Invariants: a key is in `parked[s]` only if `shard_of(key) == s` and the key was taken from
 /// the queue while `s` had no live term here; opening `s` hands those keys back to the queue

@@ -3,9 +3,9 @@
 //!
 //! 1. register the event handlers, start every informer, wait for every cache (a shutdown
 //!    meanwhile returns [`ControllerError::CacheSync`] naming the informers not synced);
-//! 2. readiness on; the workers start, behind the leadership gate ([`super::leadership`]);
+//! 2. readiness on; the workers start, behind the leadership gate (`leadership.rs`);
 //! 3. without leader election the gate opens at once for one endless term; with sharding
-//!    ([`super::sharding`]) the ring runs one elector per shard this replica should hold, and
+//!    (`sharding/`) the ring runs one elector per shard this replica should hold, and
 //!    each shard's term opens the gate for that shard's keys only (keys of other shards are
 //!    parked until their shard opens here); with leader election the
 //!    elector runs and each leadership term opens the gate and starts the leader tasks; when

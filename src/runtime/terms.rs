@@ -6,7 +6,7 @@
 //!
 //! Counterpart: controller-runtime's leader-election runnables (`pkg/manager/internal.go`),
 //! which start with leadership and are never waited for; here a term ends only after what it
-//! started has ended (see [`super::leadership`] for the fence).
+//! started has ended (see `leadership.rs` for the fence).
 
 use std::sync::Arc;
 

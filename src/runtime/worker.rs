@@ -2,7 +2,7 @@
 //! `processNextWorkItem` (controller.go), and controller-runtime's `processNextWorkItem` /
 //! `reconcileHandler` (`pkg/internal/controller/controller.go`).
 //!
-//! Each worker loops: wait until the gate ([`super::leadership`]) has a live term -> `get` a
+//! Each worker loops: wait until the gate (`leadership.rs`) has a live term -> `get` a
 //! key -> ask the gate for the key's term (a key of a shard this process does not hold is
 //! parked) -> reconcile it inside the term -> on `Ok(Action::Done)` `forget` it, on
 //! `Ok(Action::RequeueAfter(d))` `forget` it and `add_after(key, d)` (to the requeue lane if

@@ -51,8 +51,6 @@ pub enum ShardingError {
     Timing(#[from] ConfigError),
 }
 
-/// One Lease of a ring, as listed.
-
 impl ShardingConfig {
     /// `shards` shards in the ring `ring`, contended for as `identity`, with the Kubernetes
     /// components' lease timings (15 s / 10 s / 2 s).

@@ -2,10 +2,10 @@
 //!
 //! Leader election gives a controller high availability, not scale: one replica works. Here
 //! the key space is split into a fixed number of shards by a stable hash of `namespace/name`
-//! ([`crate::runtime::shard_of`]); each shard is held through a coordination.k8s.io/v1 Lease of its own, with
-//! the elector, the lease arithmetic and the fence of leader election (the runtime's leadership, see [`crate::runtime`]):
-//! every shard a replica holds is a term, and a key is reconciled only inside the term of its
-//! shard. client-go, controller-runtime and kube-runtime have nothing built in;
+//! ([`crate::runtime::shard_of`]); each shard is held through a coordination.k8s.io/v1
+//! Lease of its own, with the elector, the lease arithmetic and the fence of leader election
+//! (`leadership.rs`): every shard a replica holds is a term, and a key is reconciled only
+//! inside the term of its shard. client-go, controller-runtime and kube-runtime have nothing built in;
 //! kubernetes-controller-sharding adds it to controller-runtime with an external sharder that
 //! labels objects. This ring needs nothing but Leases and has no central sharder.
 //!
@@ -33,7 +33,7 @@
 //! in-flight reconciles are cancelled and waited for (dropped at the fence if they must), and
 //! only then is the Lease released, so the next owner's first reconcile starts after the last
 //! one of the previous owner ended. A dead or paused owner's shard is taken only after its Lease
-//! expired, which is after the old owner's fence (see [`crate::runtime`]).
+//! expired, which is after the old owner's fence (see `leadership.rs`).
 //!
 //! Liveness: a member that dies stops renewing its Leases; within `lease_duration` of its last
 //! renewal (by each observer's clock) the others see its member Lease expired and reassign its
