@@ -18,9 +18,9 @@ use crate::workqueue::RateLimitingQueue;
 /// Which queue a worker takes keys from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lane {
-    /// [`WorkerShared::queue`].
+    /// The controller's queue.
     Main,
-    /// [`WorkerShared::later`]: timed requeues, served by workers of their own.
+    /// The requeue lane's queue: timed requeues, served by workers of their own.
     Requeue,
 }
 

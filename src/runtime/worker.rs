@@ -103,7 +103,7 @@ pub(crate) async fn worker_loop<F, Fut, E, P>(
     debug!(controller = %shared.name, worker = id, "worker stopped");
 }
 
-pub(crate) enum Next {
+enum Next {
     Continue,
     /// No shard has a live term: wait for one.
     NotOpen,
@@ -111,11 +111,7 @@ pub(crate) enum Next {
 }
 
 /// Takes one key and reconciles it. sample-controller: `processNextWorkItem`.
-pub(crate) async fn process_next<F, Fut, E, P>(
-    shared: &WorkerShared<F, P>,
-    lane: Lane,
-    gate: &Gate,
-) -> Next
+async fn process_next<F, Fut, E, P>(shared: &WorkerShared<F, P>, lane: Lane, gate: &Gate) -> Next
 where
     F: Fn(ObjectKey, ReconcileContext) -> Fut,
     Fut: Future<Output = Result<Action, E>>,
@@ -255,7 +251,7 @@ where
     Next::Continue
 }
 
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {
