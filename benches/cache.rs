@@ -21,7 +21,7 @@ use kube_client::api::ObjectMeta;
 use kubeloop::cache::{
     DeltaFIFO, InformerConfig, KnownObjects, LabelSelector, ListOptions, ListPage, ListWatchError,
     Lister, ListerWatcher, ResourceEventHandlerFuncs, SharedIndexInformer, ThreadSafeStore,
-    WatchOptions, WatchStream, default_key_func, index::namespace_indexers, meta_namespace_key,
+    WatchOptions, WatchStream, default_key_func, meta_namespace_key, namespace_indexers,
 };
 use kubeloop::workqueue::Queue;
 

@@ -13,7 +13,7 @@ use kube_client::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostPa
 use kube_client::core::WatchEvent;
 use kubeloop::cache::{
     DeltaFIFO, Deltas, KnownObjects, ListWatch, ListerWatcher, Popped, RealFIFO, ThreadSafeStore,
-    WatchOptions, default_key_func, index::namespace_indexers,
+    WatchOptions, default_key_func, namespace_indexers,
 };
 
 const NAME: &str = "tour-03";

@@ -8,8 +8,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, DeleteParams, PostParams};
 use kubeloop::cache::{
-    IndexFunc, InformerConfig, LabelSelector, ListWatch, SharedIndexInformer,
-    index::namespace_indexers,
+    IndexFunc, InformerConfig, LabelSelector, ListWatch, SharedIndexInformer, namespace_indexers,
 };
 
 const OBJECTS: [(&str, &str); 3] = [

@@ -48,7 +48,7 @@ impl Default for BackoffConfig {
 
 /// The running state of an exponential backoff.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     config: BackoffConfig,
     /// The un-jittered delay the next failure gets.
     base: Duration,
@@ -96,13 +96,6 @@ impl Backoff {
         } else {
             base
         }
-    }
-
-    /// Forgets past failures; the reset clock starts again now.
-    pub fn reset(&mut self) {
-        self.base = self.config.initial;
-        self.capped = false;
-        self.last_reset = Instant::now();
     }
 }
 

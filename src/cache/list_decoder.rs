@@ -19,7 +19,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
-use super::delta_fifo::{TransformFunc, apply_transform};
+use super::store::{TransformFunc, apply_transform};
 
 /// A LIST body that is not a well-formed `*List` object.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ enum State {
 }
 
 /// An incremental decoder of one LIST body.
-pub struct ListDecoder<K> {
+pub(crate) struct ListDecoder<K> {
     buf: Vec<u8>,
     pos: usize,
     /// Bytes dropped from the front of `buf` so far (for error offsets).

@@ -33,8 +33,8 @@ use kube_client::core::{Status, WatchEvent};
 use kube_client::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::delta_fifo::TransformFunc;
 use super::list_decoder::{ListDecodeError, ListDecoder};
+use super::store::TransformFunc;
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
 pub trait CacheObject:
@@ -469,7 +469,7 @@ fn classify(verb: &'static str, url: &str, err: kube_client::Error) -> ListWatch
 /// The `Retry-After` header in whole seconds, as client-go's rest client reads it
 /// (`retryAfterSeconds` in rest/request.go: `strconv.Atoi`, so an HTTP date or a fraction is
 /// ignored). Zero counts as no delay asked for.
-pub fn retry_after_header(headers: &http::HeaderMap) -> Option<u32> {
+pub(crate) fn retry_after_header(headers: &http::HeaderMap) -> Option<u32> {
     let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: u32 = value.trim().parse().ok()?;
     (seconds > 0).then_some(seconds)

@@ -22,14 +22,14 @@ use prometheus_client::registry::Registry;
 
 /// Label set of the reflector series.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TypeLabels {
+pub(crate) struct TypeLabels {
     /// The resource type (`apiVersion/plural`).
     pub r#type: String,
 }
 
 /// Label set of the handler backlog.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HandlerLabels {
+pub(crate) struct HandlerLabels {
     /// The resource type.
     pub r#type: String,
     /// The handler's name (given at registration, or `handler-<n>`).

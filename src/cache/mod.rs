@@ -4,24 +4,29 @@
 //! ([`ThreadSafeStore`] and every handler's buffer). Readers get an [`Indexer`] or a
 //! [`Lister`] handing out `Arc<K>`; only the informer writes the cache.
 //!
-//! | kubeloop                | client-go                                               |
-//! |-------------------------|---------------------------------------------------------|
-//! | [`list_watch`]          | `listwatch.go` + the typed clients' List/Watch           |
-//! | [`list_decoder`]        | none: a LIST body decoded item by item as it arrives     |
-//! | [`reflector`]           | `reflector.go`                                          |
-//! | [`backoff`]             | apimachinery `wait` backoff manager as the reflector uses it |
-//! | [`queue`]               | `fifo.go` (`Queue`): what the informer pops              |
-//! | [`real_fifo`]           | `the_real_fifo.go` (the informer default: atomic, batched, as 1.36) |
-//! | [`delta_fifo`]          | `delta_fifo.go`                                         |
-//! | [`store`]               | `store.go` (keys) and the reflector's `Store`           |
-//! | [`index`]               | `index.go`                                              |
-//! | [`thread_safe_store`]   | `thread_safe_store.go`                                  |
-//! | [`labels`]              | apimachinery `pkg/labels`                               |
-//! | [`lister`]              | `listers.go`                                            |
-//! | [`processor`]           | `sharedProcessor` / `processorListener`, `ResourceEventHandler` |
-//! | [`shared_informer`]     | `shared_informer.go`, `controller.go` (`processDeltas`, `processDeltasInBatch`, `processReplacedAllInfo`) |
-//! | [`factory`]             | `informers/factory.go`, `dynamicinformer`               |
-//! | [`metrics`]             | reflector metrics, plus a handler backlog gauge         |
+//! The table runs from the top layer (the factory) down; imports only run downwards.
+//! `delta.rs` (the vocabulary), `store.rs` (keys and the transform), `queue.rs` (what the
+//! informer pops) are leaves both FIFOs build on; neither FIFO imports the other.
+//!
+//! | file                   | what                                                      | client-go                                          |
+//! |------------------------|-----------------------------------------------------------|----------------------------------------------------|
+//! | `factory.rs`           | [`SharedInformerFactory`]                                 | `informers/factory.go`, `dynamicinformer`          |
+//! | `shared_informer.rs`   | [`SharedIndexInformer`], [`InformerConfig`]               | `shared_informer.go`, `controller.go` (`processDeltas`, `processDeltasInBatch`, `processReplacedAllInfo`) |
+//! | `processor.rs`         | [`ResourceEventHandler`], [`ResourceEventHandlerFuncs`]   | `sharedProcessor` / `processorListener`            |
+//! | `reflector.rs`         | [`Reflector`]                                             | `reflector.go`                                     |
+//! | `backoff.rs`           | [`BackoffConfig`]                                         | apimachinery `wait` backoff manager as the reflector uses it |
+//! | `list_watch.rs`        | [`ListWatch`], [`ListerWatcher`]                          | `listwatch.go` + the typed clients' List/Watch     |
+//! | `list_decoder.rs`      | a LIST body decoded item by item as it arrives            | none                                               |
+//! | `real_fifo.rs`         | [`RealFIFO`] (the informer default: atomic, batched, as 1.36) | `the_real_fifo.go`                             |
+//! | `delta_fifo.rs`        | [`DeltaFIFO`]                                             | `delta_fifo.go`                                    |
+//! | `queue.rs`             | [`InformerQueue`], [`Popped`], [`KnownObjects`], [`FifoClosed`] | `fifo.go` (`Queue`, `ErrFIFOClosed`), `KeyListerGetter` |
+//! | `delta.rs`             | [`Delta`], [`Deltas`], [`DeletedObject`], [`DeletedFinalStateUnknown`] | the types of `delta_fifo.go`          |
+//! | `lister.rs`            | [`Lister`], [`NamespaceLister`]                           | `listers.go`                                       |
+//! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]                          | `thread_safe_store.go`                             |
+//! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
+//! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
+//! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`] | `store.go` (keys) and the reflector's `Store`  |
+//! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
 //! `kube_client::core::DynamicObject` with an `ApiResource`.
@@ -52,52 +57,58 @@
 //! An informer runs until [`SharedIndexInformer::shutdown`] (or the factory's `shutdown`);
 //! dropping the handles does not stop its tasks, as in client-go without a stop channel.
 
-pub mod backoff;
-pub mod delta_fifo;
-pub mod factory;
-pub mod fake_source;
-pub mod index;
-pub mod labels;
-pub mod list_decoder;
-pub mod list_watch;
-pub mod lister;
-pub mod metrics;
-pub mod processor;
-pub mod queue;
-pub mod real_fifo;
-pub mod reflector;
-pub mod shared_informer;
-pub mod store;
-pub mod thread_safe_store;
+mod backoff;
+mod delta;
+mod delta_fifo;
+mod factory;
+mod fake_source;
+#[cfg(test)]
+mod fifo_fixtures;
+mod index;
+mod labels;
+mod list_decoder;
+mod list_watch;
+mod lister;
+mod metrics;
+mod processor;
+mod queue;
+mod real_fifo;
+mod reflector;
+mod shared_informer;
+mod store;
+mod thread_safe_store;
 
 pub use backoff::BackoffConfig;
-pub use delta_fifo::{
-    DeletedFinalStateUnknown, DeletedObject, Delta, DeltaFIFO, DeltaType, Deltas, FifoClosed,
-    KnownObjects, TransformFunc,
-};
+pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
+pub use delta_fifo::DeltaFIFO;
 pub(crate) use factory::ErasedInformer;
 pub use factory::{FactoryOptions, SharedInformerFactory};
 pub use fake_source::FakeControllerSource;
-pub use index::{IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func};
+pub use index::{
+    IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
+};
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
+pub use list_decoder::ListDecodeError;
 pub use list_watch::{
     CacheObject, ListOptions, ListPage, ListWatch, ListWatchError, ListerWatcher, WatchOptions,
     WatchStream,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};
-pub use processor::{Notification, ResourceEventHandler, ResourceEventHandlerFuncs};
-pub use queue::{InformerQueue, Popped, QueueKind, ReplacedAllInfo};
+pub use processor::{
+    MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler, ResourceEventHandlerFuncs,
+};
+pub use queue::{FifoClosed, InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 pub use real_fifo::{DEFAULT_BATCH_SIZE, RealFIFO, RealFifoOptions, RealFifoOptionsError};
 pub use reflector::{
-    Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
-    default_watch_error_handler,
+    INITIAL_EVENTS_END_ANNOTATION, Reflector, ReflectorConfig, ReflectorError, ShouldResync,
+    WatchErrorHandler, default_watch_error_handler,
 };
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };
 pub use store::{
-    KeyError, KeyFunc, ReflectorStore, StoreError, default_key_func, meta_namespace_key,
-    resource_version, split_meta_namespace_key,
+    KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, default_key_func,
+    meta_namespace_key, object_key, resource_version, split_meta_namespace_key,
 };
 pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};

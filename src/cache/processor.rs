@@ -25,7 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::delta_fifo::DeletedObject;
+use super::delta::DeletedObject;
 use super::store::KeyFunc;
 
 /// Receives the changes an informer sees (client-go `ResourceEventHandler`). Methods run on

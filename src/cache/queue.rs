@@ -3,14 +3,18 @@
 //! [`RealFIFO`](super::RealFIFO) implement.
 //!
 //! The informer only pops, asks whether the first list has been delivered, sets a
-//! transform and closes; the reflector writes through [`ReflectorStore`].
+//! transform and closes; the reflector writes through [`ReflectorStore`]. What both FIFOs
+//! take and give besides their items lives here too: the consumer's objects they consult
+//! ([`KnownObjects`], client-go `KeyListerGetter`) and the error of a closed queue
+//! ([`FifoClosed`], client-go `ErrFIFOClosed`).
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::delta_fifo::{Delta, Deltas, FifoClosed, TransformFunc};
-use super::store::ReflectorStore;
+use super::delta::{Delta, Deltas};
+use super::store::{ReflectorStore, TransformFunc};
+use super::thread_safe_store::{Indexer, ThreadSafeStore};
 
 /// What one pop hands to the informer's processing loop.
 ///
@@ -103,4 +107,37 @@ pub trait InformerQueue<K>: ReflectorStore<K> {
 
     /// Items waiting to be popped.
     fn queued(&self) -> usize;
+}
+
+/// `pop` on a closed, drained queue (client-go `ErrFIFOClosed`, message and all, shared by
+/// both FIFOs as in client-go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("DeltaFIFO: manipulating with closed queue")]
+pub struct FifoClosed;
+
+/// The objects the consumer already holds (client-go `KeyListerGetter`), used to detect
+/// deletions on `replace`, to decide whether a delete matters, and for `resync`.
+pub trait KnownObjects<K>: Send + Sync + 'static {
+    /// Every key held.
+    fn list_keys(&self) -> Vec<String>;
+    /// The object at `key`.
+    fn get_by_key(&self, key: &str) -> Option<Arc<K>>;
+}
+
+impl<K: Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
+    fn list_keys(&self) -> Vec<String> {
+        Indexer::list_keys(self)
+    }
+    fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
+        Indexer::get_by_key(self, key)
+    }
+}
+
+impl<K: Send + Sync + 'static> KnownObjects<K> for ThreadSafeStore<K> {
+    fn list_keys(&self) -> Vec<String> {
+        ThreadSafeStore::list_keys(self)
+    }
+    fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
+        self.get(key)
+    }
 }

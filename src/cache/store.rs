@@ -6,6 +6,10 @@
 //! [`ReflectorStore`] is what client-go's reflector calls `Store`: the reflector only ever
 //! adds, updates, deletes, replaces and resyncs. Reads go through the read-only
 //! [`Indexer`](super::Indexer) handle instead, so there is one writer per cache.
+//!
+//! The transform an informer applies to every object before it is stored
+//! ([`TransformFunc`], client-go `TransformFunc`) lives here too: the list decoder, the
+//! reflector and both FIFOs apply it.
 
 use std::sync::Arc;
 
@@ -123,7 +127,7 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// The reflector runs it on each listed object as it arrives, so a list never holds
     /// untransformed objects (their managedFields, say) all at once, and hands the result to
     /// [`replace_listed`](Self::replace_listed).
-    fn transformer(&self) -> Option<super::delta_fifo::TransformFunc<K>> {
+    fn transformer(&self) -> Option<TransformFunc<K>> {
         None
     }
 
@@ -141,6 +145,27 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
             .collect();
         self.replace(list, resource_version)
     }
+}
+
+/// Transforms an object before it is queued (e.g. drops managedFields).
+pub type TransformFunc<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
+
+/// `obj` through `transform`, if there is one.
+pub(crate) fn apply_transform<K>(transform: Option<&TransformFunc<K>>, obj: K) -> K {
+    match transform {
+        Some(t) => t(obj),
+        None => obj,
+    }
+}
+
+/// A listed batch through `transform`, each object shared once (what a FIFO's `replace` queues).
+pub(crate) fn transformed_list<K>(
+    transform: Option<&TransformFunc<K>>,
+    list: Vec<K>,
+) -> Vec<Arc<K>> {
+    list.into_iter()
+        .map(|o| Arc::new(apply_transform(transform, o)))
+        .collect()
 }
 
 #[cfg(test)]
