@@ -19,9 +19,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::ObjectMeta;
 use kubeloop::cache::{
-    DeltaFIFO, InformerConfig, KnownObjects, LabelSelector, ListOptions, ListPage, ListWatchError,
-    Lister, ListerWatcher, ResourceEventHandlerFuncs, SharedIndexInformer, ThreadSafeStore,
-    WatchOptions, WatchStream, default_key_func, meta_namespace_key, namespace_indexers,
+    DeltaFIFO, InformerConfig, InformerQueue, KnownObjects, LabelSelector, ListOptions, ListPage,
+    ListWatchError, Lister, ListerWatcher, ReflectorStore, ResourceEventHandlerFuncs,
+    SharedIndexInformer, ThreadSafeStore, WatchOptions, WatchStream, default_key_func,
+    meta_namespace_key, namespace_indexers,
 };
 use kubeloop::workqueue::Queue;
 

@@ -12,8 +12,8 @@ use kube_client::Client;
 use kube_client::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_client::core::WatchEvent;
 use kubeloop::cache::{
-    DeltaFIFO, Deltas, KnownObjects, ListWatch, ListerWatcher, Popped, RealFIFO, ThreadSafeStore,
-    WatchOptions, default_key_func, namespace_indexers,
+    DeltaFIFO, Deltas, InformerQueue, KnownObjects, ListWatch, ListerWatcher, Popped, RealFIFO,
+    ReflectorStore, ThreadSafeStore, WatchOptions, default_key_func, namespace_indexers,
 };
 
 const NAME: &str = "tour-03";

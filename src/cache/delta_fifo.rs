@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
-use super::queue::{FifoClosed, KnownObjects};
+use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped};
 use super::store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list,
 };
@@ -87,66 +87,91 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         }
     }
 
-    /// Sets the transform applied to objects before they are queued.
-    pub fn set_transform(&self, transform: Option<TransformFunc<K>>) {
-        self.shared.inner.lock().transform = transform;
-    }
-
     /// The key of an object (client-go `KeyOf`).
     pub fn key_of(&self, obj: &K) -> Result<String, KeyError> {
         (self.shared.key_func)(obj)
     }
 
-    /// Queues an `Added` delta.
-    pub fn add(&self, obj: K) -> Result<(), StoreError> {
-        let mut inner = self.shared.inner.lock();
-        inner.populated = true;
-        let obj = inner.transformed(obj);
-        self.queue_action(&mut inner, Delta::Added(Arc::new(obj)))
-    }
-
-    /// Queues an `Updated` delta.
-    pub fn update(&self, obj: K) -> Result<(), StoreError> {
-        let mut inner = self.shared.inner.lock();
-        inner.populated = true;
-        let obj = inner.transformed(obj);
-        self.queue_action(&mut inner, Delta::Updated(Arc::new(obj)))
-    }
-
-    /// Queues a `Deleted` delta, unless the key is neither known nor queued.
-    pub fn delete(&self, obj: K) -> Result<(), StoreError> {
-        let mut inner = self.shared.inner.lock();
-        inner.populated = true;
-        let obj = inner.transformed(obj);
-        let key = self.key_of(&obj)?;
-        let queued = inner.items.contains_key(&key);
-        let known = match &self.shared.known {
-            Some(k) => k.get_by_key(&key).is_some(),
-            None => false,
-        };
-        if !queued && !known {
-            // Nothing anybody holds: a delete of an object we never saw is dropped.
-            return Ok(());
+    /// Waits for a key, removes it and runs `process(deltas, is_in_initial_list)` under the
+    /// queue's lock. After `close`, drains what is queued, then returns [`FifoClosed`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is removed until the future completes.
+    pub async fn pop<R>(
+        &self,
+        process: impl FnOnce(Deltas<K>, bool) -> R,
+    ) -> Result<R, FifoClosed> {
+        loop {
+            let notified = self.shared.ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut inner = self.shared.inner.lock();
+                if let Some(key) = inner.queue.pop_front() {
+                    let is_in_initial_list = !inner.has_synced();
+                    if inner.initial_population_count > 0 {
+                        inner.initial_population_count -= 1;
+                    }
+                    let Some(deltas) = inner.items.remove(&key) else {
+                        // Cannot happen (queue/items invariant); skip the key.
+                        continue;
+                    };
+                    return Ok(process(deltas, is_in_initial_list));
+                }
+                if inner.closed {
+                    return Err(FifoClosed);
+                }
+            }
+            notified.await;
         }
-        self.queue_action(
-            &mut inner,
-            Delta::Deleted(DeletedObject::Object(Arc::new(obj))),
-        )
     }
 
-    /// Queues a `Replaced` delta for every item, then tombstones for keys that disappeared:
-    /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
-    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        let transform = self.shared.inner.lock().transform.clone();
-        self.replace_listed(transformed_list(transform.as_ref(), list), resource_version)
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.inner.lock().closed
+    }
+
+    /// Keys with pending deltas, in queue order.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.shared.inner.lock().queue.iter().cloned().collect()
+    }
+
+    /// The pending deltas of `key` (a copy).
+    pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
+        self.shared.inner.lock().items.get(key).cloned()
+    }
+
+    /// Appends `delta` to its key's list, deduplicates, and queues the key if new.
+    fn queue_action(&self, inner: &mut Inner<K>, delta: Delta<K>) -> Result<(), StoreError> {
+        let key = match &delta {
+            Delta::Deleted(DeletedObject::Unknown(t)) => t.key.clone(),
+            d => self.key_of(d.object())?,
+        };
+        let is_new = !inner.items.contains_key(&key);
+        let delta_type = delta.delta_type();
+        let deltas = inner.items.entry(key.clone()).or_default();
+        deltas.push(delta);
+        dedup_deltas(deltas);
+        if crate::trace::on() {
+            let kind = crate::trace::short_type_name::<K>();
+            let merged = deltas.len();
+            crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
+                if is_new {
+                    format!("{delta_type:?} (DeltaFIFO, new key)")
+                } else {
+                    format!("{delta_type:?} (DeltaFIFO, merged: {merged} deltas for the key)")
+                }
+            });
+        }
+        if is_new {
+            inner.queue.push_back(key);
+            self.shared.ready.notify_waiters();
+        }
+        Ok(())
     }
 
     /// `replace` for objects already transformed and shared (what the reflector hands over).
-    pub fn replace_listed(
-        &self,
-        list: Vec<Arc<K>>,
-        _resource_version: &str,
-    ) -> Result<(), StoreError> {
+    fn queue_listed(&self, list: Vec<Arc<K>>, _resource_version: &str) -> Result<(), StoreError> {
         let mut inner = self.shared.inner.lock();
         let mut keys = HashSet::with_capacity(list.len());
         for obj in list {
@@ -184,125 +209,6 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         if !inner.populated {
             inner.populated = true;
             inner.initial_population_count = keys.len() + queued_deletions;
-        }
-        Ok(())
-    }
-
-    /// Queues a `Sync` delta for every known key that has nothing queued.
-    pub fn resync(&self) -> Result<(), StoreError> {
-        let Some(known) = &self.shared.known else {
-            return Ok(());
-        };
-        let mut inner = self.shared.inner.lock();
-        for key in known.list_keys() {
-            let Some(obj) = known.get_by_key(&key) else {
-                continue;
-            };
-            // An object with queued deltas is about to be delivered anyway.
-            if inner.items.contains_key(&key) {
-                continue;
-            }
-            self.queue_action(&mut inner, Delta::Sync(obj))?;
-        }
-        Ok(())
-    }
-
-    /// Waits for a key, removes it and runs `process(deltas, is_in_initial_list)` under the
-    /// queue's lock. After `close`, drains what is queued, then returns [`FifoClosed`].
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: nothing is removed until the future completes.
-    pub async fn pop<R>(
-        &self,
-        process: impl FnOnce(Deltas<K>, bool) -> R,
-    ) -> Result<R, FifoClosed> {
-        loop {
-            let notified = self.shared.ready.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut inner = self.shared.inner.lock();
-                if let Some(key) = inner.queue.pop_front() {
-                    let is_in_initial_list = !inner.has_synced();
-                    if inner.initial_population_count > 0 {
-                        inner.initial_population_count -= 1;
-                    }
-                    let Some(deltas) = inner.items.remove(&key) else {
-                        // Cannot happen (queue/items invariant); skip the key.
-                        continue;
-                    };
-                    return Ok(process(deltas, is_in_initial_list));
-                }
-                if inner.closed {
-                    return Err(FifoClosed);
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Stops the queue: pending keys can still be popped, then `pop` reports closed.
-    pub fn close(&self) {
-        self.shared.inner.lock().closed = true;
-        self.shared.ready.notify_waiters();
-    }
-
-    /// Whether `close` was called.
-    pub fn is_closed(&self) -> bool {
-        self.shared.inner.lock().closed
-    }
-
-    /// True once the first `replace` has been fully popped, or at once if an
-    /// add/update/delete came first.
-    pub fn has_synced(&self) -> bool {
-        self.shared.inner.lock().has_synced()
-    }
-
-    /// Keys with pending deltas, in queue order.
-    pub fn list_keys(&self) -> Vec<String> {
-        self.shared.inner.lock().queue.iter().cloned().collect()
-    }
-
-    /// The pending deltas of `key` (a copy).
-    pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
-        self.shared.inner.lock().items.get(key).cloned()
-    }
-
-    /// Number of queued keys.
-    pub fn len(&self) -> usize {
-        self.shared.inner.lock().queue.len()
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Appends `delta` to its key's list, deduplicates, and queues the key if new.
-    fn queue_action(&self, inner: &mut Inner<K>, delta: Delta<K>) -> Result<(), StoreError> {
-        let key = match &delta {
-            Delta::Deleted(DeletedObject::Unknown(t)) => t.key.clone(),
-            d => self.key_of(d.object())?,
-        };
-        let is_new = !inner.items.contains_key(&key);
-        let delta_type = delta.delta_type();
-        let deltas = inner.items.entry(key.clone()).or_default();
-        deltas.push(delta);
-        dedup_deltas(deltas);
-        if crate::trace::on() {
-            let kind = crate::trace::short_type_name::<K>();
-            let merged = deltas.len();
-            crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
-                if is_new {
-                    format!("{delta_type:?} (DeltaFIFO, new key)")
-                } else {
-                    format!("{delta_type:?} (DeltaFIFO, merged: {merged} deltas for the key)")
-                }
-            });
-        }
-        if is_new {
-            inner.queue.push_back(key);
-            self.shared.ready.notify_waiters();
         }
         Ok(())
     }
@@ -345,49 +251,98 @@ fn dedup_deltas<K>(deltas: &mut Deltas<K>) {
 }
 
 impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
+    /// Queues an `Added` delta.
     fn add(&self, obj: K) -> Result<(), StoreError> {
-        DeltaFIFO::add(self, obj)
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        let obj = inner.transformed(obj);
+        self.queue_action(&mut inner, Delta::Added(Arc::new(obj)))
     }
+    /// Queues an `Updated` delta.
     fn update(&self, obj: K) -> Result<(), StoreError> {
-        DeltaFIFO::update(self, obj)
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        let obj = inner.transformed(obj);
+        self.queue_action(&mut inner, Delta::Updated(Arc::new(obj)))
     }
+    /// Queues a `Deleted` delta, unless the key is neither known nor queued.
     fn delete(&self, obj: K) -> Result<(), StoreError> {
-        DeltaFIFO::delete(self, obj)
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        let obj = inner.transformed(obj);
+        let key = self.key_of(&obj)?;
+        let queued = inner.items.contains_key(&key);
+        let known = match &self.shared.known {
+            Some(k) => k.get_by_key(&key).is_some(),
+            None => false,
+        };
+        if !queued && !known {
+            // Nothing anybody holds: a delete of an object we never saw is dropped.
+            return Ok(());
+        }
+        self.queue_action(
+            &mut inner,
+            Delta::Deleted(DeletedObject::Object(Arc::new(obj))),
+        )
     }
+    /// Queues a `Replaced` delta for every item, then tombstones for keys that disappeared:
+    /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        DeltaFIFO::replace(self, list, resource_version)
+        let transform = self.shared.inner.lock().transform.clone();
+        self.queue_listed(transformed_list(transform.as_ref(), list), resource_version)
     }
+    /// Queues a `Sync` delta for every known key that has nothing queued.
     fn resync(&self) -> Result<(), StoreError> {
-        DeltaFIFO::resync(self)
+        let Some(known) = &self.shared.known else {
+            return Ok(());
+        };
+        let mut inner = self.shared.inner.lock();
+        for key in known.list_keys() {
+            let Some(obj) = known.get_by_key(&key) else {
+                continue;
+            };
+            // An object with queued deltas is about to be delivered anyway.
+            if inner.items.contains_key(&key) {
+                continue;
+            }
+            self.queue_action(&mut inner, Delta::Sync(obj))?;
+        }
+        Ok(())
     }
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
     fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
-        DeltaFIFO::replace_listed(self, list, resource_version)
+        self.queue_listed(list, resource_version)
     }
 }
 
-impl<K: Send + Sync + 'static> super::queue::InformerQueue<K> for DeltaFIFO<K> {
+impl<K: Send + Sync + 'static> InformerQueue<K> for DeltaFIFO<K> {
     fn pop_with<'a>(
         &'a self,
-        process: &'a mut (dyn FnMut(super::queue::Popped<K>, bool) + Send),
+        process: &'a mut (dyn FnMut(Popped<K>, bool) + Send),
     ) -> futures::future::BoxFuture<'a, Result<(), FifoClosed>> {
         use futures::FutureExt;
-        self.pop(|deltas, initial| process(super::queue::Popped::Deltas(deltas), initial))
+        self.pop(|deltas, initial| process(Popped::Deltas(deltas), initial))
             .boxed()
     }
-    fn queue_has_synced(&self) -> bool {
-        self.has_synced()
+    /// True once the first `replace` has been fully popped, or at once if an
+    /// add/update/delete came first.
+    fn has_synced(&self) -> bool {
+        self.shared.inner.lock().has_synced()
     }
-    fn set_queue_transform(&self, transform: Option<TransformFunc<K>>) {
-        self.set_transform(transform)
+    /// Sets the transform applied to objects before they are queued.
+    fn set_transform(&self, transform: Option<TransformFunc<K>>) {
+        self.shared.inner.lock().transform = transform;
     }
-    fn close_queue(&self) {
-        self.close()
+    /// Stops the queue: pending keys can still be popped, then `pop` reports closed.
+    fn close(&self) {
+        self.shared.inner.lock().closed = true;
+        self.shared.ready.notify_waiters();
     }
-    fn queued(&self) -> usize {
-        self.len()
+    /// Number of queued keys.
+    fn len(&self) -> usize {
+        self.shared.inner.lock().queue.len()
     }
 }
 

@@ -97,16 +97,21 @@ pub trait InformerQueue<K>: ReflectorStore<K> {
 
     /// True once everything the first `replace` queued has been popped (or at once if an
     /// add/update/delete came first).
-    fn queue_has_synced(&self) -> bool;
+    fn has_synced(&self) -> bool;
 
     /// Sets the transform applied to objects before they are queued.
-    fn set_queue_transform(&self, transform: Option<TransformFunc<K>>);
+    fn set_transform(&self, transform: Option<TransformFunc<K>>);
 
     /// Stops the queue: what is queued can still be popped.
-    fn close_queue(&self);
+    fn close(&self);
 
     /// Items waiting to be popped.
-    fn queued(&self) -> usize;
+    fn len(&self) -> usize;
+
+    /// True if nothing waits to be popped.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// `pop` on a closed, drained queue (client-go `ErrFIFOClosed`, message and all, shared by

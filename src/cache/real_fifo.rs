@@ -228,34 +228,12 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         self.shared.options
     }
 
-    /// Sets the transform applied to objects before they are queued (not to tombstones or
-    /// `Sync` items, whose objects come from the store already transformed).
-    pub fn set_transform(&self, transform: Option<TransformFunc<K>>) {
-        self.shared.inner.lock().transform = transform;
-    }
-
     /// The key of an object (client-go `KeyOf`); a tombstone's key is its own.
     pub fn key_of_delta(&self, delta: &Delta<K>) -> Result<String, KeyError> {
         match delta {
             Delta::Deleted(DeletedObject::Unknown(t)) => Ok(t.key.clone()),
             d => (self.shared.key_func)(d.object()),
         }
-    }
-
-    /// Queues an `Added` item.
-    pub fn add(&self, obj: K) -> Result<(), StoreError> {
-        self.push_event(obj, Delta::Added)
-    }
-
-    /// Queues an `Updated` item.
-    pub fn update(&self, obj: K) -> Result<(), StoreError> {
-        self.push_event(obj, Delta::Updated)
-    }
-
-    /// Queues a `Deleted` item (always: client-go's RealFIFO does not filter deletions of
-    /// keys nobody holds).
-    pub fn delete(&self, obj: K) -> Result<(), StoreError> {
-        self.push_event(obj, |o| Delta::Deleted(DeletedObject::Object(o)))
     }
 
     fn push_event(&self, obj: K, make: impl FnOnce(Arc<K>) -> Delta<K>) -> Result<(), StoreError> {
@@ -275,81 +253,6 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         inner.items.push_back(Item::Delta(delta));
         drop(inner);
         self.shared.ready.notify_waiters();
-        Ok(())
-    }
-
-    /// client-go `Replace`. Atomic: one `ReplacedAll` item holding the whole list. Per
-    /// object (`reconcileReplacement`): first a tombstone for every key that is queued or
-    /// known but not in `list` (a queued key whose last item is a deletion needs none), then
-    /// a `Replaced` item per object, in list order.
-    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        let transform = self.shared.inner.lock().transform.clone();
-        self.replace_listed(transformed_list(transform.as_ref(), list), resource_version)
-    }
-
-    /// `replace` for objects already transformed and shared (what the reflector hands over).
-    pub fn replace_listed(
-        &self,
-        list: Vec<Arc<K>>,
-        resource_version: &str,
-    ) -> Result<(), StoreError> {
-        if self.shared.options.atomic_events {
-            return self.replace_atomic(list, resource_version);
-        }
-        // Keys first, so a bad object leaves the queue untouched.
-        let mut new_keys = HashSet::with_capacity(list.len());
-        for obj in &list {
-            new_keys.insert((self.shared.key_func)(&**obj)?);
-        }
-        let mut inner = self.shared.inner.lock();
-
-        // The last queued item per key, in first-queued order.
-        let mut queued_order: Vec<String> = Vec::new();
-        let mut last_queued: HashMap<String, Delta<K>> = HashMap::new();
-        for item in &inner.items {
-            let Item::Delta(item) = item else { continue };
-            let key = self.key_of_delta(item)?;
-            if last_queued.insert(key.clone(), item.clone()).is_none() {
-                queued_order.push(key);
-            }
-        }
-        let mut tombstones = Vec::new();
-        for key in queued_order {
-            if new_keys.contains(&key) {
-                continue;
-            }
-            let last = &last_queued[&key];
-            if matches!(last, Delta::Deleted(_)) {
-                continue;
-            }
-            let obj = last.object().clone();
-            tombstones.push(tombstone(key, obj));
-        }
-        if let Some(known) = &self.shared.known {
-            for key in known.list_keys() {
-                if new_keys.contains(&key) || last_queued.contains_key(&key) {
-                    continue;
-                }
-                if let Some(obj) = known.get_by_key(&key) {
-                    tombstones.push(tombstone(key, obj));
-                }
-            }
-        }
-        if crate::trace::on() {
-            let kind = crate::trace::short_type_name::<K>();
-            for key in &new_keys {
-                crate::trace::record(key, crate::trace::Stage::FifoQueued, kind, || {
-                    "Replaced (RealFIFO, from a LIST)".into()
-                });
-            }
-        }
-        drop(new_keys);
-        drop(last_queued);
-        inner.items.extend(tombstones.into_iter().map(Item::Delta));
-        inner
-            .items
-            .extend(list.into_iter().map(|o| Item::Delta(Delta::Replaced(o))));
-        self.after_replace(inner);
         Ok(())
     }
 
@@ -383,56 +286,6 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
         drop(inner);
         self.shared.ready.notify_waiters();
-    }
-
-    /// client-go `Resync`. Atomic: one `SyncAll` item. Per object: a `Sync` item for every
-    /// known key with nothing queued.
-    pub fn resync(&self) -> Result<(), StoreError> {
-        let mut inner = self.shared.inner.lock();
-        if self.shared.options.atomic_events {
-            inner.items.push_back(Item::SyncAll);
-            drop(inner);
-            self.shared.ready.notify_waiters();
-            return Ok(());
-        }
-        let Some(known) = &self.shared.known else {
-            return Ok(());
-        };
-        let mut queued = HashSet::with_capacity(inner.items.len());
-        for item in &inner.items {
-            if let Item::Delta(d) = item {
-                queued.insert(self.key_of_delta(d)?);
-            }
-        }
-        let mut added = false;
-        for key in known.list_keys() {
-            if queued.contains(&key) {
-                continue;
-            }
-            if let Some(obj) = known.get_by_key(&key) {
-                inner.items.push_back(Item::Delta(Delta::Sync(obj)));
-                added = true;
-            }
-        }
-        drop(inner);
-        if added {
-            self.shared.ready.notify_waiters();
-        }
-        Ok(())
-    }
-
-    /// client-go `Bookmark`: queues a `Bookmark` item if the queue emits them, else nothing.
-    pub fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
-        if !self.shared.options.emit_bookmarks {
-            return Ok(());
-        }
-        self.shared
-            .inner
-            .lock()
-            .items
-            .push_back(Item::Bookmark(resource_version.to_string()));
-        self.shared.ready.notify_waiters();
-        Ok(())
     }
 
     /// Waits for the oldest item, removes it and runs `process(item, is_in_initial_list)`
@@ -551,21 +404,9 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
     }
 
-    /// Stops the queue: pending items can still be popped, then `pop` reports closed.
-    pub fn close(&self) {
-        self.shared.inner.lock().closed = true;
-        self.shared.ready.notify_waiters();
-    }
-
     /// Whether `close` was called.
     pub fn is_closed(&self) -> bool {
         self.shared.inner.lock().closed
-    }
-
-    /// True once the first `replace`'s items have all been popped, or at once if an
-    /// add/update/delete came first.
-    pub fn has_synced(&self) -> bool {
-        self.shared.inner.lock().synced
     }
 
     /// The queued items, oldest first, each as `pop` would hand it out (a copy, for tests
@@ -580,16 +421,6 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
             .collect()
     }
 
-    /// Number of queued items.
-    pub fn len(&self) -> usize {
-        self.shared.inner.lock().items.len()
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Queues `delta` as is, without computing its key (tests of key failures).
     #[cfg(test)]
     fn push_unchecked(&self, delta: Delta<K>) {
@@ -597,6 +428,68 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         inner.populated = true;
         inner.check_synced();
         inner.items.push_back(Item::Delta(delta));
+    }
+
+    /// `replace` for objects already transformed and shared (what the reflector hands over).
+    fn queue_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        if self.shared.options.atomic_events {
+            return self.replace_atomic(list, resource_version);
+        }
+        // Keys first, so a bad object leaves the queue untouched.
+        let mut new_keys = HashSet::with_capacity(list.len());
+        for obj in &list {
+            new_keys.insert((self.shared.key_func)(&**obj)?);
+        }
+        let mut inner = self.shared.inner.lock();
+
+        // The last queued item per key, in first-queued order.
+        let mut queued_order: Vec<String> = Vec::new();
+        let mut last_queued: HashMap<String, Delta<K>> = HashMap::new();
+        for item in &inner.items {
+            let Item::Delta(item) = item else { continue };
+            let key = self.key_of_delta(item)?;
+            if last_queued.insert(key.clone(), item.clone()).is_none() {
+                queued_order.push(key);
+            }
+        }
+        let mut tombstones = Vec::new();
+        for key in queued_order {
+            if new_keys.contains(&key) {
+                continue;
+            }
+            let last = &last_queued[&key];
+            if matches!(last, Delta::Deleted(_)) {
+                continue;
+            }
+            let obj = last.object().clone();
+            tombstones.push(tombstone(key, obj));
+        }
+        if let Some(known) = &self.shared.known {
+            for key in known.list_keys() {
+                if new_keys.contains(&key) || last_queued.contains_key(&key) {
+                    continue;
+                }
+                if let Some(obj) = known.get_by_key(&key) {
+                    tombstones.push(tombstone(key, obj));
+                }
+            }
+        }
+        if crate::trace::on() {
+            let kind = crate::trace::short_type_name::<K>();
+            for key in &new_keys {
+                crate::trace::record(key, crate::trace::Stage::FifoQueued, kind, || {
+                    "Replaced (RealFIFO, from a LIST)".into()
+                });
+            }
+        }
+        drop(new_keys);
+        drop(last_queued);
+        inner.items.extend(tombstones.into_iter().map(Item::Delta));
+        inner
+            .items
+            .extend(list.into_iter().map(|o| Item::Delta(Delta::Replaced(o))));
+        self.after_replace(inner);
+        Ok(())
     }
 }
 
@@ -620,29 +513,80 @@ impl<K> Inner<K> {
 }
 
 impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
+    /// Queues an `Added` item.
     fn add(&self, obj: K) -> Result<(), StoreError> {
-        RealFIFO::add(self, obj)
+        self.push_event(obj, Delta::Added)
     }
+    /// Queues an `Updated` item.
     fn update(&self, obj: K) -> Result<(), StoreError> {
-        RealFIFO::update(self, obj)
+        self.push_event(obj, Delta::Updated)
     }
+    /// Queues a `Deleted` item (always: client-go's RealFIFO does not filter deletions of
+    /// keys nobody holds).
     fn delete(&self, obj: K) -> Result<(), StoreError> {
-        RealFIFO::delete(self, obj)
+        self.push_event(obj, |o| Delta::Deleted(DeletedObject::Object(o)))
     }
+    /// client-go `Replace`. Atomic: one `ReplacedAll` item holding the whole list. Per
+    /// object (`reconcileReplacement`): first a tombstone for every key that is queued or
+    /// known but not in `list` (a queued key whose last item is a deletion needs none), then
+    /// a `Replaced` item per object, in list order.
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
-        RealFIFO::replace(self, list, resource_version)
+        let transform = self.shared.inner.lock().transform.clone();
+        self.queue_listed(transformed_list(transform.as_ref(), list), resource_version)
     }
+    /// client-go `Resync`. Atomic: one `SyncAll` item. Per object: a `Sync` item for every
+    /// known key with nothing queued.
     fn resync(&self) -> Result<(), StoreError> {
-        RealFIFO::resync(self)
+        let mut inner = self.shared.inner.lock();
+        if self.shared.options.atomic_events {
+            inner.items.push_back(Item::SyncAll);
+            drop(inner);
+            self.shared.ready.notify_waiters();
+            return Ok(());
+        }
+        let Some(known) = &self.shared.known else {
+            return Ok(());
+        };
+        let mut queued = HashSet::with_capacity(inner.items.len());
+        for item in &inner.items {
+            if let Item::Delta(d) = item {
+                queued.insert(self.key_of_delta(d)?);
+            }
+        }
+        let mut added = false;
+        for key in known.list_keys() {
+            if queued.contains(&key) {
+                continue;
+            }
+            if let Some(obj) = known.get_by_key(&key) {
+                inner.items.push_back(Item::Delta(Delta::Sync(obj)));
+                added = true;
+            }
+        }
+        drop(inner);
+        if added {
+            self.shared.ready.notify_waiters();
+        }
+        Ok(())
     }
+    /// client-go `Bookmark`: queues a `Bookmark` item if the queue emits them, else nothing.
     fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
-        RealFIFO::bookmark(self, resource_version)
+        if !self.shared.options.emit_bookmarks {
+            return Ok(());
+        }
+        self.shared
+            .inner
+            .lock()
+            .items
+            .push_back(Item::Bookmark(resource_version.to_string()));
+        self.shared.ready.notify_waiters();
+        Ok(())
     }
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
     fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
-        RealFIFO::replace_listed(self, list, resource_version)
+        self.queue_listed(list, resource_version)
     }
 }
 
@@ -653,17 +597,24 @@ impl<K: Send + Sync + 'static> InformerQueue<K> for RealFIFO<K> {
     ) -> BoxFuture<'a, Result<(), FifoClosed>> {
         self.pop_batch(process).boxed()
     }
-    fn queue_has_synced(&self) -> bool {
-        self.has_synced()
+    /// True once the first `replace`'s items have all been popped, or at once if an
+    /// add/update/delete came first.
+    fn has_synced(&self) -> bool {
+        self.shared.inner.lock().synced
     }
-    fn set_queue_transform(&self, transform: Option<TransformFunc<K>>) {
-        self.set_transform(transform)
+    /// Sets the transform applied to objects before they are queued (not to tombstones or
+    /// `Sync` items, whose objects come from the store already transformed).
+    fn set_transform(&self, transform: Option<TransformFunc<K>>) {
+        self.shared.inner.lock().transform = transform;
     }
-    fn close_queue(&self) {
-        self.close()
+    /// Stops the queue: pending items can still be popped, then `pop` reports closed.
+    fn close(&self) {
+        self.shared.inner.lock().closed = true;
+        self.shared.ready.notify_waiters();
     }
-    fn queued(&self) -> usize {
-        self.len()
+    /// Number of queued items.
+    fn len(&self) -> usize {
+        self.shared.inner.lock().items.len()
     }
 }
 

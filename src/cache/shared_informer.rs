@@ -298,7 +298,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let inner = self.shared.inner.lock();
         self.ensure_not_started(&inner, "set a transform")?;
         let t: TransformFunc<K> = Arc::new(transform);
-        self.shared.fifo.set_queue_transform(Some(t));
+        self.shared.fifo.set_transform(Some(t));
         Ok(())
     }
 
@@ -535,12 +535,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
     pub fn has_synced(&self) -> bool {
-        self.shared.fifo.queue_has_synced()
+        self.shared.fifo.has_synced()
     }
 
     /// Waits until synced; `false` if the informer is shut down first.
     pub async fn wait_for_cache_sync(&self) -> bool {
-        self.shared.wait_until(|s| s.fifo.queue_has_synced()).await
+        self.shared.wait_until(|s| s.fifo.has_synced()).await
     }
 
     /// Whether `shutdown` was called.
@@ -551,7 +551,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// Stops everything and waits for the tasks to end. Idempotent.
     pub async fn shutdown(&self) {
         self.shared.stop.cancel();
-        self.shared.fifo.close_queue();
+        self.shared.fifo.close();
         self.shared.progressed.notify_waiters();
         let tasks = {
             let mut inner = self.shared.inner.lock();
@@ -606,7 +606,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
     pub fn has_synced(&self) -> bool {
         self.informer
             .upgrade()
-            .is_some_and(|s| s.fifo.queue_has_synced() && self.buffer.initial_pending() == 0)
+            .is_some_and(|s| s.fifo.has_synced() && self.buffer.initial_pending() == 0)
     }
 
     /// Waits until [`has_synced`](Self::has_synced); `false` if the informer stops first.
@@ -616,7 +616,7 @@ impl<K: CacheObject> HandlerRegistration<K> {
         };
         let buffer = self.buffer.clone();
         shared
-            .wait_until(move |s| s.fifo.queue_has_synced() && buffer.initial_pending() == 0)
+            .wait_until(move |s| s.fifo.has_synced() && buffer.initial_pending() == 0)
             .await
     }
 }
