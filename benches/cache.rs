@@ -3,7 +3,8 @@
 //! event -> reflector -> RealFIFO -> indexer -> handler -> workqueue add) from an in-memory
 //! watch stream.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
+// scripts and the release build turn on).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -23,7 +23,8 @@
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
 //! workloads and `KUBELOOP_BENCH_KEYS=key,string,arc,static` key types.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
+// scripts and the release build turn on).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

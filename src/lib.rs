@@ -25,13 +25,13 @@
 //!
 //! # Features
 //!
-//! `default = ["cli", "testenv", "mimalloc"]`, which is everything. For the machinery alone
-//! (cache, workqueue, leader election, events, trace) use `default-features = false`: no HTTP
-//! server, no container-engine client (bollard), no command line (clap), no harness. Add `ops`
-//! for the metrics/health server, `controllers` for the controller runtime and the two
-//! controllers (implies `ops`), `testenv` for the local control plane, `cli` for the
-//! `kubeloop` binary, `mimalloc` to make mimalloc the global allocator of the binaries and
-//! benches (the library never sets one).
+//! `default = ["runtime"]`: the machinery (cache, workqueue, leader election, events, trace,
+//! testing) and the controller runtime, with no HTTP server, no container-engine client
+//! (bollard), no command line (clap), no harness. `default-features = false` leaves the
+//! runtime out. Add `ops` for the metrics/health server, `sample-controller` and
+//! `vm-controller` (or `controllers` for both) for the two controllers, `testenv` for the
+//! local control plane, `cli` for the `kubeloop` binary, `mimalloc` to make mimalloc the global
+//! allocator of the binary and the benches (the library never sets one).
 //!
 //! # One example per layer
 //!
@@ -95,7 +95,7 @@
 //! reconcile.
 //!
 //! ```no_run
-//! # #[cfg(feature = "controllers")]
+//! # #[cfg(feature = "runtime")]
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::apps::v1::Deployment;
 //! use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
@@ -147,12 +147,13 @@
 #![warn(missing_docs)]
 
 pub mod cache;
-#[cfg(feature = "controllers")]
+#[cfg(any(feature = "sample-controller", feature = "vm-controller"))]
 pub mod controller;
 pub mod leaderelection;
 #[cfg(feature = "ops")]
 pub mod ops;
 pub mod record;
+#[cfg(feature = "runtime")]
 pub mod runtime;
 #[cfg(feature = "testenv")]
 pub mod testenv;
@@ -160,7 +161,8 @@ pub mod testing;
 pub mod trace;
 pub mod workqueue;
 
-/// The README's Rust examples, compiled and run as doc tests so they cannot rot.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doc tests so they cannot rot (with the
+/// features they use, as `hack/test` runs doc tests: `--all-features`).
+#[cfg(all(doctest, feature = "testenv", feature = "runtime"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

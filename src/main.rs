@@ -1,6 +1,7 @@
 //! The `kubeloop` binary: one subcommand per program built on the library.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
+// scripts and the release build turn on).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -49,7 +49,7 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "controllers")]
+#[cfg(feature = "runtime")]
 use {
     crate::leaderelection::LockError,
     crate::runtime::{RingLease, RingRole, RingStore},
@@ -83,7 +83,7 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
     }
 }
 
-#[cfg(feature = "controllers")]
+#[cfg(feature = "runtime")]
 /// The Leases of shard rings, in memory: one [`FakeLockStore`] per Lease name, with its
 /// labels, listed and deleted as [`crate::runtime::LeaseRing`] does on the apiserver.
 /// Cheap to clone; clones share the Leases. [`FakeRing::set_reach`] cuts one identity off
@@ -93,14 +93,14 @@ pub struct FakeRing {
     inner: Arc<Mutex<FakeRingInner>>,
 }
 
-#[cfg(feature = "controllers")]
+#[cfg(feature = "runtime")]
 #[derive(Default)]
 struct FakeRingInner {
     leases: BTreeMap<String, (FakeLockStore, BTreeMap<String, String>)>,
     reach: BTreeMap<String, Reach>,
 }
 
-#[cfg(feature = "controllers")]
+#[cfg(feature = "runtime")]
 impl FakeRing {
     /// A ring with no Leases.
     pub fn new() -> Self {
@@ -127,7 +127,7 @@ impl FakeRing {
     }
 }
 
-#[cfg(feature = "controllers")]
+#[cfg(feature = "runtime")]
 impl RingStore for FakeRing {
     type Lock = FakeLock;
 

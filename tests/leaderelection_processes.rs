@@ -1,6 +1,7 @@
 //! Leader election proven with several OS processes against the real local apiserver.
 //!
-//! Each candidate is `le-candidate` (src/bin/le-candidate.rs) contending for one Lease with
+//! Each candidate is the `le_candidate` example (examples/le_candidate.rs) contending for one
+//! Lease with
 //! lease 4 s / renew deadline 3 s / retry 0.5 s. Candidates log, on the system-wide
 //! CLOCK_MONOTONIC, every tick of their leader work; a tick is only logged if the candidate was
 //! still entitled to lead *after* the clock was read. Over each whole test the ticks of
@@ -29,6 +30,25 @@ use k8s_openapi::jiff::Timestamp;
 use kube_client::api::{Api, ObjectMeta, PostParams};
 use kubeloop::testenv::{self, Cluster, FaultProxy};
 use tokio::process::{Child, Command};
+
+/// The candidate binary: the `le_candidate` example, which `cargo test --all-targets` builds
+/// before it runs the tests (examples get no `CARGO_BIN_EXE_` variable), beside this test's
+/// own executable (`target/<profile>/deps/..` -> `target/<profile>/examples/le_candidate`).
+fn le_candidate() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test executable lives in target/<profile>/deps");
+    let candidate = profile_dir.join("examples").join("le_candidate");
+    assert!(
+        candidate.exists(),
+        "{} is missing: build it with `cargo build --example le_candidate --all-features` (or run \
+         `cargo test --all-features --all-targets`, which builds it)",
+        candidate.display()
+    );
+    candidate
+}
 
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_secs(3);
@@ -173,7 +193,7 @@ impl Election {
         let log = self.dir.join(format!("{id}.events"));
         let stderr =
             std::fs::File::create(self.dir.join(format!("{id}.stderr"))).expect("stderr file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_le-candidate"));
+        let mut cmd = Command::new(le_candidate());
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args([
@@ -196,7 +216,7 @@ impl Election {
         if let Some(server) = &self.server {
             cmd.args(["--server", server]);
         }
-        let child = cmd.spawn().expect("spawning le-candidate");
+        let child = cmd.spawn().expect("spawning le_candidate");
         self.candidates.push(Candidate {
             id: id.to_string(),
             child,
@@ -733,13 +753,13 @@ async fn bad_durations_and_an_empty_identity_are_rejected_by_the_binary() {
     let cluster = testenv::shared().await;
     let election = Election::new(cluster, "le-config").await;
     let run = |extra: &[&str]| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_le-candidate"));
+        let mut cmd = std::process::Command::new(le_candidate());
         cmd.arg("--kubeconfig")
             .arg(&election.kubeconfig)
             .args(["--namespace", &election.namespace, "--name", "cfg", "--log"])
             .arg(election.dir.join("cfg.events"))
             .args(extra);
-        cmd.output().expect("running le-candidate")
+        cmd.output().expect("running le_candidate")
     };
     let out = run(&[
         "--identity",

@@ -4,7 +4,7 @@
 //!
 //! The examples read `$KUBECONFIG`, as a reader runs them against `kubeloop cluster`; here
 //! `KUBECONFIG` is the harness cluster's. The test builds the examples first (`cargo build
-//! --examples`, a no-op when `cargo test` already did), so a run of this target alone works.
+//! --all-features --examples`, a no-op when `cargo test` already did), so a run of this target alone works.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ fn ensure_examples_built() {
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "--examples"])
+            .args(["build", "--quiet", "--all-features", "--examples"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("running cargo build --examples");

@@ -81,6 +81,7 @@ mod thread_safe_store;
 pub use backoff::BackoffConfig;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
+#[cfg(feature = "runtime")]
 pub(crate) use factory::ErasedInformer;
 pub use factory::{FactoryOptions, SharedInformerFactory};
 pub use fake_source::FakeControllerSource;

@@ -7,5 +7,7 @@
 //! | [`sample`] | kubernetes/sample-controller (Foo -> Deployment)     |
 //! | [`vm`]     | controller101's VirtualMachine controller            |
 
+#[cfg(feature = "sample-controller")]
 pub mod sample;
+#[cfg(feature = "vm-controller")]
 pub mod vm;

@@ -12,7 +12,8 @@
 //! SIGTERM / SIGINT stop the elector gracefully (the work ends, the lease is released unless
 //! `--no-release`), then the process exits 0.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, on by default).
+// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
+// scripts and the release build turn on).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
