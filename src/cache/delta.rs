@@ -59,6 +59,15 @@ pub enum DeltaType {
 pub type Deltas<K> = Vec<Delta<K>>;
 
 impl<K> Delta<K> {
+    /// The deletion a relist infers for `key`, carrying the last state the cache knew: what
+    /// both FIFOs queue for an object a list no longer has.
+    pub fn tombstone(key: String, obj: Arc<K>) -> Self {
+        Delta::Deleted(DeletedObject::Unknown(DeletedFinalStateUnknown {
+            key,
+            obj,
+        }))
+    }
+
     /// The kind of this delta.
     pub fn delta_type(&self) -> DeltaType {
         match self {

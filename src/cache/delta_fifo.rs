@@ -26,8 +26,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
-use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped};
+use super::delta::{DeletedObject, Delta, DeltaType, Deltas};
+use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped, wait_for_item};
 use super::store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list,
 };
@@ -101,29 +101,22 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         &self,
         process: impl FnOnce(Deltas<K>, bool) -> R,
     ) -> Result<R, FifoClosed> {
-        loop {
-            let notified = self.shared.ready.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut inner = self.shared.inner.lock();
-                if let Some(key) = inner.queue.pop_front() {
-                    let is_in_initial_list = !inner.has_synced();
-                    if inner.initial_population_count > 0 {
-                        inner.initial_population_count -= 1;
-                    }
-                    let Some(deltas) = inner.items.remove(&key) else {
-                        // Cannot happen (queue/items invariant); skip the key.
-                        continue;
-                    };
-                    return Ok(process(deltas, is_in_initial_list));
+        let mut process = Some(process);
+        wait_for_item(&self.shared.inner, &self.shared.ready, |inner| {
+            // The queue/items invariant: every queued key has its deltas.
+            while let Some(key) = inner.queue.pop_front() {
+                let is_in_initial_list = !inner.has_synced();
+                if inner.initial_population_count > 0 {
+                    inner.initial_population_count -= 1;
                 }
-                if inner.closed {
-                    return Err(FifoClosed);
+                if let Some(deltas) = inner.items.remove(&key) {
+                    let process = process.take().expect("called until it hands out");
+                    return Some(Ok(process(deltas, is_in_initial_list)));
                 }
             }
-            notified.await;
-        }
+            inner.closed.then_some(Err(FifoClosed))
+        })
+        .await
     }
 
     /// Whether `close` was called.
@@ -190,7 +183,7 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
             .collect();
         for (key, obj) in vanished_queued {
             queued_deletions += 1;
-            self.queue_action(&mut inner, tombstone(key, obj))?;
+            self.queue_action(&mut inner, Delta::tombstone(key, obj))?;
         }
         // Deletion detection against what the consumer holds.
         if let Some(known) = &self.shared.known {
@@ -202,7 +195,7 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
                     continue;
                 };
                 queued_deletions += 1;
-                self.queue_action(&mut inner, tombstone(key, obj))?;
+                self.queue_action(&mut inner, Delta::tombstone(key, obj))?;
             }
         }
 
@@ -212,13 +205,6 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         }
         Ok(())
     }
-}
-
-fn tombstone<K>(key: String, obj: Arc<K>) -> Delta<K> {
-    Delta::Deleted(DeletedObject::Unknown(DeletedFinalStateUnknown {
-        key,
-        obj,
-    }))
 }
 
 impl<K> Inner<K> {

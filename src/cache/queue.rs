@@ -11,6 +11,8 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::Notify;
 
 use super::delta::{Delta, Deltas};
 use super::store::{ReflectorStore, TransformFunc};
@@ -144,5 +146,28 @@ impl<K: Send + Sync + 'static> KnownObjects<K> for ThreadSafeStore<K> {
     }
     fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
         self.get(key)
+    }
+}
+
+/// How both FIFOs' pops wait: runs `step` under `lock` until it hands out a result (an item,
+/// or [`FifoClosed`] once the queue is closed and drained), and in between sleeps until
+/// `ready` is notified. The notification is armed before the lock is taken, so a push between
+/// `step`'s look and the sleep is never missed.
+///
+/// # Cancel safety
+/// Cancel-safe as long as `step` removes items only when it returns `Some`.
+pub(crate) async fn wait_for_item<S, R>(
+    lock: &Mutex<S>,
+    ready: &Notify,
+    mut step: impl FnMut(&mut MutexGuard<'_, S>) -> Option<R>,
+) -> R {
+    loop {
+        let notified = ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(result) = step(&mut lock.lock()) {
+            return result;
+        }
+        notified.await;
     }
 }

@@ -42,8 +42,10 @@ use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta};
-use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped, ReplacedAllInfo};
+use super::delta::{DeletedObject, Delta};
+use super::queue::{
+    FifoClosed, InformerQueue, KnownObjects, Popped, ReplacedAllInfo, wait_for_item,
+};
 use super::store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list,
 };
@@ -321,39 +323,32 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         limit: usize,
         process: impl FnOnce(Popped<K>, bool) -> R,
     ) -> Result<R, FifoClosed> {
-        loop {
-            let notified = self.shared.ready.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut inner = self.shared.inner.lock();
-                if !inner.items.is_empty() {
-                    let is_in_initial_list = !inner.synced;
-                    let (popped, n) = self.take(&mut inner, limit);
-                    // client-go unlocks only while fewer than two full batches are queued, so
-                    // a slow consumer holds the producer back instead of letting it run away.
-                    let unlock = self.shared.options.unlock_while_processing
-                        && inner.items.len() < self.shared.options.batch_size * 2;
-                    let result = if unlock {
-                        MutexGuard::unlocked(&mut inner, || process(popped, is_in_initial_list))
-                    } else {
-                        process(popped, is_in_initial_list)
-                    };
-                    // Only now, so `has_synced` is not true while the last initial item is
-                    // still being processed.
-                    if inner.initial_population_count > 0 {
-                        inner.initial_population_count =
-                            inner.initial_population_count.saturating_sub(n);
-                        inner.check_synced();
-                    }
-                    return Ok(result);
-                }
-                if inner.closed {
-                    return Err(FifoClosed);
-                }
+        let mut process = Some(process);
+        wait_for_item(&self.shared.inner, &self.shared.ready, |inner| {
+            if inner.items.is_empty() {
+                return inner.closed.then_some(Err(FifoClosed));
             }
-            notified.await;
-        }
+            let process = process.take().expect("called until it hands out");
+            let is_in_initial_list = !inner.synced;
+            let (popped, n) = self.take(inner, limit);
+            // client-go unlocks only while fewer than two full batches are queued, so a slow
+            // consumer holds the producer back instead of letting it run away.
+            let unlock = self.shared.options.unlock_while_processing
+                && inner.items.len() < self.shared.options.batch_size * 2;
+            let result = if unlock {
+                MutexGuard::unlocked(inner, || process(popped, is_in_initial_list))
+            } else {
+                process(popped, is_in_initial_list)
+            };
+            // Only now, so `has_synced` is not true while the last initial item is still
+            // being processed.
+            if inner.initial_population_count > 0 {
+                inner.initial_population_count = inner.initial_population_count.saturating_sub(n);
+                inner.check_synced();
+            }
+            Some(Ok(result))
+        })
+        .await
     }
 
     /// Removes up to `limit` items from the front as one pop (see `pop_batch`); returns them
@@ -462,7 +457,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                 continue;
             }
             let obj = last.object().clone();
-            tombstones.push(tombstone(key, obj));
+            tombstones.push(Delta::tombstone(key, obj));
         }
         if let Some(known) = &self.shared.known {
             for key in known.list_keys() {
@@ -470,7 +465,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                     continue;
                 }
                 if let Some(obj) = known.get_by_key(&key) {
-                    tombstones.push(tombstone(key, obj));
+                    tombstones.push(Delta::tombstone(key, obj));
                 }
             }
         }
@@ -491,13 +486,6 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         self.after_replace(inner);
         Ok(())
     }
-}
-
-fn tombstone<K>(key: String, obj: Arc<K>) -> Delta<K> {
-    Delta::Deleted(DeletedObject::Unknown(DeletedFinalStateUnknown {
-        key,
-        obj,
-    }))
 }
 
 impl<K> Inner<K> {

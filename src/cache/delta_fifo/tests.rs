@@ -2,7 +2,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::*;
 use crate::cache::delta::DeltaType;
-use crate::cache::fifo_fixtures::{Flat, f, flat, known_store, obj, tomb, val};
+use crate::cache::fifo_fixtures::{
+    BASIC, Flat, LINE_JUMPERS, apply, deltas, f, flat, known_store, obj, val,
+};
 use crate::cache::store::default_key_func;
 use crate::cache::thread_safe_store::ThreadSafeStore;
 
@@ -28,12 +30,7 @@ async fn pop_flat(q: &DeltaFIFO<ConfigMap>) -> Vec<Flat> {
 #[tokio::test(start_paused = true)]
 async fn basic_adds_and_updates_pop_in_order() {
     let q = fifo();
-    for i in 0..5 {
-        q.add(obj(&format!("a{i}"), i)).unwrap();
-    }
-    for i in 0..5 {
-        q.update(obj(&format!("a{i}"), i + 10)).unwrap();
-    }
+    apply(&q, BASIC);
     for i in 0..5 {
         let name = format!("a{i}");
         assert_eq!(
@@ -51,45 +48,28 @@ async fn basic_adds_and_updates_pop_in_order() {
 #[tokio::test(start_paused = true)]
 async fn replace_with_delete_delta_in() {
     let (q, _) = fifo_with_known(&[obj("foo", 5)]);
-    q.delete(obj("foo", 10)).unwrap();
-    q.replace(vec![obj("foo", 6)], "0").unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![
-            f(DeltaType::Deleted, "foo", 10),
-            f(DeltaType::Replaced, "foo", 6)
-        ]
-    );
+    apply(&q, "delete foo 10; replace foo 6");
+    assert_eq!(pop_flat(&q).await, deltas("Deleted foo 10, Replaced foo 6"));
 }
 
 // client-go: TestDeltaFIFOW_ReplaceMakesDeletionsForObjectsOnlyInQueue
 #[tokio::test(start_paused = true)]
 async fn replace_makes_deletions_for_objects_only_in_queue() {
     let (q, _) = fifo_with_known(&[]);
-    q.add(obj("foo", 2)).unwrap();
-    q.replace(vec![obj("bar", 1)], "0").unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![f(DeltaType::Added, "foo", 2), tomb("foo", 2)]
-    );
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Replaced, "bar", 1)]);
+    apply(&q, "add foo 2; replace bar 1");
+    assert_eq!(pop_flat(&q).await, deltas("Added foo 2, tomb foo 2"));
+    assert_eq!(pop_flat(&q).await, deltas("Replaced bar 1"));
 }
 
 // client-go: TestDeltaFIFO_addUpdate
 #[tokio::test(start_paused = true)]
 async fn add_update_delete_accumulate_on_one_key() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.update(obj("foo", 12)).unwrap();
-    q.delete(obj("foo", 15)).unwrap();
+    apply(&q, "add foo 10; update foo 12; delete foo 15");
     assert_eq!(q.list_keys(), vec!["foo"]);
     assert_eq!(
         pop_flat(&q).await,
-        vec![
-            f(DeltaType::Added, "foo", 10),
-            f(DeltaType::Updated, "foo", 12),
-            f(DeltaType::Deleted, "foo", 15)
-        ]
+        deltas("Added foo 10, Updated foo 12, Deleted foo 15")
     );
     assert!(q.get_by_key("foo").is_none());
 }
@@ -101,43 +81,31 @@ async fn delete_of_unknown_unqueued_key_is_ignored_without_lister() {
     q.delete(obj("ghost", 1)).unwrap();
     assert!(q.is_empty());
     // But a delete of a queued key is kept.
-    q.add(obj("foo", 1)).unwrap();
-    q.delete(obj("foo", 2)).unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![
-            f(DeltaType::Added, "foo", 1),
-            f(DeltaType::Deleted, "foo", 2)
-        ]
-    );
+    apply(&q, "add foo 1; delete foo 2");
+    assert_eq!(pop_flat(&q).await, deltas("Added foo 1, Deleted foo 2"));
 }
 
 // client-go: TestDeltaFIFO_enqueueingWithLister
 #[tokio::test(start_paused = true)]
 async fn delete_of_known_key_is_queued_with_lister() {
     let (q, _) = fifo_with_known(&[obj("foo", 5), obj("bar", 6), obj("baz", 7)]);
-    q.delete(obj("baz", 10)).unwrap();
-    q.delete(obj("ghost", 1)).unwrap();
+    apply(&q, "delete baz 10; delete ghost 1");
     assert_eq!(q.list_keys(), vec!["baz"]);
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Deleted, "baz", 10)]);
+    assert_eq!(pop_flat(&q).await, deltas("Deleted baz 10"));
 }
 
 // client-go: TestDeltaFIFO_addReplace
 #[tokio::test(start_paused = true)]
 async fn add_then_replace() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.replace(vec![obj("foo", 15)], "0").unwrap();
+    apply(&q, "add foo 10; replace foo 15");
     let popper = {
         let q = q.clone();
         tokio::spawn(async move { pop_flat(&q).await })
     };
     assert_eq!(
         popper.await.unwrap(),
-        vec![
-            f(DeltaType::Added, "foo", 10),
-            f(DeltaType::Replaced, "foo", 15)
-        ]
+        deltas("Added foo 10, Replaced foo 15")
     );
     q.close();
     assert_eq!(q.pop(|_, _| ()).await, Err(FifoClosed));
@@ -147,11 +115,10 @@ async fn add_then_replace() {
 #[tokio::test(start_paused = true)]
 async fn resync_skips_keys_with_queued_deltas() {
     let (q, _) = fifo_with_known(&[obj("foo", 5)]);
-    q.delete(obj("foo", 10)).unwrap();
-    q.resync().unwrap();
+    apply(&q, "delete foo 10; resync");
     assert_eq!(
         flat_all(&q.get_by_key("foo").unwrap()),
-        vec![f(DeltaType::Deleted, "foo", 10)]
+        deltas("Deleted foo 10")
     );
 }
 
@@ -160,16 +127,15 @@ async fn resync_skips_keys_with_queued_deltas() {
 async fn resync_queues_sync_for_known_objects() {
     let (q, _) = fifo_with_known(&[obj("foo", 5)]);
     q.resync().unwrap();
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Sync, "foo", 5)]);
+    assert_eq!(pop_flat(&q).await, deltas("Sync foo 5"));
 }
 
 // client-go: TestDeltaFIFO_UpdateResyncRace
 #[tokio::test(start_paused = true)]
 async fn update_resync_race() {
     let (q, _) = fifo_with_known(&[obj("foo", 5)]);
-    q.update(obj("foo", 6)).unwrap();
-    q.resync().unwrap();
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Updated, "foo", 6)]);
+    apply(&q, "update foo 6; resync");
+    assert_eq!(pop_flat(&q).await, deltas("Updated foo 6"));
     assert!(q.is_empty());
 }
 
@@ -177,15 +143,8 @@ async fn update_resync_race() {
 #[tokio::test(start_paused = true)]
 async fn delete_existing_non_propagated() {
     let (q, _) = fifo_with_known(&[]);
-    q.add(obj("foo", 5)).unwrap();
-    q.delete(obj("foo", 6)).unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![
-            f(DeltaType::Added, "foo", 5),
-            f(DeltaType::Deleted, "foo", 6)
-        ]
-    );
+    apply(&q, "add foo 5; delete foo 6");
+    assert_eq!(pop_flat(&q).await, deltas("Added foo 5, Deleted foo 6"));
 }
 
 // client-go: TestDeltaFIFO_ReplaceMakesDeletions
@@ -194,33 +153,24 @@ async fn replace_makes_deletions() {
     // A known object deleted before the relist keeps its real deletion; a known object
     // missing from the relist gets a tombstone with the last known state.
     let (q, _) = fifo_with_known(&[obj("foo", 5), obj("bar", 6), obj("baz", 7)]);
-    q.delete(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Deleted, "baz", 10)]);
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Replaced, "foo", 5)]);
-    assert_eq!(pop_flat(&q).await, vec![tomb("bar", 6)]);
+    apply(&q, "delete baz 10; replace foo 5");
+    assert_eq!(pop_flat(&q).await, deltas("Deleted baz 10"));
+    assert_eq!(pop_flat(&q).await, deltas("Replaced foo 5"));
+    assert_eq!(pop_flat(&q).await, deltas("tomb bar 6"));
     assert!(q.is_empty());
 
     // Now with an object only in the queue, which the replace removes.
     let (q, _) = fifo_with_known(&[obj("foo", 5), obj("bar", 6), obj("baz", 7)]);
-    q.add(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![f(DeltaType::Added, "baz", 10), tomb("baz", 10)]
-    );
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Replaced, "foo", 5)]);
-    assert_eq!(pop_flat(&q).await, vec![tomb("bar", 6)]);
+    apply(&q, "add baz 10; replace foo 5");
+    assert_eq!(pop_flat(&q).await, deltas("Added baz 10, tomb baz 10"));
+    assert_eq!(pop_flat(&q).await, deltas("Replaced foo 5"));
+    assert_eq!(pop_flat(&q).await, deltas("tomb bar 6"));
 
     // Without known objects only queued keys can be detected.
     let q = fifo();
-    q.add(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
-    assert_eq!(
-        pop_flat(&q).await,
-        vec![f(DeltaType::Added, "baz", 10), tomb("baz", 10)]
-    );
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Replaced, "foo", 5)]);
+    apply(&q, "add baz 10; replace foo 5");
+    assert_eq!(pop_flat(&q).await, deltas("Added baz 10, tomb baz 10"));
+    assert_eq!(pop_flat(&q).await, deltas("Replaced foo 5"));
     assert!(q.is_empty());
 }
 
@@ -311,7 +261,7 @@ async fn close_drains_queued_keys_first() {
     q.add(obj("a", 1)).unwrap();
     q.close();
     assert!(q.is_closed());
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Added, "a", 1)]);
+    assert_eq!(pop_flat(&q).await, deltas("Added a 1"));
     assert_eq!(q.pop(|_, _| ()).await, Err(FifoClosed));
 }
 
@@ -319,11 +269,7 @@ async fn close_drains_queued_keys_first() {
 #[tokio::test(start_paused = true)]
 async fn detect_line_jumpers() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.add(obj("bar", 1)).unwrap();
-    q.add(obj("foo", 11)).unwrap();
-    q.add(obj("foo", 13)).unwrap();
-    q.add(obj("zab", 30)).unwrap();
+    apply(&q, LINE_JUMPERS);
     let newest = |d: Deltas<ConfigMap>| val(d.last().unwrap().object());
     assert_eq!(q.pop(|d, _| newest(d)).await.unwrap(), 13);
     q.add(obj("foo", 14)).unwrap(); // re-queued at the back
@@ -352,7 +298,7 @@ async fn pop_reports_is_in_initial_list() {
 fn only_consecutive_deletions_collapse() {
     let a = || Arc::new(obj("a", 1));
     let del = |v| Delta::Deleted(DeletedObject::Object(Arc::new(obj("a", v))));
-    let tombstone_of = |v| tombstone("a".to_string(), Arc::new(obj("a", v)));
+    let tombstone_of = |v| Delta::tombstone("a".to_string(), Arc::new(obj("a", v)));
 
     let mut d = vec![Delta::Added(a()), Delta::Added(a())];
     dedup_deltas(&mut d);
@@ -360,27 +306,19 @@ fn only_consecutive_deletions_collapse() {
 
     let mut d = vec![del(1), del(2)];
     dedup_deltas(&mut d);
-    assert_eq!(
-        flat_all(&d),
-        vec![f(DeltaType::Deleted, "a", 1)],
-        "older kept"
-    );
+    assert_eq!(flat_all(&d), deltas("Deleted a 1"), "older kept");
 
     let mut d = vec![tombstone_of(1), del(2)];
     dedup_deltas(&mut d);
     assert_eq!(
         flat_all(&d),
-        vec![f(DeltaType::Deleted, "a", 2)],
+        deltas("Deleted a 2"),
         "older tombstone dropped"
     );
 
     let mut d = vec![del(1), tombstone_of(2)];
     dedup_deltas(&mut d);
-    assert_eq!(
-        flat_all(&d),
-        vec![f(DeltaType::Deleted, "a", 1)],
-        "real deletion kept"
-    );
+    assert_eq!(flat_all(&d), deltas("Deleted a 1"), "real deletion kept");
 
     let mut d = vec![Delta::Updated(a()), del(2)];
     dedup_deltas(&mut d);
@@ -395,11 +333,10 @@ async fn transform_runs_before_queueing_but_not_on_sync() {
         o.data = Some([("val".to_string(), (v * 100).to_string())].into());
         o
     })));
-    q.add(obj("a", 2)).unwrap();
-    q.resync().unwrap();
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Added, "a", 200)]);
+    apply(&q, "add a 2; resync");
+    assert_eq!(pop_flat(&q).await, deltas("Added a 200"));
     // The Sync delta carries the cached (already transformed) object untouched.
-    assert_eq!(pop_flat(&q).await, vec![f(DeltaType::Sync, "known", 1)]);
+    assert_eq!(pop_flat(&q).await, deltas("Sync known 1"));
     assert_eq!(store.len(), 1);
 }
 

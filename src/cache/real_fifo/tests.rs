@@ -4,7 +4,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::*;
 use crate::cache::delta::DeltaType;
-use crate::cache::fifo_fixtures::{Flat, f, flat, known_store, obj, tomb, val};
+use crate::cache::fifo_fixtures::{
+    BASIC, Flat, LINE_JUMPERS, apply, deltas, f, flat, known_store, obj, val,
+};
 use crate::cache::store::default_key_func;
 use crate::cache::thread_safe_store::ThreadSafeStore;
 
@@ -51,12 +53,7 @@ async fn pop_all(q: &RealFIFO<ConfigMap>) -> Vec<Flat> {
 #[tokio::test(start_paused = true)]
 async fn basic_adds_and_updates_pop_one_at_a_time_in_order() {
     let q = fifo();
-    for i in 0..5 {
-        q.add(obj(&format!("a{i}"), i)).unwrap();
-    }
-    for i in 0..5 {
-        q.update(obj(&format!("a{i}"), i + 10)).unwrap();
-    }
+    apply(&q, BASIC);
     let mut want = Vec::new();
     for i in 0..5 {
         want.push(f(DeltaType::Added, &format!("a{i}"), i));
@@ -73,13 +70,7 @@ async fn replace_with_delete_delta_in() {
     let q = fifo_with_known(&[obj("foo", 1)]);
     q.delete(obj("foo", 1)).unwrap();
     q.replace(vec![obj("foo", 2)], "").unwrap();
-    assert_eq!(
-        items(&q),
-        vec![
-            f(DeltaType::Deleted, "foo", 1),
-            f(DeltaType::Replaced, "foo", 2)
-        ]
-    );
+    assert_eq!(items(&q), deltas("Deleted foo 1, Replaced foo 2"));
 }
 
 // client-go: TestRealFIFOW_ReplaceMakesDeletionsForObjectsOnlyInQueue
@@ -90,61 +81,38 @@ async fn replace_makes_deletions_for_objects_only_in_queue() {
         (
             "Added object should be deleted on Replace",
             |q| {
-                q.add(obj("foo", 2)).unwrap();
-                q.replace(vec![], "0").unwrap();
+                apply(q, "add foo 2; replace");
             },
-            vec![f(DeltaType::Added, "foo", 2), tomb("foo", 2)],
+            deltas("Added foo 2, tomb foo 2"),
         ),
         (
             "Deleted object should have only a single Delete",
             |q| {
-                q.add(obj("foo", 2)).unwrap();
-                q.delete(obj("foo", 2)).unwrap();
-                q.replace(vec![], "0").unwrap();
+                apply(q, "add foo 2; delete foo 2; replace");
             },
-            vec![
-                f(DeltaType::Added, "foo", 2),
-                f(DeltaType::Deleted, "foo", 2),
-            ],
+            deltas("Added foo 2, Deleted foo 2"),
         ),
         (
             "Synced objects should have a single delete",
             |q| {
-                q.add(obj("foo", 2)).unwrap();
-                q.replace(vec![obj("foo", 2)], "0").unwrap();
-                q.replace(vec![obj("foo", 2)], "0").unwrap();
-                q.replace(vec![], "0").unwrap();
+                apply(q, "add foo 2; replace foo 2; replace foo 2; replace");
             },
-            vec![
-                f(DeltaType::Added, "foo", 2),
-                f(DeltaType::Replaced, "foo", 2),
-                f(DeltaType::Replaced, "foo", 2),
-                tomb("foo", 2),
-            ],
+            deltas("Added foo 2, Replaced foo 2, Replaced foo 2, tomb foo 2"),
         ),
         (
             "Added objects should have a single delete on multiple Replaces",
             |q| {
-                q.add(obj("foo", 2)).unwrap();
-                q.replace(vec![], "0").unwrap();
+                apply(q, "add foo 2; replace");
                 q.replace(vec![], "1").unwrap();
             },
-            vec![f(DeltaType::Added, "foo", 2), tomb("foo", 2)],
+            deltas("Added foo 2, tomb foo 2"),
         ),
         (
             "Added and deleted and added object should be deleted",
             |q| {
-                q.add(obj("foo", 2)).unwrap();
-                q.delete(obj("foo", 2)).unwrap();
-                q.add(obj("foo", 3)).unwrap();
-                q.replace(vec![], "0").unwrap();
+                apply(q, "add foo 2; delete foo 2; add foo 3; replace");
             },
-            vec![
-                f(DeltaType::Added, "foo", 2),
-                f(DeltaType::Deleted, "foo", 2),
-                f(DeltaType::Added, "foo", 3),
-                tomb("foo", 3),
-            ],
+            deltas("Added foo 2, Deleted foo 2, Added foo 3, tomb foo 3"),
         ),
     ];
     for (name, ops, want) in cases {
@@ -159,14 +127,8 @@ async fn replace_makes_deletions_for_objects_only_in_queue() {
 #[tokio::test(start_paused = true)]
 async fn add_update_delete_of_one_key_are_three_items() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.update(obj("foo", 12)).unwrap();
-    q.delete(obj("foo", 15)).unwrap();
-    let want = vec![
-        f(DeltaType::Added, "foo", 10),
-        f(DeltaType::Updated, "foo", 12),
-        f(DeltaType::Deleted, "foo", 15),
-    ];
+    apply(&q, "add foo 10; update foo 12; delete foo 15");
+    let want = deltas("Added foo 10, Updated foo 12, Deleted foo 15");
     assert_eq!(items(&q), want);
     assert_eq!(pop_all(&q).await, want);
     // Nothing else arrives.
@@ -185,25 +147,16 @@ async fn transform_runs_once_on_events_and_not_on_tombstones() {
         data.insert("xfrm".into(), (n + 1).to_string());
         o
     })));
-    q.add(obj("foo", 10)).unwrap();
-    q.add(obj("bar", 11)).unwrap();
-    q.update(obj("foo", 12)).unwrap();
-    q.delete(obj("foo", 15)).unwrap();
+    apply(&q, "add foo 10; add bar 11; update foo 12; delete foo 15");
     q.replace(vec![], "").unwrap();
     q.add(obj("bar", 16)).unwrap();
     q.replace(vec![], "").unwrap();
     let all = q.items();
     assert_eq!(
         all.iter().map(|p| flat(one(p))).collect::<Vec<_>>(),
-        vec![
-            f(DeltaType::Added, "foo", 10),
-            f(DeltaType::Added, "bar", 11),
-            f(DeltaType::Updated, "foo", 12),
-            f(DeltaType::Deleted, "foo", 15),
-            tomb("bar", 11),
-            f(DeltaType::Added, "bar", 16),
-            tomb("bar", 16),
-        ]
+        deltas(
+            "Added foo 10, Added bar 11, Updated foo 12, Deleted foo 15, tomb bar 11, Added bar 16, tomb bar 16"
+        )
     );
     for d in all.iter().map(one) {
         assert_eq!(d.object().data.as_ref().unwrap()["xfrm"], "1", "{d:?}");
@@ -214,11 +167,10 @@ async fn transform_runs_once_on_events_and_not_on_tombstones() {
 #[tokio::test(start_paused = true)]
 async fn every_event_is_queued_without_known_objects() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.update(obj("bar", 15)).unwrap();
-    q.add(obj("qux", 17)).unwrap();
-    q.delete(obj("qux", 18)).unwrap();
-    q.delete(obj("baz", 20)).unwrap();
+    apply(
+        &q,
+        "add foo 10; update bar 15; add qux 17; delete qux 18; delete baz 20",
+    );
     let vals: Vec<i32> = pop_all(&q).await.into_iter().map(|f| f.2).collect();
     assert_eq!(vals, vec![10, 15, 17, 18, 20]);
 }
@@ -227,9 +179,7 @@ async fn every_event_is_queued_without_known_objects() {
 #[tokio::test(start_paused = true)]
 async fn every_event_is_queued_with_known_objects() {
     let q = fifo_with_known(&[obj("foo", 5), obj("bar", 6), obj("baz", 7)]);
-    q.add(obj("foo", 10)).unwrap();
-    q.update(obj("bar", 15)).unwrap();
-    q.delete(obj("baz", 20)).unwrap();
+    apply(&q, "add foo 10; update bar 15; delete baz 20");
     let vals: Vec<i32> = pop_all(&q).await.into_iter().map(|f| f.2).collect();
     assert_eq!(vals, vec![10, 15, 20]);
 }
@@ -238,24 +188,16 @@ async fn every_event_is_queued_with_known_objects() {
 #[tokio::test(start_paused = true)]
 async fn add_then_replace_delivers_both() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.replace(vec![obj("foo", 15)], "0").unwrap();
-    assert_eq!(
-        pop_all(&q).await,
-        vec![
-            f(DeltaType::Added, "foo", 10),
-            f(DeltaType::Replaced, "foo", 15)
-        ]
-    );
+    apply(&q, "add foo 10; replace foo 15");
+    assert_eq!(pop_all(&q).await, deltas("Added foo 10, Replaced foo 15"));
 }
 
 // client-go: TestRealFIFO_ResyncNonExisting
 #[tokio::test(start_paused = true)]
 async fn resync_skips_a_key_with_a_queued_item() {
     let q = fifo_with_known(&[obj("foo", 5)]);
-    q.delete(obj("foo", 10)).unwrap();
-    q.resync().unwrap();
-    assert_eq!(items(&q), vec![f(DeltaType::Deleted, "foo", 10)]);
+    apply(&q, "delete foo 10; resync");
+    assert_eq!(items(&q), deltas("Deleted foo 10"));
 }
 
 // client-go: TestRealFIFO_Resync
@@ -263,22 +205,15 @@ async fn resync_skips_a_key_with_a_queued_item() {
 async fn resync_queues_sync_for_known_objects() {
     let q = fifo_with_known(&[obj("foo", 5)]);
     q.resync().unwrap();
-    assert_eq!(items(&q), vec![f(DeltaType::Sync, "foo", 5)]);
+    assert_eq!(items(&q), deltas("Sync foo 5"));
 }
 
 // client-go: TestRealFIFO_DeleteExistingNonPropagated
 #[tokio::test(start_paused = true)]
 async fn delete_after_add_is_its_own_item() {
     let q = fifo();
-    q.add(obj("foo", 5)).unwrap();
-    q.delete(obj("foo", 6)).unwrap();
-    assert_eq!(
-        items(&q),
-        vec![
-            f(DeltaType::Added, "foo", 5),
-            f(DeltaType::Deleted, "foo", 6)
-        ]
-    );
+    apply(&q, "add foo 5; delete foo 6");
+    assert_eq!(items(&q), deltas("Added foo 5, Deleted foo 6"));
 }
 
 // client-go: TestRealFIFO_ReplaceMakesDeletions
@@ -287,43 +222,24 @@ async fn replace_makes_deletions_before_the_replaced_items() {
     let known = [obj("foo", 5), obj("bar", 6), obj("baz", 7)];
     // With a pre-existing Delete.
     let q = fifo_with_known(&known);
-    q.delete(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
+    apply(&q, "delete baz 10; replace foo 5");
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            f(DeltaType::Deleted, "baz", 10),
-            tomb("bar", 6),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
+        deltas("Deleted baz 10, tomb bar 6, Replaced foo 5")
     );
     // Starting with an Add instead of a Delete.
     let q = fifo_with_known(&known);
-    q.add(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
+    apply(&q, "add baz 10; replace foo 5");
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            f(DeltaType::Added, "baz", 10),
-            tomb("baz", 10),
-            tomb("bar", 6),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
+        deltas("Added baz 10, tomb baz 10, tomb bar 6, Replaced foo 5")
     );
     // Deleting and recreating the object in the queue, then a Replace without it.
     let q = fifo_with_known(&known);
-    q.delete(obj("bar", 6)).unwrap();
-    q.add(obj("bar", 100)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
+    apply(&q, "delete bar 6; add bar 100; replace foo 5");
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            f(DeltaType::Deleted, "bar", 6),
-            f(DeltaType::Added, "bar", 100),
-            tomb("bar", 100),
-            tomb("baz", 7),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
+        deltas("Deleted bar 6, Added bar 100, tomb bar 100, tomb baz 7, Replaced foo 5")
     );
     // Two replaces: the second's tombstone carries the first's (queued) object.
     let q = fifo_with_known(&known);
@@ -332,25 +248,14 @@ async fn replace_makes_deletions_before_the_replaced_items() {
     q.replace(vec![obj("foo", 5)], "0").unwrap();
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            tomb("baz", 7),
-            f(DeltaType::Replaced, "bar", 100),
-            f(DeltaType::Replaced, "foo", 5),
-            tomb("bar", 100),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
+        deltas("tomb baz 7, Replaced bar 100, Replaced foo 5, tomb bar 100, Replaced foo 5")
     );
     // No known objects.
     let q = fifo();
-    q.add(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 5)], "0").unwrap();
+    apply(&q, "add baz 10; replace foo 5");
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            f(DeltaType::Added, "baz", 10),
-            tomb("baz", 10),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
+        deltas("Added baz 10, tomb baz 10, Replaced foo 5")
     );
 }
 
@@ -358,15 +263,10 @@ async fn replace_makes_deletions_before_the_replaced_items() {
 #[tokio::test(start_paused = true)]
 async fn replace_emits_replaced_for_listed_objects() {
     let q = fifo_with_known(&[obj("foo", 5), obj("bar", 6), obj("baz", 7)]);
-    q.delete(obj("baz", 10)).unwrap();
-    q.replace(vec![obj("foo", 6)], "0").unwrap();
+    apply(&q, "delete baz 10; replace foo 6");
     assert_eq!(
         pop_all(&q).await,
-        vec![
-            f(DeltaType::Deleted, "baz", 10),
-            tomb("bar", 6),
-            f(DeltaType::Replaced, "foo", 6)
-        ]
+        deltas("Deleted baz 10, tomb bar 6, Replaced foo 6")
     );
 }
 
@@ -374,9 +274,8 @@ async fn replace_emits_replaced_for_listed_objects() {
 #[tokio::test(start_paused = true)]
 async fn update_resync_race() {
     let q = fifo_with_known(&[obj("foo", 5)]);
-    q.update(obj("foo", 6)).unwrap();
-    q.resync().unwrap();
-    assert_eq!(pop_all(&q).await, vec![f(DeltaType::Updated, "foo", 6)]);
+    apply(&q, "update foo 6; resync");
+    assert_eq!(pop_all(&q).await, deltas("Updated foo 6"));
 }
 
 // client-go: TestRealFIFO_HasSyncedCorrectOnDeletion
@@ -396,14 +295,7 @@ async fn has_synced_counts_the_replace_tombstones() {
     }
     // Known keys come in the store's key order; client-go's test lister lists bar, baz.
     got[..2].sort_by(|a, b| a.1.cmp(&b.1));
-    assert_eq!(
-        got,
-        vec![
-            tomb("bar", 6),
-            tomb("baz", 7),
-            f(DeltaType::Replaced, "foo", 5)
-        ]
-    );
+    assert_eq!(got, deltas("tomb bar 6, tomb baz 7, Replaced foo 5"));
     assert!(q.has_synced());
 }
 
@@ -411,11 +303,7 @@ async fn has_synced_counts_the_replace_tombstones() {
 #[tokio::test(start_paused = true)]
 async fn detect_line_jumpers() {
     let q = fifo();
-    q.add(obj("foo", 10)).unwrap();
-    q.add(obj("bar", 1)).unwrap();
-    q.add(obj("foo", 11)).unwrap();
-    q.add(obj("foo", 13)).unwrap();
-    q.add(obj("zab", 30)).unwrap();
+    apply(&q, LINE_JUMPERS);
     assert_eq!(pop1(&q).await.0.2, 10);
     q.add(obj("foo", 14)).unwrap(); // foo must not jump back in line
     let vals: Vec<i32> = pop_all(&q).await.into_iter().map(|f| f.2).collect();
@@ -428,7 +316,7 @@ fn key_of_objects_and_tombstones() {
     let q = fifo();
     let a = Delta::Added(Arc::new(obj("A", 0)));
     assert_eq!(q.key_of_delta(&a).unwrap(), "A");
-    let b = tombstone("B".to_string(), Arc::new(obj("not-b", 0)));
+    let b = Delta::tombstone("B".to_string(), Arc::new(obj("not-b", 0)));
     assert_eq!(q.key_of_delta(&b).unwrap(), "B");
     let mut nameless = obj("x", 0);
     nameless.metadata.name = None;
@@ -804,8 +692,7 @@ async fn resync_atomic_queues_one_sync_all_item() {
     assert!(q.is_empty());
 
     let q = atomic_fifo();
-    q.add(obj("foo", 2)).unwrap();
-    q.resync().unwrap();
+    apply(&q, "add foo 2; resync");
     assert_eq!(
         pop_shown(&q).await,
         vec![Shown::Event(f(DeltaType::Added, "foo", 2)), Shown::SyncAll],
