@@ -197,19 +197,17 @@ fn labelled_containers(namespace: &str) -> Vec<String> {
         .collect()
 }
 
-/// What most VM tests start from (the prelude they used to repeat): the shared cluster with
-/// the CRD, the engine checked, a fresh namespace whose containers are removed when the test
-/// ends, the VM API in it, and a Docker client on the engine.
-struct VmFixture {
+/// What most tests on podman start with: the shared cluster with the CRD, the engine checked,
+/// a fresh namespace whose containers are removed when the test ends, and the VM API in it.
+struct PodmanTest {
     cluster: &'static Cluster,
     host: String,
     ns: String,
     api: Api<VirtualMachine>,
-    docker: Docker,
     _cleanup: ContainerCleanup,
 }
 
-impl VmFixture {
+impl PodmanTest {
     async fn new(namespace_prefix: &str) -> Self {
         let cluster = testenv::shared().await;
         install_crd(cluster).await;
@@ -219,7 +217,6 @@ impl VmFixture {
         let api = Api::namespaced(cluster.client().await.unwrap(), &ns);
         Self {
             cluster,
-            docker: docker_at(&host),
             host,
             _cleanup: ContainerCleanup {
                 namespace: ns.clone(),
@@ -239,14 +236,20 @@ async fn engine_ready(host: &str) {
 
 #[tokio::test]
 async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
-    let VmFixture {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let ns = cluster.new_namespace("vm-invalid").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    engine_ready(&docker_host()).await;
+    let mut controller = Controller::spawn(
         cluster,
-        host,
-        ns,
-        _cleanup,
-        ..
-    } = VmFixture::new("vm-invalid").await;
-    let mut controller = Controller::spawn(cluster, &ns, &host, "only", &["--leader-elect=false"]);
+        &ns,
+        &docker_host(),
+        "only",
+        &["--leader-elect=false"],
+    );
 
     let cases = [
         (
@@ -351,17 +354,18 @@ async fn start_busy_loop(docker: &Docker, container: &str) {
 
 #[tokio::test]
 async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_delete() {
-    let VmFixture {
-        cluster,
-        host,
-        ns,
-        api,
-        docker,
-        _cleanup,
-    } = VmFixture::new("vm-life").await;
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-life").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let refresh = Duration::from_secs(3);
     let mut controller =
         Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
 
     let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
@@ -383,6 +387,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     assert_eq!(server.state, "running");
 
     // The container: exact name, limits in engine units, labels naming the VM.
+    let docker = docker_at(&host);
     let name = container_name(&ns, "test-vm");
     let inspected = docker
         .inspect_container(&name, None::<InspectContainerOptions>)
@@ -528,14 +533,14 @@ async fn container_exists(docker: &Docker, name: &str) -> bool {
 
 #[tokio::test]
 async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_back() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        docker,
-    } = VmFixture::new("vm-zombie").await;
+    } = PodmanTest::new("vm-zombie").await;
+    let docker = docker_at(&host);
     let name = container_name(&ns, "zombie");
 
     let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
@@ -745,14 +750,14 @@ async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
 
 #[tokio::test]
 async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        docker,
-    } = VmFixture::new("vm-ha").await;
+    } = PodmanTest::new("vm-ha").await;
+    let docker = docker_at(&host);
     let timing = [
         "--lease-duration",
         "6s",
@@ -817,14 +822,14 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
 
 #[tokio::test]
 async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreated() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        docker,
-    } = VmFixture::new("vm-vanish").await;
+    } = PodmanTest::new("vm-vanish").await;
+    let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
     apply_vm(cluster, &ns, "ghost", "500m", "64Mi");
@@ -925,14 +930,13 @@ fn restricted_kubeconfig(cluster: &Cluster, user: &str) -> PathBuf {
 
 #[tokio::test]
 async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        ..
-    } = VmFixture::new("vm-rbac").await;
+    } = PodmanTest::new("vm-rbac").await;
     let user = format!("vm-controller-{ns}");
     let kubeconfig = restricted_kubeconfig(cluster, &user);
 
@@ -1075,14 +1079,14 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
 
 #[tokio::test]
 async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        docker,
-    } = VmFixture::new("vm-resize").await;
+    } = PodmanTest::new("vm-resize").await;
+    let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
     apply_vm(cluster, &ns, "grow", "500m", "64Mi");
     let active = wait_phase(
@@ -1173,15 +1177,17 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     use k8s_openapi::api::core::v1::Event;
     use kube_client::api::ListParams;
 
-    let VmFixture {
-        cluster,
-        host,
-        ns,
-        api,
-        docker,
-        _cleanup,
-    } = VmFixture::new("vm-taken").await;
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-taken").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let client = cluster.client().await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let docker = docker_at(&host);
     let name = container_name(&ns, "taken");
     // Another cluster's VM of the same namespace/name on the same engine: its own uid and its
     // own managed-by value (so no orphan sweep of ours may take it either).
@@ -1281,15 +1287,17 @@ async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist()
     use kubeloop::controller::vm::{SweepReport, sweep_orphans};
     use kubeloop::runtime::ReconcileContext;
 
-    let VmFixture {
-        cluster,
-        host,
-        ns,
-        api,
-        docker,
-        _cleanup,
-    } = VmFixture::new("vm-sweep").await;
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let ns = cluster.new_namespace("vm-sweep").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
     let client = cluster.client().await.unwrap();
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let docker = docker_at(&host);
 
     // A live VM (no controller runs, so nothing else touches its container) and its container.
     apply_vm(cluster, &ns, "alive", "500m", "64Mi");
@@ -1520,16 +1528,47 @@ fn side_effects(log: &str) -> Vec<(jiff_now::Stamp, String)> {
         .collect()
 }
 
+/// What a test that runs replicas against podman starts from: the shared cluster with the CRD,
+/// a ready engine, and a namespace of its own whose containers are removed when it ends.
+struct EngineNamespace {
+    cluster: &'static Cluster,
+    host: String,
+    docker: Docker,
+    ns: String,
+    _cleanup: ContainerCleanup,
+    vms: Api<VirtualMachine>,
+}
+
+async fn engine_namespace(prefix: &str) -> EngineNamespace {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
+    let docker = docker_at(&host);
+    let ns = cluster.new_namespace(prefix).await.unwrap();
+    let vms = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    EngineNamespace {
+        cluster,
+        host,
+        docker,
+        _cleanup: ContainerCleanup {
+            namespace: ns.clone(),
+        },
+        ns,
+        vms,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
-    let VmFixture {
+    let EngineNamespace {
         cluster,
         host,
         docker,
         ns,
         _cleanup,
-        api: vms,
-    } = VmFixture::new("chaos").await;
+        vms,
+    } = engine_namespace("chaos").await;
 
     let mut generation = 0;
     let mut next_identity = |slot: usize| {
@@ -1967,14 +2006,14 @@ async fn converge(
 /// reconciled by two replicas at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
-    let VmFixture {
+    let EngineNamespace {
         cluster,
         host,
         docker,
         ns,
         _cleanup,
-        api: vms,
-    } = VmFixture::new("shards-podman").await;
+        vms,
+    } = engine_namespace("shards-podman").await;
     // The chaos test's timing, sharded.
     let args: Vec<&str> = ["--shards", "4"].into_iter().chain(CHAOS_TIMING).collect();
     let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = ["a", "b", "c"]
@@ -2080,14 +2119,13 @@ fn vm_condition(vm: &VirtualMachine, type_: &str) -> (String, String, String) {
 #[tokio::test]
 async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_code_then_restarted_after_its_backoff()
  {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        ..
-    } = VmFixture::new("vm-killed").await;
+    } = PodmanTest::new("vm-killed").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     apply_vm(cluster, &ns, "victim", "500m", "64Mi");
@@ -2216,15 +2254,16 @@ fn exiting_image() -> String {
 #[tokio::test]
 async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goes_crash_loop_back_off()
  {
-    let VmFixture {
-        cluster,
-        host,
-        ns,
-        api,
-        _cleanup,
-        ..
-    } = VmFixture::new("vm-crashloop").await;
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let host = docker_host();
+    engine_ready(&host).await;
     let image = exiting_image();
+    let ns = cluster.new_namespace("vm-crashloop").await.unwrap();
+    let _cleanup = ContainerCleanup {
+        namespace: ns.clone(),
+    };
+    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let controller = Controller::spawn(
         cluster,
         &ns,
@@ -2275,14 +2314,13 @@ async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goe
 
 #[tokio::test]
 async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_an_edit_fixes_it() {
-    let VmFixture {
+    let PodmanTest {
         cluster,
         host,
         ns,
         api,
         _cleanup,
-        ..
-    } = VmFixture::new("vm-refused").await;
+    } = PodmanTest::new("vm-refused").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     // 1 MiB is less than the container's init already uses: the OCI runtime refuses to start.
