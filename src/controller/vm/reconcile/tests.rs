@@ -1,60 +1,16 @@
 use super::*;
-use crate::controller::vm::driver::FakeDriver;
-use crate::controller::vm::fake_api::FakeApi;
+use crate::controller::vm::fixture::{REFRESH, SERVER, VmFixture, ctx, server_spec, settle};
 use crate::controller::vm::types::FINALIZER;
-
-const REFRESH: Duration = Duration::from_secs(20);
-
-/// A context that stays entitled.
-fn ctx() -> ReconcileContext {
-    ReconcileContext::detached()
-}
-
-fn setup() -> (Reconciler<FakeDriver, FakeApi>, FakeDriver, FakeApi) {
-    let driver = FakeDriver::new();
-    let api = FakeApi::new();
-    let reconciler = Reconciler::new(
-        driver.clone(),
-        api.clone(),
-        ReconcilerConfig {
-            refresh_interval: REFRESH,
-            ..ReconcilerConfig::default()
-        },
-    );
-    (reconciler, driver, api)
-}
-
-fn phase(api: &FakeApi, key: impl AsRef<str>) -> Phase {
-    api.object(key).expect("object exists").phase()
-}
-
-fn reason(api: &FakeApi, key: impl AsRef<str>) -> String {
-    api.object(key)
-        .and_then(|o| o.status)
-        .map(|s| s.reason)
-        .unwrap_or_default()
-}
-
-const SERVER: &str = "kubeloop-vm_ns_vm";
-
-fn vm_with_phase(api: &FakeApi, key: impl AsRef<str>, phase: Phase) -> VirtualMachine {
-    let mut vm = api.object(key).unwrap();
-    vm.status.get_or_insert_with(Default::default).phase = phase;
-    vm
-}
 
 #[tokio::test]
 async fn a_new_vm_gets_the_finalizer_then_a_server_and_becomes_active_with_a_timed_requeue() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "2", "4G"));
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    let vm = api.object(&key).unwrap();
+    let f = VmFixture::new();
+    let key = f.api.create(VirtualMachine::new("ns", "vm", "2", "4G"));
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let vm = f.api.object(&key).unwrap();
     assert!(vm.has_finalizer());
     assert_eq!(vm.phase(), Phase::Active);
-    let server = driver.server(SERVER).expect("server created");
+    let server = f.driver.server(SERVER).expect("server created");
     assert_eq!(
         (server.spec.cpu_millis, server.spec.memory_bytes),
         (2000, 4_000_000_000)
@@ -62,228 +18,180 @@ async fn a_new_vm_gets_the_finalizer_then_a_server_and_becomes_active_with_a_tim
     assert_eq!(server.spec.vm_uid, "uid-vm");
     assert_eq!(vm.status.unwrap().server.unwrap().id, server.id);
     // Two status writes: Creating, then Active.
-    assert_eq!(api.status_writes(), 2);
+    assert_eq!(f.api.status_writes(), 2);
 }
 
 #[tokio::test]
 async fn the_refresh_updates_usage_and_keeps_the_same_server() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    driver.set_usage(SERVER, 97.123, 12.5);
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    let usage = api
-        .object(&key)
-        .unwrap()
-        .status
-        .unwrap()
-        .server
-        .unwrap()
-        .usage;
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.driver.set_usage(SERVER, 97.123, 12.5);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let usage = f.status(&key).server.unwrap().usage;
     assert_eq!((usage.cpu, usage.memory), (97.12, 12.5));
-    assert_eq!(driver.calls("create"), 1);
+    assert_eq!(f.driver.calls("create"), 1);
 }
 
 #[tokio::test]
 async fn a_refresh_that_changes_nothing_a_user_sees_writes_no_status() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    driver.set_usage(SERVER, 40.0, 10.0);
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let writes = api.status_writes();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.driver.set_usage(SERVER, 40.0, 10.0);
+    f.reconcile(&key).await.unwrap();
+    let writes = f.api.status_writes();
     // Below the threshold on both: still requeued, nothing written.
-    driver.set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD / 2.0, 10.3);
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(api.status_writes(), writes);
+    f.driver
+        .set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD / 2.0, 10.3);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.api.status_writes(), writes);
     // A move of the threshold or more is written.
-    driver.set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD, 10.0);
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(api.status_writes(), writes + 1);
+    f.driver
+        .set_usage(SERVER, 40.0 + USAGE_WRITE_THRESHOLD, 10.0);
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.api.status_writes(), writes + 1);
     // So is a changed state, whatever the usage.
-    driver.stop(SERVER);
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert!(api.status_writes() > writes + 1);
+    f.driver.stop(SERVER);
+    f.reconcile(&key).await.unwrap();
+    assert!(f.api.status_writes() > writes + 1);
 }
 
 #[tokio::test]
 async fn the_finalizer_is_added_before_the_server_is_created() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::new();
+    let key = f.create_vm();
     // An engine outage on the first pass: the finalizer must already be there.
-    driver.set_unreachable(true);
-    assert!(r.reconcile(&key, &ctx()).await.is_err());
-    assert!(api.object(&key).unwrap().has_finalizer());
-    assert_eq!(driver.calls("create"), 0);
+    f.driver.set_unreachable(true);
+    assert!(f.reconcile(&key).await.is_err());
+    assert!(f.api.object(&key).unwrap().has_finalizer());
+    assert_eq!(f.driver.calls("create"), 0);
 }
 
 #[tokio::test]
 async fn a_vm_deleted_while_creating_is_terminated_and_its_server_deleted() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::new();
+    let key = f.create_vm();
     // The create fails after the Creating status was written: the VM sits in Creating/Failed
     // with its finalizer; put it back to Creating as a crash mid-create would leave it.
-    driver.fail_creates(1);
-    assert!(r.reconcile(&key, &ctx()).await.is_err());
-    let mut vm = api.object(&key).unwrap();
+    f.driver.fail_creates(1);
+    assert!(f.reconcile(&key).await.is_err());
+    let mut vm = f.api.object(&key).unwrap();
     vm.status.as_mut().unwrap().phase = Phase::Creating;
-    api.replace_status(&vm).await.unwrap();
+    f.api.replace_status(&vm).await.unwrap();
     // A container the crashed create had already made.
-    driver.insert(ServerSpec {
-        name: SERVER.into(),
-        vm_namespace: "ns".into(),
-        vm_name: "vm".into(),
-        vm_uid: "uid-vm".into(),
-        cpu_millis: 1000,
-        memory_bytes: 1 << 30,
-    });
-    api.delete(&key);
+    f.driver.insert(server_spec("ns", "vm", "uid-vm"));
+    f.api.delete(&key);
     assert_eq!(
-        phase(&api, &key),
+        f.phase(&key),
         Phase::Creating,
         "the finalizer holds the object"
     );
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert!(driver.server(SERVER).is_none(), "the server is deleted");
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert!(f.driver.server(SERVER).is_none(), "the server is deleted");
     assert!(
-        api.object(&key).is_none(),
+        f.api.object(&key).is_none(),
         "the finalizer was removed and the object is gone"
     );
 }
 
 #[tokio::test]
 async fn an_active_vm_deleted_goes_terminating_then_its_server_and_object_go() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    api.delete(&key);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.api.delete(&key);
     // The engine refuses the delete once: the VM is Terminating with the error as reason.
-    driver.set_unreachable(true);
-    assert!(r.reconcile(&key, &ctx()).await.is_err());
-    assert_eq!(phase(&api, &key), Phase::Terminating);
+    f.driver.set_unreachable(true);
+    assert!(f.reconcile(&key).await.is_err());
+    assert_eq!(f.phase(&key), Phase::Terminating);
     assert!(
-        reason(&api, &key).contains("fake engine is unreachable"),
+        f.reason(&key).contains("fake engine is unreachable"),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    driver.set_unreachable(false);
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert!(driver.server_names().is_empty());
-    assert!(api.object(&key).is_none());
+    f.driver.set_unreachable(false);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert!(f.driver.server_names().is_empty());
+    assert!(f.api.object(&key).is_none());
 }
 
 #[tokio::test]
 async fn a_failed_create_records_failed_and_the_retry_succeeds() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    driver.fail_creates(2);
-    let first = r.reconcile(&key, &ctx()).await.unwrap_err();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.driver.fail_creates(2);
+    let first = f.reconcile(&key).await.unwrap_err();
     assert!(first.retry(), "driver errors go back to the rate limiter");
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
-        reason(&api, &key).contains("injected failure"),
+        f.reason(&key).contains("injected failure"),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    assert!(r.reconcile(&key, &ctx()).await.is_err());
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
-    assert_eq!(reason(&api, &key), "");
-    assert_eq!(driver.calls("create"), 3);
+    assert!(f.reconcile(&key).await.is_err());
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
+    assert_eq!(f.reason(&key), "");
+    assert_eq!(f.driver.calls("create"), 3);
 }
 
 #[tokio::test]
 async fn a_vanished_server_says_so_in_phase_and_reason_and_is_recreated() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let old_id = driver.server(SERVER).unwrap().id;
-    assert!(driver.vanish(SERVER));
-    let before = api.status_history().len();
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    let history = api.status_history()[before..].to_vec();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    let old_id = f.driver.server(SERVER).unwrap().id;
+    assert!(f.driver.vanish(SERVER));
+    let before = f.api.status_history().len();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let history = f.api.status_history()[before..].to_vec();
     let phases: Vec<Phase> = history.iter().map(|(p, _)| *p).collect();
     assert_eq!(phases, vec![Phase::Failed, Phase::Creating, Phase::Active]);
     assert_eq!(
         history[0].1,
         format!("server {SERVER} (id {old_id}) vanished; recreating it")
     );
-    assert_ne!(driver.server(SERVER).unwrap().id, old_id, "a new server");
+    assert_ne!(f.driver.server(SERVER).unwrap().id, old_id, "a new server");
 }
 
 #[tokio::test]
 async fn a_vanished_server_whose_recreation_fails_stays_failed_and_is_retried() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    driver.vanish(SERVER);
-    driver.fail_creates(1);
-    assert!(r.reconcile(&key, &ctx()).await.unwrap_err().retry());
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.driver.vanish(SERVER);
+    f.driver.fail_creates(1);
+    assert!(f.reconcile(&key).await.unwrap_err().retry());
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
-        reason(&api, &key).contains("injected failure"),
+        f.reason(&key).contains("injected failure"),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
 }
 
 #[tokio::test]
 async fn a_server_that_already_exists_is_adopted_not_stuck_in_creating() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    let id = driver.insert(ServerSpec {
-        name: SERVER.into(),
-        vm_namespace: "ns".into(),
-        vm_name: "vm".into(),
-        vm_uid: "uid-vm".into(),
-        cpu_millis: 1000,
-        memory_bytes: 1 << 30,
-    });
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    let id = f.driver.insert(server_spec("ns", "vm", "uid-vm"));
     // Left in Creating by an earlier controller that crashed after creating the server.
-    api.replace_status(&vm_with_phase(&api, &key, Phase::Creating))
+    f.api
+        .replace_status(&f.vm_with_phase(&key, Phase::Creating))
         .await
         .unwrap();
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    let vm = api.object(&key).unwrap();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let vm = f.api.object(&key).unwrap();
     assert_eq!(vm.phase(), Phase::Active);
     assert_eq!(vm.status.unwrap().server.unwrap().id, id);
-    assert_eq!(driver.calls("create"), 0, "nothing to create");
+    assert_eq!(f.driver.calls("create"), 0, "nothing to create");
 }
 
 fn ago(secs: i64) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)
-}
-
-fn condition(api: &FakeApi, key: impl AsRef<str>, type_: &str) -> (String, String, String) {
-    let vm = api.object(key).unwrap();
-    let c = vm
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .unwrap();
-    (c.status, c.reason, c.message)
 }
 
 fn requeued_within(action: Result<Action, ReconcileError>, low: u64, high: u64) {
@@ -299,68 +207,60 @@ fn requeued_within(action: Result<Action, ReconcileError>, low: u64, high: u64) 
 #[tokio::test]
 async fn a_server_that_exits_is_not_active_and_is_restarted_with_a_growing_backoff_then_crash_looping()
  {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let id = driver.server(SERVER).unwrap().id;
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    let id = f.driver.server(SERVER).unwrap().id;
 
     // Exit 1: Failed with the exit code, restart due 10 s after the exit.
-    driver.exit(SERVER, 3);
-    requeued_within(r.reconcile(&key, &ctx()).await, 9, 10);
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    f.driver.exit(SERVER, 3);
+    requeued_within(f.reconcile(&key).await, 9, 10);
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
-        reason(&api, &key).contains("exited with code 3")
-            && reason(&api, &key).contains("exit 1 in a row"),
+        f.reason(&key).contains("exited with code 3") && f.reason(&key).contains("exit 1 in a row"),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    let (ready, ready_reason, _) = condition(&api, &key, "Ready");
+    let (ready, ready_reason, _) = f.condition(&key, "Ready");
     assert_eq!((ready.as_str(), ready_reason.as_str()), ("False", "Failed"));
-    let (running, running_reason, message) = condition(&api, &key, "ServerRunning");
+    let (running, running_reason, message) = f.condition(&key, "ServerRunning");
     assert_eq!(
         (running.as_str(), running_reason.as_str()),
         ("False", "Exited")
     );
     assert!(message.contains("exit code 3"), "{message}");
     assert_eq!(
-        driver.calls("create"),
+        f.driver.calls("create"),
         1,
         "not restarted before its backoff"
     );
     // Looking again before it is due changes nothing and writes nothing.
-    let writes = api.status_writes();
-    requeued_within(r.reconcile(&key, &ctx()).await, 8, 10);
-    assert_eq!(api.status_writes(), writes);
+    let writes = f.api.status_writes();
+    requeued_within(f.reconcile(&key).await, 8, 10);
+    assert_eq!(f.api.status_writes(), writes);
 
     // The backoff passed: started again (the same server), Active, restart 1 counted.
-    driver.exit_at(SERVER, 3, ago(11));
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
-    let status = api.object(&key).unwrap().status.unwrap();
+    f.driver.exit_at(SERVER, 3, ago(11));
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
+    let status = f.status(&key);
     assert_eq!(status.restarts, 1);
     assert_eq!(status.server.as_ref().unwrap().id, id);
     assert_eq!(status.server.unwrap().exit_code, None);
 
     // Exit 2 waits 20 s; exit 3 is a crash loop, waiting 40 s.
-    driver.exit(SERVER, 3);
-    requeued_within(r.reconcile(&key, &ctx()).await, 19, 20);
-    assert_eq!(phase(&api, &key), Phase::Failed);
-    driver.exit_at(SERVER, 3, ago(21));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 2);
-    driver.exit(SERVER, 137);
-    requeued_within(r.reconcile(&key, &ctx()).await, 39, 40);
-    assert_eq!(phase(&api, &key), Phase::CrashLoopBackOff);
-    assert!(
-        reason(&api, &key).contains("code 137"),
-        "{}",
-        reason(&api, &key)
-    );
+    f.driver.exit(SERVER, 3);
+    requeued_within(f.reconcile(&key).await, 19, 20);
+    assert_eq!(f.phase(&key), Phase::Failed);
+    f.driver.exit_at(SERVER, 3, ago(21));
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.status(&key).restarts, 2);
+    f.driver.exit(SERVER, 137);
+    requeued_within(f.reconcile(&key).await, 39, 40);
+    assert_eq!(f.phase(&key), Phase::CrashLoopBackOff);
+    assert!(f.reason(&key).contains("code 137"), "{}", f.reason(&key));
     assert_eq!(
-        condition(&api, &key, "Ready").1,
+        f.condition(&key, "Ready").1,
         "CrashLoopBackOff",
         "the condition names the crash loop"
     );
@@ -368,15 +268,15 @@ async fn a_server_that_exits_is_not_active_and_is_restarted_with_a_growing_backo
 
 #[tokio::test]
 async fn a_server_that_ran_ten_minutes_has_its_restarts_reset_and_the_backoff_is_capped() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    driver.exit_at(SERVER, 1, ago(11));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 1);
-    driver.set_started_at(SERVER, ago(601));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(api.object(&key).unwrap().status.unwrap().restarts, 0);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.driver.exit_at(SERVER, 1, ago(11));
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.status(&key).restarts, 1);
+    f.driver.set_started_at(SERVER, ago(601));
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.status(&key).restarts, 0);
     assert_eq!(crash_backoff(0), Duration::from_secs(10));
     assert_eq!(crash_backoff(4), Duration::from_secs(160));
     assert_eq!(crash_backoff(5), CRASH_BACKOFF_MAX);
@@ -385,89 +285,79 @@ async fn a_server_that_ran_ten_minutes_has_its_restarts_reset_and_the_backoff_is
 
 #[tokio::test]
 async fn a_refused_spec_goes_failed_and_is_not_retried_until_the_long_interval() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    driver.refuse_creates(1);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.driver.refuse_creates(1);
     // Not an error (no hot backoff loop): a look again after the refused-retry interval.
     assert_eq!(
-        r.reconcile(&key, &ctx()).await,
+        f.reconcile(&key).await,
         Ok(Action::RequeueAfter(DEFAULT_REFUSED_RETRY_INTERVAL))
     );
-    assert_eq!(phase(&api, &key), Phase::Failed);
-    assert!(
-        reason(&api, &key).contains("refused"),
-        "{}",
-        reason(&api, &key)
-    );
+    assert_eq!(f.phase(&key), Phase::Failed);
+    assert!(f.reason(&key).contains("refused"), "{}", f.reason(&key));
     // The next try (after the interval, or on an edit) creates it.
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
 }
 
 #[tokio::test]
 async fn a_stopped_server_whose_limits_no_longer_match_the_spec_is_recreated_not_started() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let old = driver.server(SERVER).unwrap().id;
-    driver.exit(SERVER, 1);
-    let mut vm = api.object(&key).unwrap();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    let old = f.driver.server(SERVER).unwrap().id;
+    f.driver.exit(SERVER, 1);
+    let mut vm = f.api.object(&key).unwrap();
     vm.spec.resource.as_mut().unwrap().memory =
         k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into());
-    api.replace_spec(vm);
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let server = driver.server(SERVER).unwrap();
+    f.api.replace_spec(vm);
+    f.reconcile(&key).await.unwrap();
+    let server = f.driver.server(SERVER).unwrap();
     assert_ne!(server.id, old, "recreated");
     assert_eq!(server.spec.memory_bytes, 2 << 30);
     assert!(server.running);
-    assert_eq!(phase(&api, &key), Phase::Active);
+    assert_eq!(f.phase(&key), Phase::Active);
 }
 
 #[tokio::test]
 async fn a_vm_found_deleting_on_a_conflict_retry_is_finalized_instead_of_created() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::new();
+    let key = f.create_vm();
     // Give it our finalizer, then let the informer's copy lag behind a deletion.
-    let vm = api.object(&key).unwrap();
-    let vm = set_finalizer(&api, &vm, true, &ctx())
+    let vm = f.api.object(&key).unwrap();
+    let vm = set_finalizer(&f.api, &vm, true, &ctx())
         .await
         .unwrap()
         .unwrap();
-    api.freeze_cache(&key, vm);
-    api.delete(&key);
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
+    f.api.freeze_cache(&key, vm);
+    f.api.delete(&key);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
     assert_eq!(
-        driver.calls("create"),
+        f.driver.calls("create"),
         0,
         "no server for a VM being deleted"
     );
-    assert!(api.object(&key).is_none(), "finalized");
+    assert!(f.api.object(&key).is_none(), "finalized");
 }
 
 #[tokio::test]
 async fn a_spec_change_recreates_the_server_with_the_new_limits() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    let old_id = driver.server(SERVER).unwrap().id;
-    let mut vm = api.object(&key).unwrap();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    let old_id = f.driver.server(SERVER).unwrap().id;
+    let mut vm = f.api.object(&key).unwrap();
     vm.spec = VirtualMachine::new("ns", "vm", "2", "2Gi").spec;
-    api.replace_spec(vm);
-    let before = api.status_history().len();
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    let server = driver.server(SERVER).unwrap();
+    f.api.replace_spec(vm);
+    let before = f.api.status_history().len();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let server = f.driver.server(SERVER).unwrap();
     assert_ne!(server.id, old_id, "a new server");
     assert_eq!(
         (server.spec.cpu_millis, server.spec.memory_bytes),
         (2000, 2 << 30)
     );
-    let history = api.status_history()[before..].to_vec();
+    let history = f.api.status_history()[before..].to_vec();
     assert_eq!(history[0].0, Phase::Creating);
     assert!(
         history[0]
@@ -477,63 +367,57 @@ async fn a_spec_change_recreates_the_server_with_the_new_limits() {
     );
     assert_eq!(history[1].0, Phase::Active);
     // Unchanged limits: no more recreation.
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(driver.server(SERVER).unwrap().id, server.id);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.driver.server(SERVER).unwrap().id, server.id);
 }
 
 #[tokio::test]
 async fn an_object_deleted_while_queued_is_done_without_retry() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    api.delete(&key);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.api.delete(&key);
     assert!(
-        api.object(&key).is_none(),
+        f.api.object(&key).is_none(),
         "no finalizer yet, so it is gone at once"
     );
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert_eq!(driver.calls("status") + driver.calls("create"), 0);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert_eq!(f.driver.calls("status") + f.driver.calls("create"), 0);
 }
 
 #[tokio::test]
 async fn a_deleting_vm_without_our_finalizer_is_left_alone() {
-    let (r, driver, api) = setup();
+    let f = VmFixture::new();
     let mut vm = VirtualMachine::new("ns", "vm", "1", "1Gi");
     vm.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
-    let key = api.create(vm);
-    api.delete(&key);
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert_eq!(driver.calls("delete"), 0);
+    let key = f.api.create(vm);
+    f.api.delete(&key);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert_eq!(f.driver.calls("delete"), 0);
     assert_eq!(
-        api.object(&key).unwrap().metadata.finalizers,
+        f.api.object(&key).unwrap().metadata.finalizers,
         Some(vec!["someone.else/finalizer".to_string()])
     );
 }
 
 #[tokio::test]
 async fn an_unreachable_engine_fails_the_vm_naming_the_engine_and_it_recovers() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
-    driver.set_unreachable(true);
-    let err = r.reconcile(&key, &ctx()).await.unwrap_err();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
+    f.driver.set_unreachable(true);
+    let err = f.reconcile(&key).await.unwrap_err();
     assert!(err.retry());
-    assert_eq!(phase(&api, &key), Phase::Failed);
-    assert!(reason(&api, &key).contains("fake engine is unreachable"));
+    assert_eq!(f.phase(&key), Phase::Failed);
+    assert!(f.reason(&key).contains("fake engine is unreachable"));
     // The same failure again does not rewrite the status.
-    let writes = api.status_writes();
-    assert!(r.reconcile(&key, &ctx()).await.is_err());
-    assert_eq!(api.status_writes(), writes);
-    driver.set_unreachable(false);
+    let writes = f.api.status_writes();
+    assert!(f.reconcile(&key).await.is_err());
+    assert_eq!(f.api.status_writes(), writes);
+    f.driver.set_unreachable(false);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
     assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
-    assert_eq!(
-        driver.calls("create"),
+        f.driver.calls("create"),
         1,
         "the server survived the outage and is adopted, not recreated"
     );
@@ -541,49 +425,44 @@ async fn an_unreachable_engine_fails_the_vm_naming_the_engine_and_it_recovers() 
 
 #[tokio::test]
 async fn status_conflicts_are_retried_on_fresh_data() {
-    let (r, _driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    api.inject_conflicts(3);
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
-    assert!(api.object(&key).unwrap().has_finalizer());
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.api.inject_conflicts(3);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
+    assert!(f.api.object(&key).unwrap().has_finalizer());
 }
 
 #[tokio::test]
 async fn endless_conflicts_give_up_and_go_back_to_the_rate_limiter() {
-    let (r, _driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    api.inject_conflicts(1000);
-    let err = r.reconcile(&key, &ctx()).await.unwrap_err();
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.api.inject_conflicts(1000);
+    let err = f.reconcile(&key).await.unwrap_err();
     assert!(err.retry());
     assert!(err.to_string().contains("still conflicted"), "{err}");
 }
 
 #[tokio::test]
 async fn an_invalid_spec_fails_the_vm_with_a_message_and_creates_nothing() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "abc", "4G"));
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    let f = VmFixture::new();
+    let key = f.api.create(VirtualMachine::new("ns", "vm", "abc", "4G"));
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
-        reason(&api, &key).contains("VirtualMachine ns/vm: spec.resource.cpu \"abc\""),
+        f.reason(&key)
+            .contains("VirtualMachine ns/vm: spec.resource.cpu \"abc\""),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    assert_eq!(driver.calls("create"), 0);
+    assert_eq!(f.driver.calls("create"), 0);
 }
 
 #[tokio::test]
 async fn a_bad_key_is_an_error_that_is_not_retried() {
-    let (r, _driver, _api) = setup();
+    let f = VmFixture::new();
     // A key without a namespace names no VirtualMachine (they are namespaced).
-    let err = r
-        .reconcile(&ObjectKey::new("", "nokey"), &ctx())
-        .await
-        .unwrap_err();
+    let err = f.reconcile(&ObjectKey::new("", "nokey")).await.unwrap_err();
     assert!(!err.retry(), "{err}");
     // Malformed keys cannot be queued at all: the runtime's keys are parsed once.
     for key in ["a/b/c", "/x", "x/"] {
@@ -600,82 +479,43 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::vm::driver::DEFAULT_MANAGED_BY;
 use crate::controller::vm::driver::{LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE};
-use crate::controller::vm::fake_api::MemoryEvents;
-use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource};
-
-/// A reconciler that records events into memory; `shutdown` the broadcaster to flush them.
-fn setup_with_events() -> (
-    Reconciler<FakeDriver, FakeApi>,
-    FakeDriver,
-    FakeApi,
-    EventBroadcaster,
-    MemoryEvents,
-) {
-    let (r, driver, api) = setup();
-    let events = MemoryEvents::default();
-    let broadcaster = EventBroadcaster::start(events.clone(), BroadcasterConfig::default());
-    let r = r.with_recorder(broadcaster.new_recorder(EventSource {
-        component: "vm-controller".into(),
-        host: None,
-    }));
-    (r, driver, api, broadcaster, events)
-}
-
-fn server_spec(uid: &str) -> ServerSpec {
-    ServerSpec {
-        name: SERVER.into(),
-        vm_namespace: "ns".into(),
-        vm_name: "vm".into(),
-        vm_uid: uid.into(),
-        cpu_millis: 1000,
-        memory_bytes: 1 << 30,
-    }
-}
-
-/// Lets spawned tasks run (the tests run on one thread).
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
-}
 
 #[tokio::test]
 async fn a_cancelled_context_causes_no_side_effect_at_all() {
-    let (r, driver, api, broadcaster, events) = setup_with_events();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::with_events();
+    let key = f.create_vm();
     let token = CancellationToken::new();
     token.cancel();
-    let err = r
+    let err = f
+        .reconciler
         .reconcile(&key, &ReconcileContext::new(token))
         .await
         .unwrap_err();
     assert_eq!(err, ReconcileError::NotEntitled(NotEntitled::Cancelled));
     assert!(!err.retry());
     assert!(
-        !api.object(&key).unwrap().has_finalizer(),
+        !f.api.object(&key).unwrap().has_finalizer(),
         "no finalizer patch"
     );
-    assert_eq!(api.status_writes(), 0);
-    assert_eq!(driver.calls("create"), 0);
-    broadcaster.shutdown().await;
-    assert_eq!(events.seen(), vec![]);
+    assert_eq!(f.api.status_writes(), 0);
+    assert_eq!(f.driver.calls("create"), 0);
+    assert_eq!(f.events().await, vec![]);
 }
 
 #[tokio::test]
 async fn a_reconcile_cancelled_during_the_create_writes_nothing_more_and_the_late_server_is_deleted()
  {
-    let (r, driver, api, broadcaster, events) = setup_with_events();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::with_events();
+    let key = f.create_vm();
     let token = CancellationToken::new();
     let term = ReconcileContext::new(token.clone());
-    driver.hold_creates();
-    let r = Arc::new(r);
+    f.driver.hold_creates();
     let pass = tokio::spawn({
-        let (r, key) = (r.clone(), key.clone());
+        let (r, key) = (f.reconciler.clone(), key.clone());
         async move { r.reconcile(&key, &term).await }
     });
     settle().await;
-    assert_eq!(driver.calls("create"), 1, "the create is in flight");
+    assert_eq!(f.driver.calls("create"), 1, "the create is in flight");
     token.cancel();
     assert_eq!(
         pass.await.unwrap(),
@@ -683,68 +523,65 @@ async fn a_reconcile_cancelled_during_the_create_writes_nothing_more_and_the_lat
         "the reconcile stops waiting at once"
     );
     // The create completes after the cancellation: the task that made it deletes it.
-    driver.release_creates();
+    f.driver.release_creates();
     settle().await;
-    assert!(driver.server_names().is_empty(), "the late server is gone");
-    assert_eq!(driver.calls("delete"), 1);
-    // Only the Creating write happened: no Active, and no Failed for a VM that did not fail.
-    let phases: Vec<Phase> = api.status_history().iter().map(|(p, _)| *p).collect();
-    assert_eq!(phases, vec![Phase::Creating]);
-    broadcaster.shutdown().await;
     assert!(
-        events.seen().iter().all(|(t, _, _)| t != "Warning"),
-        "{:?}",
-        events.seen()
+        f.driver.server_names().is_empty(),
+        "the late server is gone"
     );
+    assert_eq!(f.driver.calls("delete"), 1);
+    // Only the Creating write happened: no Active, and no Failed for a VM that did not fail.
+    let phases: Vec<Phase> = f.api.status_history().iter().map(|(p, _)| *p).collect();
+    assert_eq!(phases, vec![Phase::Creating]);
+    let seen = f.events().await;
+    assert!(seen.iter().all(|(t, _, _)| t != "Warning"), "{seen:?}");
     // The next leader creates it afresh.
-    assert_eq!(
-        r.reconcile(&key, &ctx()).await,
-        Ok(Action::RequeueAfter(REFRESH))
-    );
-    assert_eq!(phase(&api, &key), Phase::Active);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.phase(&key), Phase::Active);
 }
 
 #[tokio::test]
 async fn a_server_of_the_vms_name_with_another_uid_is_reported_and_never_adopted_or_deleted() {
-    let (r, driver, api, broadcaster, events) = setup_with_events();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    let id = driver.insert(server_spec("uid-of-an-older-vm"));
+    let f = VmFixture::with_events();
+    let key = f.create_vm();
+    let id = f
+        .driver
+        .insert(server_spec("ns", "vm", "uid-of-an-older-vm"));
     assert_eq!(
-        r.reconcile(&key, &ctx()).await,
+        f.reconcile(&key).await,
         Ok(Action::RequeueAfter(REFRESH)),
         "looked at again later, in case the name is freed"
     );
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert_eq!(
-        reason(&api, &key),
+        f.reason(&key),
         format!(
             "server {SERVER} (id {id}) is not this VirtualMachine's: it has label kubeloop.dev/vm-uid=uid-of-an-older-vm but this VirtualMachine's uid is uid-vm; it is neither adopted nor deleted"
         )
     );
     assert_eq!(
-        driver.server(SERVER).unwrap().spec.vm_uid,
+        f.driver.server(SERVER).unwrap().spec.vm_uid,
         "uid-of-an-older-vm"
     );
-    assert_eq!(driver.calls("create") + driver.calls("delete"), 0);
+    assert_eq!(f.driver.calls("create") + f.driver.calls("delete"), 0);
     // Once reported, a refresh does not rewrite the status.
-    let writes = api.status_writes();
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(api.status_writes(), writes);
-    broadcaster.shutdown().await;
-    let warnings: Vec<_> = events
-        .seen()
-        .into_iter()
+    let writes = f.api.status_writes();
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.api.status_writes(), writes);
+    let seen = f.events().await;
+    let warnings: Vec<_> = seen
+        .iter()
         .filter(|(t, reason, _)| t == "Warning" && reason == REASON_SERVER_NAME_TAKEN)
         .collect();
-    assert_eq!(warnings.len(), 1, "{:?}", events.seen());
+    assert_eq!(warnings.len(), 1, "{seen:?}");
     assert!(warnings[0].2.contains(&id), "{warnings:?}");
 
     // Finalizing the VM leaves the foreign server and still lets the object go.
-    api.delete(&key);
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert!(api.object(&key).is_none(), "the finalizer was removed");
+    f.api.delete(&key);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert!(f.api.object(&key).is_none(), "the finalizer was removed");
     assert_eq!(
-        driver.server(SERVER).unwrap().id,
+        f.driver.server(SERVER).unwrap().id,
         id,
         "the server is still there"
     );
@@ -752,41 +589,42 @@ async fn a_server_of_the_vms_name_with_another_uid_is_reported_and_never_adopted
 
 #[tokio::test]
 async fn a_server_of_the_vms_name_without_a_uid_label_is_reported_and_left() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
+    let f = VmFixture::new();
+    let key = f.create_vm();
     let labels = BTreeMap::from([
         (LABEL_NAMESPACE.to_string(), "ns".to_string()),
         (LABEL_NAME.to_string(), "vm".to_string()),
         (LABEL_MANAGED_BY.to_string(), DEFAULT_MANAGED_BY.to_string()),
     ]);
-    let id = driver.insert_with_labels(server_spec("uid-vm"), labels);
-    r.reconcile(&key, &ctx()).await.unwrap();
-    assert_eq!(phase(&api, &key), Phase::Failed);
+    let id = f
+        .driver
+        .insert_with_labels(server_spec("ns", "vm", "uid-vm"), labels);
+    f.reconcile(&key).await.unwrap();
+    assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
-        reason(&api, &key).contains(&format!(
+        f.reason(&key).contains(&format!(
             "server {SERVER} (id {id}) is not this VirtualMachine's: it has no kubeloop.dev/vm-uid label but this VirtualMachine's uid is uid-vm"
         )),
         "{}",
-        reason(&api, &key)
+        f.reason(&key)
     );
-    assert_eq!(driver.calls("create"), 0);
-    assert!(driver.server(SERVER).is_some());
+    assert_eq!(f.driver.calls("create"), 0);
+    assert!(f.driver.server(SERVER).is_some());
 }
 
 #[tokio::test]
 async fn finalizing_deletes_only_a_server_with_the_vms_uid_and_says_why_it_left_another() {
-    let (r, driver, api, broadcaster, events) = setup_with_events();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    r.reconcile(&key, &ctx()).await.unwrap();
+    let f = VmFixture::with_events();
+    let key = f.create_vm();
+    f.reconcile(&key).await.unwrap();
     // The VM's own server is replaced behind its back by another owner's of the same name.
-    driver.vanish(SERVER);
-    let foreign = driver.insert(server_spec("uid-elsewhere"));
-    api.delete(&key);
-    assert_eq!(r.reconcile(&key, &ctx()).await, Ok(Action::Done));
-    assert!(api.object(&key).is_none());
-    assert_eq!(driver.server(SERVER).unwrap().id, foreign);
-    broadcaster.shutdown().await;
-    let seen = events.seen();
+    f.driver.vanish(SERVER);
+    let foreign = f.driver.insert(server_spec("ns", "vm", "uid-elsewhere"));
+    f.api.delete(&key);
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert!(f.api.object(&key).is_none());
+    assert_eq!(f.driver.server(SERVER).unwrap().id, foreign);
+    let seen = f.events().await;
     let warning = seen
         .iter()
         .find(|(t, reason, _)| t == "Warning" && reason == REASON_SERVER_NAME_TAKEN)
@@ -803,23 +641,18 @@ async fn finalizing_deletes_only_a_server_with_the_vms_uid_and_says_why_it_left_
 
 #[tokio::test]
 async fn a_foreign_server_taking_the_name_during_the_create_is_reported_not_adopted() {
-    let (r, driver, api) = setup();
-    let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-    driver.hold_creates();
-    let r = Arc::new(r);
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    f.driver.hold_creates();
     let pass = tokio::spawn({
-        let (r, key) = (r.clone(), key.clone());
+        let (r, key) = (f.reconciler.clone(), key.clone());
         async move { r.reconcile(&key, &ctx()).await }
     });
     settle().await;
-    let id = driver.insert(server_spec("uid-racer"));
-    driver.release_creates();
+    let id = f.driver.insert(server_spec("ns", "vm", "uid-racer"));
+    f.driver.release_creates();
     assert_eq!(pass.await.unwrap(), Ok(Action::RequeueAfter(REFRESH)));
-    assert_eq!(phase(&api, &key), Phase::Failed);
-    assert!(
-        reason(&api, &key).contains("uid-racer"),
-        "{}",
-        reason(&api, &key)
-    );
-    assert_eq!(driver.server(SERVER).unwrap().id, id);
+    assert_eq!(f.phase(&key), Phase::Failed);
+    assert!(f.reason(&key).contains("uid-racer"), "{}", f.reason(&key));
+    assert_eq!(f.driver.server(SERVER).unwrap().id, id);
 }
