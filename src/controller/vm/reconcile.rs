@@ -22,7 +22,7 @@
 //! - Beyond controller101: a server whose limits differ from the spec (the spec was edited) is
 //!   recreated with the new limits, since podman's Docker API has no live `update`.
 //!
-//! Safe failover, three defences (the fence arithmetic is in `src/controller/leadership.rs`):
+//! Safe failover, three defences (the fence arithmetic is in `src/runtime/leadership.rs`):
 //! - Fencing: every side effect the reconcile causes (finalizer patch, status write, server
 //!   create/start/delete) is preceded by [`ReconcileContext::check`]; once it fails the pass
 //!   ends with [`ReconcileError::NotEntitled`], writing nothing more (no Failed status, no
@@ -162,7 +162,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         }
     }
 
-    /// The driver (for tests and wiring).
+    /// The apiserver access (for tests and wiring).
     pub fn api(&self) -> &A {
         &self.api
     }
