@@ -23,13 +23,18 @@ use kubeloop::testenv::{self, Cluster, eventually};
 
 mod vm_common;
 use vm_common::{
-    ControllerLog, TEST_VM, apply_vm, install_crd, kubectl, tail, vm, wait_phase, wait_vm,
+    Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm, wait_gone,
+    wait_phase, wait_vm,
 };
 
 const RBAC: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/examples/vm-controller-rbac.yaml"
 );
+
+/// How long a test waits for a VM it just applied to reach its first settled phase (Active,
+/// or Failed when the start fails).
+const START: Duration = Duration::from_secs(90);
 
 fn docker_host() -> String {
     std::env::var("DOCKER_HOST")
@@ -47,13 +52,9 @@ fn container_name(ns: &str, name: &str) -> String {
     format!("kubeloop-vm_{ns}_{name}")
 }
 
-/// A `kubeloop vm-controller` process; SIGKILLed on drop if still running.
-struct Controller {
-    child: Child,
-    log: PathBuf,
-}
-
 impl Controller {
+    /// A `kubeloop vm-controller` process on the Docker driver (unless `extra` picks another)
+    /// at `docker_host`, with leader election in `ns` as `identity`.
     fn spawn(
         cluster: &Cluster,
         ns: &str,
@@ -71,6 +72,7 @@ impl Controller {
         )
     }
 
+    /// As [`Controller::spawn`], as the user of `kubeconfig`.
     fn spawn_as(
         cluster: &Cluster,
         kubeconfig: &Path,
@@ -79,81 +81,30 @@ impl Controller {
         identity: &str,
         extra: &[&str],
     ) -> Self {
-        let log = cluster.dir().join(format!(
-            "vm-controller-{ns}-{identity}-{}.log",
-            std::process::id()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-            .arg("vm-controller")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--namespace",
-                ns,
-                "--lease-lock-namespace",
-                ns,
-                "--holder-identity",
-                identity,
-            ])
-            // The docker driver unless the test picks one.
-            .args(if extra.contains(&"--vm-driver") {
-                &[][..]
-            } else {
-                &["--vm-driver", "docker"][..]
-            })
-            .args(extra)
-            .env("DOCKER_HOST", docker_host)
-            .env("RUST_LOG", "info,kubeloop=debug")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("starting kubeloop vm-controller");
-        Self { child, log }
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on the pid of our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-    }
-
-    /// SIGTERM and wait; returns the exit code.
-    fn terminate(&mut self) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "controller did not stop on SIGTERM; log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl ControllerLog for Controller {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.kill();
+        Self::start(
+            cluster,
+            kubeconfig,
+            &format!("vm-controller-{ns}-{identity}"),
+            |command| {
+                command
+                    .args([
+                        "--namespace",
+                        ns,
+                        "--lease-lock-namespace",
+                        ns,
+                        "--holder-identity",
+                        identity,
+                    ])
+                    // The docker driver unless the test picks one.
+                    .args(if extra.contains(&"--vm-driver") {
+                        &[][..]
+                    } else {
+                        &["--vm-driver", "docker"][..]
+                    })
+                    .args(extra)
+                    .env("DOCKER_HOST", docker_host);
+            },
+        )
     }
 }
 
@@ -197,11 +148,14 @@ fn labelled_containers(namespace: &str) -> Vec<String> {
         .collect()
 }
 
-/// What most tests on podman start with: the shared cluster with the CRD, the engine checked,
-/// a fresh namespace whose containers are removed when the test ends, and the VM API in it.
+/// What the tests on podman start with: the shared cluster with the CRD, the engine checked
+/// (and a client of it), a fresh namespace whose containers are removed when the test ends, and
+/// the VM API in it. Bind `_cleanup` by name when destructuring: a field left to `..` is
+/// dropped at once, and dropping it removes the containers.
 struct PodmanTest {
     cluster: &'static Cluster,
     host: String,
+    docker: Docker,
     ns: String,
     api: Api<VirtualMachine>,
     _cleanup: ContainerCleanup,
@@ -213,11 +167,13 @@ impl PodmanTest {
         install_crd(cluster).await;
         let host = docker_host();
         engine_ready(&host).await;
+        let docker = docker_at(&host);
         let ns = cluster.new_namespace(namespace_prefix).await.unwrap();
         let api = Api::namespaced(cluster.client().await.unwrap(), &ns);
         Self {
             cluster,
             host,
+            docker,
             _cleanup: ContainerCleanup {
                 namespace: ns.clone(),
             },
@@ -236,20 +192,14 @@ async fn engine_ready(host: &str) {
 
 #[tokio::test]
 async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let ns = cluster.new_namespace("vm-invalid").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    engine_ready(&docker_host()).await;
-    let mut controller = Controller::spawn(
+    let PodmanTest {
         cluster,
-        &ns,
-        &docker_host(),
-        "only",
-        &["--leader-elect=false"],
-    );
+        host,
+        ns,
+        _cleanup,
+        ..
+    } = PodmanTest::new("vm-invalid").await;
+    let mut controller = Controller::spawn(cluster, &ns, &host, "only", &["--leader-elect=false"]);
 
     let cases = [
         (
@@ -354,30 +304,22 @@ async fn start_busy_loop(docker: &Docker, container: &str) {
 
 #[tokio::test]
 async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_delete() {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-life").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
+    let PodmanTest {
+        cluster,
+        host,
+        docker,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-life").await;
     let refresh = Duration::from_secs(3);
     let mut controller =
         Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
 
     let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
     let applied_at = Instant::now();
-    let active = wait_phase(
-        &api,
-        "test-vm",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let active = wait_phase(&api, "test-vm", Phase::Active, START, &controller).await;
     println!(
         "test-vm Active {:?} after kubectl apply",
         applied_at.elapsed()
@@ -387,7 +329,6 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     assert_eq!(server.state, "running");
 
     // The container: exact name, limits in engine units, labels naming the VM.
-    let docker = docker_at(&host);
     let name = container_name(&ns, "test-vm");
     let inspected = docker
         .inspect_container(&name, None::<InspectContainerOptions>)
@@ -473,11 +414,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
         .await
         .unwrap()
         .boxed();
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
+    delete_vm(cluster, &ns, "test-vm");
     let mut phases = Vec::new();
     let deleted = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(event) = events.try_next().await.expect("watch") {
@@ -536,23 +473,16 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     let PodmanTest {
         cluster,
         host,
+        docker,
         ns,
         api,
         _cleanup,
     } = PodmanTest::new("vm-zombie").await;
-    let docker = docker_at(&host);
     let name = container_name(&ns, "zombie");
 
     let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
     apply_vm(cluster, &ns, "zombie", "1", "64Mi");
-    wait_phase(
-        &api,
-        "zombie",
-        Phase::Active,
-        Duration::from_secs(90),
-        &first,
-    )
-    .await;
+    wait_phase(&api, "zombie", Phase::Active, START, &first).await;
     assert_eq!(
         first.terminate(),
         Some(0),
@@ -560,11 +490,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     );
 
     // controller101 removed nothing here: the container outlived its VM for good.
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "zombie", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
+    delete_vm(cluster, &ns, "zombie");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let held = vm(&api, "zombie")
         .await
@@ -576,10 +502,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     );
 
     let second = Controller::spawn(cluster, &ns, &host, "second", &[]);
-    eventually("the object to go", Duration::from_secs(60), || async {
-        vm(&api, "zombie").await.is_none().then_some(())
-    })
-    .await;
+    wait_gone(&api, "zombie", Duration::from_secs(60), &second).await;
     assert!(
         !container_exists(&docker, &name).await,
         "the restarted controller deleted the container"
@@ -684,14 +607,7 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     );
 
     apply_vm(cluster, &ns, "outage", "1", "64Mi");
-    let before = wait_phase(
-        &api,
-        "outage",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let before = wait_phase(&api, "outage", Phase::Active, START, &controller).await;
     let id_before = before.status.unwrap().server.unwrap().id;
 
     engine.stop();
@@ -753,11 +669,11 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     let PodmanTest {
         cluster,
         host,
+        docker,
         ns,
         api,
         _cleanup,
     } = PodmanTest::new("vm-ha").await;
-    let docker = docker_at(&host);
     let timing = [
         "--lease-duration",
         "6s",
@@ -774,7 +690,7 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     .await;
     let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
     apply_vm(cluster, &ns, "first", "1", "64Mi");
-    wait_phase(&api, "first", Phase::Active, Duration::from_secs(90), &a).await;
+    wait_phase(&api, "first", Phase::Active, START, &a).await;
     assert!(a.log_text().contains("became the leader"));
     let b_log = b.log_text();
     assert!(
@@ -786,7 +702,7 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     a.kill();
     apply_vm(cluster, &ns, "second", "1", "64Mi");
     let killed_at = Instant::now();
-    wait_phase(&api, "second", Phase::Active, Duration::from_secs(90), &b).await;
+    wait_phase(&api, "second", Phase::Active, START, &b).await;
     println!(
         "the standby finished the pending VM {:?} after the leader was killed",
         killed_at.elapsed()
@@ -798,17 +714,9 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     assert!(container_exists(&docker, &container_name(&ns, "second")).await);
 
     // The new leader also finishes the old leader's VMs: delete the first one.
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "first", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
-    eventually(
-        "first to be cleaned up by replica-b",
-        Duration::from_secs(60),
-        || async { vm(&api, "first").await.is_none().then_some(()) },
-    )
-    .await;
+    delete_vm(cluster, &ns, "first");
+    // Cleaned up by replica-b.
+    wait_gone(&api, "first", Duration::from_secs(60), &b).await;
     assert!(!container_exists(&docker, &container_name(&ns, "first")).await);
 
     // SIGTERM: the leader stops, releases the lease and exits 0.
@@ -825,22 +733,15 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
     let PodmanTest {
         cluster,
         host,
+        docker,
         ns,
         api,
         _cleanup,
     } = PodmanTest::new("vm-vanish").await;
-    let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
     apply_vm(cluster, &ns, "ghost", "500m", "64Mi");
-    let active = wait_phase(
-        &api,
-        "ghost",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let active = wait_phase(&api, "ghost", Phase::Active, START, &controller).await;
     let old_id = active.status.unwrap().server.unwrap().id;
 
     let rv = api
@@ -936,6 +837,7 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
         ns,
         api,
         _cleanup,
+        ..
     } = PodmanTest::new("vm-rbac").await;
     let user = format!("vm-controller-{ns}");
     let kubeconfig = restricted_kubeconfig(cluster, &user);
@@ -979,29 +881,13 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
 
     let controller = Controller::spawn_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
     apply_vm(cluster, &ns, "rbac", "1", "64Mi");
-    wait_phase(
-        &api,
-        "rbac",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    wait_phase(&api, "rbac", Phase::Active, START, &controller).await;
     assert_eq!(
         lease_holder(cluster, &ns).await.as_deref(),
         Some("restricted")
     );
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "rbac", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
-    eventually(
-        "the VM to be cleaned up",
-        Duration::from_secs(60),
-        || async { vm(&api, "rbac").await.is_none().then_some(()) },
-    )
-    .await;
+    delete_vm(cluster, &ns, "rbac");
+    wait_gone(&api, "rbac", Duration::from_secs(60), &controller).await;
     let log = controller.log_text();
     assert!(
         !log.contains("forbidden") && !log.contains("Forbidden"),
@@ -1082,21 +968,14 @@ async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
     let PodmanTest {
         cluster,
         host,
+        docker,
         ns,
         api,
         _cleanup,
     } = PodmanTest::new("vm-resize").await;
-    let docker = docker_at(&host);
     let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
     apply_vm(cluster, &ns, "grow", "500m", "64Mi");
-    let active = wait_phase(
-        &api,
-        "grow",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let active = wait_phase(&api, "grow", Phase::Active, START, &controller).await;
     let old_id = active.status.unwrap().server.unwrap().id;
 
     let (ok, out, err) = kubectl(
@@ -1177,17 +1056,14 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     use k8s_openapi::api::core::v1::Event;
     use kube_client::api::ListParams;
 
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-taken").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let client = cluster.client().await.unwrap();
-    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
-    let docker = docker_at(&host);
+    let PodmanTest {
+        cluster,
+        host,
+        docker,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-taken").await;
     let name = container_name(&ns, "taken");
     // Another cluster's VM of the same namespace/name on the same engine: its own uid and its
     // own managed-by value (so no orphan sweep of ours may take it either).
@@ -1209,14 +1085,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     let mut controller =
         Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
     apply_vm(cluster, &ns, "taken", "500m", "64Mi");
-    let failed = wait_phase(
-        &api,
-        "taken",
-        Phase::Failed,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let failed = wait_phase(&api, "taken", Phase::Failed, START, &controller).await;
     let uid = failed.metadata.uid.clone().unwrap();
     let reason = failed.status.unwrap().reason;
     for part in [
@@ -1228,7 +1097,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
         assert!(reason.contains(part), "{part:?} not in reason {reason:?}");
     }
 
-    let events: Api<Event> = Api::namespaced(client, &ns);
+    let events: Api<Event> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let warning = eventually(
         "a ServerNameTaken Warning event",
         Duration::from_secs(30),
@@ -1261,15 +1130,8 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     assert_eq!(container_id(&docker, &name).await, Some(foreign_id.clone()));
 
     // Deleting the VM lets the object go without touching the container.
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "taken", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
-    eventually("the object to go", Duration::from_secs(60), || async {
-        vm(&api, "taken").await.is_none().then_some(())
-    })
-    .await;
+    delete_vm(cluster, &ns, "taken");
+    wait_gone(&api, "taken", Duration::from_secs(60), &controller).await;
     assert_eq!(
         container_id(&docker, &name).await,
         Some(foreign_id),
@@ -1287,17 +1149,14 @@ async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist()
     use kubeloop::controller::vm::{SweepReport, sweep_orphans};
     use kubeloop::runtime::ReconcileContext;
 
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let ns = cluster.new_namespace("vm-sweep").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let client = cluster.client().await.unwrap();
-    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
-    let docker = docker_at(&host);
+    let PodmanTest {
+        cluster,
+        host,
+        docker,
+        ns,
+        api,
+        _cleanup,
+    } = PodmanTest::new("vm-sweep").await;
 
     // A live VM (no controller runs, so nothing else touches its container) and its container.
     apply_vm(cluster, &ns, "alive", "500m", "64Mi");
@@ -1347,7 +1206,7 @@ async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist()
     });
     // An informer cache that has seen nothing: the sweep must decide from live GETs.
     let vm_api = KubeVmApi::new(
-        client,
+        cluster.client().await.unwrap(),
         Lister::new(ThreadSafeStore::new(Default::default()).reader()),
     );
     let report = sweep_orphans(&driver, &vm_api, Some(&ns), &ReconcileContext::detached())
@@ -1528,47 +1387,16 @@ fn side_effects(log: &str) -> Vec<(jiff_now::Stamp, String)> {
         .collect()
 }
 
-/// What a test that runs replicas against podman starts from: the shared cluster with the CRD,
-/// a ready engine, and a namespace of its own whose containers are removed when it ends.
-struct EngineNamespace {
-    cluster: &'static Cluster,
-    host: String,
-    docker: Docker,
-    ns: String,
-    _cleanup: ContainerCleanup,
-    vms: Api<VirtualMachine>,
-}
-
-async fn engine_namespace(prefix: &str) -> EngineNamespace {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
-    let docker = docker_at(&host);
-    let ns = cluster.new_namespace(prefix).await.unwrap();
-    let vms = Api::namespaced(cluster.client().await.unwrap(), &ns);
-    EngineNamespace {
-        cluster,
-        host,
-        docker,
-        _cleanup: ContainerCleanup {
-            namespace: ns.clone(),
-        },
-        ns,
-        vms,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
-    let EngineNamespace {
+    let PodmanTest {
         cluster,
         host,
         docker,
         ns,
+        api: vms,
         _cleanup,
-        vms,
-    } = engine_namespace("chaos").await;
+    } = PodmanTest::new("chaos").await;
 
     let mut generation = 0;
     let mut next_identity = |slot: usize| {
@@ -1671,7 +1499,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
                 "the deposed leader to exit",
                 Duration::from_secs(30),
                 || {
-                    let status = replicas[slot].controller.child.try_wait().unwrap();
+                    let status = replicas[slot].controller.try_wait();
                     async move { status }
                 },
             )
@@ -2006,14 +1834,14 @@ async fn converge(
 /// reconciled by two replicas at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
-    let EngineNamespace {
+    let PodmanTest {
         cluster,
         host,
         docker,
         ns,
+        api: vms,
         _cleanup,
-        vms,
-    } = engine_namespace("shards-podman").await;
+    } = PodmanTest::new("shards-podman").await;
     // The chaos test's timing, sharded.
     let args: Vec<&str> = ["--shards", "4"].into_iter().chain(CHAOS_TIMING).collect();
     let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = ["a", "b", "c"]
@@ -2125,18 +1953,12 @@ async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_
         ns,
         api,
         _cleanup,
+        ..
     } = PodmanTest::new("vm-killed").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     apply_vm(cluster, &ns, "victim", "500m", "64Mi");
-    let active = wait_phase(
-        &api,
-        "victim",
-        Phase::Active,
-        Duration::from_secs(90),
-        &controller,
-    )
-    .await;
+    let active = wait_phase(&api, "victim", Phase::Active, START, &controller).await;
     let id = active.status.unwrap().server.unwrap().id;
     let name = container_name(&ns, "victim");
     let out = Command::new("podman")
@@ -2254,16 +2076,15 @@ fn exiting_image() -> String {
 #[tokio::test]
 async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goes_crash_loop_back_off()
  {
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let host = docker_host();
-    engine_ready(&host).await;
+    let PodmanTest {
+        cluster,
+        host,
+        ns,
+        api,
+        _cleanup,
+        ..
+    } = PodmanTest::new("vm-crashloop").await;
     let image = exiting_image();
-    let ns = cluster.new_namespace("vm-crashloop").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let controller = Controller::spawn(
         cluster,
         &ns,
@@ -2320,6 +2141,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
         ns,
         api,
         _cleanup,
+        ..
     } = PodmanTest::new("vm-refused").await;
     let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 

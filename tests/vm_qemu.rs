@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_client::api::Api;
@@ -20,7 +20,9 @@ use kubeloop::controller::vm::{Phase, VirtualMachine};
 use kubeloop::testenv::{self, Cluster};
 
 mod vm_common;
-use vm_common::{ControllerLog, TEST_VM, apply_vm, install_crd, kubectl, tail, vm, wait_vm};
+use vm_common::{
+    Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm, wait_gone, wait_vm,
+};
 
 /// TCG boots take ~7 s alone on this project's 2-core machines, more with parallel tests.
 const BOOT: Duration = Duration::from_secs(150);
@@ -45,55 +47,21 @@ fn require_qemu() {
     );
 }
 
-/// A `kubeloop vm-controller --vm-driver qemu` process; SIGKILLed on drop.
-struct Controller {
-    child: Child,
-    log: PathBuf,
-}
-
 impl Controller {
+    /// A `kubeloop vm-controller --vm-driver qemu` process keeping its VMs in `state`.
     fn spawn(cluster: &Cluster, ns: &str, state: &Path, identity: &str) -> Self {
-        let log = cluster.dir().join(format!(
-            "vm-qemu-controller-{ns}-{identity}-{}.log",
-            std::process::id()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-            .arg("vm-controller")
-            .arg("--kubeconfig")
-            .arg(cluster.kubeconfig_path())
-            .args(["--namespace", ns, "--leader-elect=false"])
-            .args(["--vm-driver", "qemu", "--refresh-interval", "2s"])
-            .arg("--qemu-state-dir")
-            .arg(state)
-            .env("RUST_LOG", "info,kubeloop=debug")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("starting kubeloop vm-controller");
-        Self { child, log }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl ControllerLog for Controller {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.kill();
+        Self::start(
+            cluster,
+            cluster.kubeconfig_path(),
+            &format!("vm-qemu-controller-{ns}-{identity}"),
+            |command| {
+                command
+                    .args(["--namespace", ns, "--leader-elect=false"])
+                    .args(["--vm-driver", "qemu", "--refresh-interval", "2s"])
+                    .arg("--qemu-state-dir")
+                    .arg(state);
+            },
+        )
     }
 }
 
@@ -141,15 +109,29 @@ impl Drop for StateDirGuard {
     }
 }
 
-async fn wait_gone(api: &Api<VirtualMachine>, name: &str, timeout: Duration, c: &Controller) {
-    let deadline = Instant::now() + timeout;
-    while vm(api, name).await.is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{name} was not finalized within {timeout:?}; controller log tail:\n{}",
-            tail(&c.log_text(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+/// What every test here starts from (after checking QEMU is set up): the shared cluster with
+/// the CRD, a namespace of its own with the VM API in it, and a state directory of its own.
+struct QemuTest {
+    cluster: &'static Cluster,
+    ns: String,
+    state: StateDirGuard,
+    api: Api<VirtualMachine>,
+}
+
+impl QemuTest {
+    async fn new(namespace_prefix: &str) -> Self {
+        require_qemu();
+        let cluster = testenv::shared().await;
+        install_crd(cluster).await;
+        let ns = cluster.new_namespace(namespace_prefix).await.unwrap();
+        let state = StateDirGuard::new();
+        let api = Api::namespaced(cluster.client().await.unwrap(), &ns);
+        Self {
+            cluster,
+            ns,
+            state,
+            api,
+        }
     }
 }
 
@@ -185,12 +167,12 @@ async fn qmp(dir: &ServerDir) -> Qmp {
 
 #[tokio::test]
 async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_on_delete() {
-    require_qemu();
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let ns = cluster.new_namespace("vm-qemu").await.unwrap();
-    let state = StateDirGuard::new();
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let QemuTest {
+        cluster,
+        ns,
+        state,
+        api,
+    } = QemuTest::new("vm-qemu").await;
     let controller = Controller::spawn(cluster, &ns, &state.path, "a");
 
     let applied = Instant::now();
@@ -289,12 +271,12 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
 
 #[tokio::test]
 async fn a_sigkilled_qemu_is_detected_and_booted_again_and_a_restarted_controller_adopts_it() {
-    require_qemu();
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let ns = cluster.new_namespace("vm-qemu-kill").await.unwrap();
-    let state = StateDirGuard::new();
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let QemuTest {
+        cluster,
+        ns,
+        state,
+        api,
+    } = QemuTest::new("vm-qemu-kill").await;
     let mut first = Controller::spawn(cluster, &ns, &state.path, "a");
     apply_vm(cluster, &ns, "victim", "1", "256Mi");
     wait_vm(&api, "victim", "Active", BOOT, &first, |v| {
@@ -352,12 +334,12 @@ async fn a_sigkilled_qemu_is_detected_and_booted_again_and_a_restarted_controlle
 
 #[tokio::test]
 async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
-    require_qemu();
-    let cluster = testenv::shared().await;
-    install_crd(cluster).await;
-    let ns = cluster.new_namespace("vm-qemu-del").await.unwrap();
-    let state = StateDirGuard::new();
-    let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
+    let QemuTest {
+        cluster,
+        ns,
+        state,
+        api,
+    } = QemuTest::new("vm-qemu-del").await;
     let mut first = Controller::spawn(cluster, &ns, &state.path, "a");
     apply_vm(cluster, &ns, "doomed", "1", "256Mi");
     wait_vm(&api, "doomed", "Active", BOOT, &first, |v| {
@@ -370,11 +352,7 @@ async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
     // (10 s) when the controller is killed.
     console(&dir, "killall acpid");
 
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "doomed", "-n", &ns, "--wait=false"],
-    );
-    assert!(ok, "{out}{err}");
+    delete_vm(cluster, &ns, "doomed");
     wait_vm(
         &api,
         "doomed",

@@ -167,41 +167,34 @@ async fn undo<D: Driver>(driver: &D, spec: &ServerSpec, vm: &str, created: Creat
 
 #[cfg(test)]
 mod tests {
+    use tokio::task::JoinHandle;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::controller::vm::driver::FakeDriver;
+    use crate::controller::vm::fixture::{SERVER, server_spec, settle};
 
     fn spec() -> ServerSpec {
-        ServerSpec {
-            name: "kubeloop-vm_ns_vm".into(),
-            vm_namespace: "ns".into(),
-            vm_name: "vm".into(),
-            vm_uid: "uid-vm".into(),
-            cpu_millis: 1000,
-            memory_bytes: 1 << 30,
-        }
+        server_spec("ns", "vm", "uid-vm")
     }
 
-    /// Lets spawned tasks run (the tests run on one thread).
-    async fn settle() {
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+    /// A `create_fenced` of `ns/vm`'s server in a task of its own, held in flight by `driver`
+    /// (release it with `release_creates`), and the token that cancels its context.
+    async fn create_in_flight(driver: &FakeDriver) -> (JoinHandle<Report>, CancellationToken) {
+        let shared = Arc::new(driver.clone());
+        let token = CancellationToken::new();
+        let ctx = ReconcileContext::new(token.clone());
+        driver.hold_creates();
+        let waiting =
+            tokio::spawn(async move { create_fenced(&shared, spec(), "ns/vm", &ctx).await });
+        settle().await;
+        (waiting, token)
     }
 
     #[tokio::test]
     async fn a_create_in_flight_when_the_reconcile_is_cancelled_is_undone_when_it_completes() {
         let driver = FakeDriver::new();
-        let shared = Arc::new(driver.clone());
-        let token = CancellationToken::new();
-        let ctx = ReconcileContext::new(token.clone());
-        driver.hold_creates();
-        let waiting = tokio::spawn({
-            let (shared, ctx) = (shared.clone(), ctx.clone());
-            async move { create_fenced(&shared, spec(), "ns/vm", &ctx).await }
-        });
-        settle().await;
+        let (waiting, token) = create_in_flight(&driver).await;
         assert_eq!(driver.calls("create"), 1, "the create is in flight");
         token.cancel();
         assert_eq!(waiting.await.unwrap(), Err(NotEntitled::Cancelled));
@@ -219,15 +212,7 @@ mod tests {
         // The reconcile future is dropped (a runtime aborting it) while the context stays
         // entitled: the hand-over fails, so the task undoes what it made.
         let driver = FakeDriver::new();
-        let shared = Arc::new(driver.clone());
-        let token = CancellationToken::new();
-        let ctx = ReconcileContext::new(token.clone());
-        driver.hold_creates();
-        let waiting = tokio::spawn({
-            let (shared, ctx) = (shared.clone(), ctx.clone());
-            async move { create_fenced(&shared, spec(), "ns/vm", &ctx).await }
-        });
-        settle().await;
+        let (waiting, _token) = create_in_flight(&driver).await;
         waiting.abort();
         assert!(waiting.await.unwrap_err().is_cancelled());
         // Still entitled, but nobody waits any more: the task undoes what it made.
@@ -240,20 +225,12 @@ mod tests {
     async fn a_create_that_adopted_an_existing_server_is_not_undone() {
         let driver = FakeDriver::new();
         let id = driver.insert(spec());
-        let shared = Arc::new(driver.clone());
-        let token = CancellationToken::new();
-        let ctx = ReconcileContext::new(token.clone());
-        driver.hold_creates();
-        let waiting = tokio::spawn({
-            let (shared, ctx) = (shared.clone(), ctx.clone());
-            async move { create_fenced(&shared, spec(), "ns/vm", &ctx).await }
-        });
-        settle().await;
+        let (waiting, token) = create_in_flight(&driver).await;
         token.cancel();
         assert_eq!(waiting.await.unwrap(), Err(NotEntitled::Cancelled));
         driver.release_creates();
         settle().await;
-        assert_eq!(driver.server("kubeloop-vm_ns_vm").unwrap().id, id);
+        assert_eq!(driver.server(SERVER).unwrap().id, id);
         assert_eq!(driver.calls("delete"), 0);
     }
 
@@ -267,9 +244,6 @@ mod tests {
             .unwrap();
         assert!(!created.adopted);
         settle().await;
-        assert_eq!(
-            driver.server("kubeloop-vm_ns_vm").unwrap().id,
-            created.status.id
-        );
+        assert_eq!(driver.server(SERVER).unwrap().id, created.status.id);
     }
 }

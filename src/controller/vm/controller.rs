@@ -263,9 +263,10 @@ pub fn needs_reconcile(old: &VirtualMachine, new: &VirtualMachine) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use tokio::task::JoinHandle;
+
     use super::*;
-    use crate::controller::vm::driver::FakeDriver;
-    use crate::controller::vm::fake_api::FakeApi;
+    use crate::controller::vm::fixture::VmFixture;
     use crate::controller::vm::types::{Phase, VirtualMachineStatus};
     use crate::runtime::{WorkerConfig, run_workers};
     use crate::workqueue::{ItemExponentialFailureRateLimiter, RateLimitingQueue};
@@ -281,18 +282,12 @@ mod tests {
         move |key| reconcile(key, ReconcileContext::detached())
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_vm_that_keeps_failing_is_retried_with_exponential_backoff_not_in_a_hot_loop() {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
-        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        driver.fail_creates(u32::MAX);
-        let reconciler = Arc::new(Reconciler::new(
-            driver.clone(),
-            api.clone(),
-            ReconcilerConfig::default(),
-        ));
-        // The per-item part of the controller's default limiter: 5 ms doubling, cap 1000 s.
+    /// Workers running the fixture's reconciler, on a queue with the per-item part of the
+    /// controller's default limiter (5 ms doubling, cap 1000 s).
+    fn start_workers(
+        f: &VmFixture,
+        config: WorkerConfig,
+    ) -> (RateLimitingQueue<ObjectKey>, JoinHandle<()>) {
         let queue: RateLimitingQueue<ObjectKey> =
             RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
                 Duration::from_millis(5),
@@ -300,25 +295,37 @@ mod tests {
             ));
         let workers = tokio::spawn(run_workers(
             queue.clone(),
+            config,
+            worker_fn(Arc::clone(&f.reconciler)),
+        ));
+        (queue, workers)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_vm_that_keeps_failing_is_retried_with_exponential_backoff_not_in_a_hot_loop() {
+        let f = VmFixture::new();
+        let key = f.create_vm();
+        f.driver.fail_creates(u32::MAX);
+        let (queue, workers) = start_workers(
+            &f,
             WorkerConfig {
                 workers: 2,
                 name: "test".into(),
             },
-            worker_fn(reconciler),
-        ));
+        );
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(10)).await;
         // Attempts at 0, 5, 15, 35, ... ms: 5 ms * (2^n - 1) <= 10 s gives n <= 10, so 11 or 12
         // attempts in 10 s; a hot loop would make thousands.
-        let attempts = driver.calls("create");
+        let attempts = f.driver.calls("create");
         assert!(
             (10..=13).contains(&attempts),
             "{attempts} create attempts in 10 s"
         );
-        assert_eq!(api.object(&key).unwrap().phase(), Phase::Failed);
+        assert_eq!(f.api.object(&key).unwrap().phase(), Phase::Failed);
         // Another 10 s add at most one attempt (the next delay is about 10 s).
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(driver.calls("create") <= attempts + 1);
+        assert!(f.driver.calls("create") <= attempts + 1);
         queue.shutdown_with_drain().await;
         workers.await.unwrap();
     }
@@ -326,47 +333,29 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_active_vm_is_refreshed_on_the_timed_requeue_and_a_deleted_one_stops_being_requeued()
     {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
-        let key = api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"));
-        let refresh = Duration::from_secs(20);
-        let reconciler = Arc::new(Reconciler::new(
-            driver.clone(),
-            api.clone(),
-            ReconcilerConfig {
-                refresh_interval: refresh,
-                ..ReconcilerConfig::default()
-            },
-        ));
-        let queue: RateLimitingQueue<ObjectKey> =
-            RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
-                Duration::from_millis(5),
-                Duration::from_secs(1000),
-            ));
-        let workers = tokio::spawn(run_workers(
-            queue.clone(),
-            WorkerConfig::default(),
-            worker_fn(reconciler),
-        ));
+        let f = VmFixture::new();
+        // The fixture's reconciler refreshes an Active VM every `fixture::REFRESH`, 20 s.
+        let key = f.create_vm();
+        let (queue, workers) = start_workers(&f, WorkerConfig::default());
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(driver.calls("status"), 1);
+        assert_eq!(f.driver.calls("status"), 1);
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(
-            driver.calls("status"),
+            f.driver.calls("status"),
             4,
             "one refresh per 20 s, without any event"
         );
 
         // Deleted: finalized on the next pass, then never looked at again.
-        api.delete(&key);
+        f.api.delete(&key);
         queue.add(key.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(api.object(&key).is_none());
-        let calls = driver.calls("status") + driver.calls("delete");
+        assert!(f.api.object(&key).is_none());
+        let calls = f.driver.calls("status") + f.driver.calls("delete");
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert_eq!(
-            driver.calls("status") + driver.calls("delete"),
+            f.driver.calls("status") + f.driver.calls("delete"),
             calls,
             "no requeue of a deleted VM"
         );

@@ -25,6 +25,8 @@ pub mod driver;
 pub mod error_policy;
 #[cfg(test)]
 mod fake_api;
+#[cfg(test)]
+mod fixture;
 pub mod quantity;
 pub mod reconcile;
 pub mod sweep;

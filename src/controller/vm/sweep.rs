@@ -155,46 +155,33 @@ mod tests {
 
     use super::*;
     use crate::controller::vm::driver::{
-        DEFAULT_MANAGED_BY, FakeDriver, LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID,
-        ServerSpec, server_name,
+        DEFAULT_MANAGED_BY, LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID, server_name,
     };
-    use crate::controller::vm::fake_api::FakeApi;
+    use crate::controller::vm::fixture::{VmFixture, server_spec};
     use crate::controller::vm::types::VirtualMachine;
-
-    fn spec(ns: &str, name: &str, uid: &str) -> ServerSpec {
-        ServerSpec {
-            name: server_name(ns, name),
-            vm_namespace: ns.into(),
-            vm_name: name.into(),
-            vm_uid: uid.into(),
-            cpu_millis: 1000,
-            memory_bytes: 1 << 30,
-        }
-    }
 
     #[tokio::test]
     async fn the_sweep_removes_only_servers_whose_vm_is_gone() {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
+        let VmFixture { driver, api, .. } = VmFixture::new();
         // FakeApi gives VM `name` the uid `uid-<name>`.
         api.create(VirtualMachine::new("ns", "live", "1", "1Gi"));
         api.create(VirtualMachine::new("ns", "reborn", "1", "1Gi"));
-        driver.insert(spec("ns", "live", "uid-live"));
-        driver.insert(spec("ns", "gone", "uid-gone"));
+        driver.insert(server_spec("ns", "live", "uid-live"));
+        driver.insert(server_spec("ns", "gone", "uid-gone"));
         // The server of an earlier VM of the same name.
-        driver.insert(spec("ns", "reborn", "uid-old"));
+        driver.insert(server_spec("ns", "reborn", "uid-old"));
         // Managed, but without a uid: whose it is cannot be told.
         let mut no_uid = BTreeMap::from([(LABEL_MANAGED_BY.into(), DEFAULT_MANAGED_BY.into())]);
         no_uid.insert(LABEL_NAMESPACE.into(), "ns".into());
         no_uid.insert(LABEL_NAME.into(), "nouid".into());
-        driver.insert_with_labels(spec("ns", "nouid", ""), no_uid);
+        driver.insert_with_labels(server_spec("ns", "nouid", ""), no_uid);
         // Another owner's (another cluster's managed-by value) and an unlabelled one.
         let mut foreign = BTreeMap::from([(LABEL_MANAGED_BY.into(), "someone-else".into())]);
         foreign.insert(LABEL_NAMESPACE.into(), "ns".into());
         foreign.insert(LABEL_NAME.into(), "theirs".into());
         foreign.insert(LABEL_UID.into(), "uid-theirs".into());
-        driver.insert_with_labels(spec("ns", "theirs", "uid-theirs"), foreign);
-        driver.insert_with_labels(spec("ns", "bare", "x"), BTreeMap::new());
+        driver.insert_with_labels(server_spec("ns", "theirs", "uid-theirs"), foreign);
+        driver.insert_with_labels(server_spec("ns", "bare", "x"), BTreeMap::new());
 
         let report = sweep_orphans(&driver, &api, None, &ReconcileContext::detached())
             .await
@@ -222,11 +209,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_sweep_decides_from_the_apiserver_not_from_a_cache_that_lags() {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
+        let VmFixture { driver, api, .. } = VmFixture::new();
         let key = api.create(VirtualMachine::new("ns", "new", "1", "1Gi"));
         api.hide_from_cache(&key);
-        driver.insert(spec("ns", "new", "uid-new"));
+        driver.insert(server_spec("ns", "new", "uid-new"));
         let report = sweep_orphans(&driver, &api, None, &ReconcileContext::detached())
             .await
             .unwrap();
@@ -236,10 +222,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_sweep_stays_in_its_namespace() {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
-        driver.insert(spec("mine", "gone", "uid-a"));
-        driver.insert(spec("other", "gone", "uid-b"));
+        let VmFixture { driver, api, .. } = VmFixture::new();
+        driver.insert(server_spec("mine", "gone", "uid-a"));
+        driver.insert(server_spec("other", "gone", "uid-b"));
         let report = sweep_orphans(&driver, &api, Some("mine"), &ReconcileContext::detached())
             .await
             .unwrap();
@@ -249,9 +234,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_sweep_without_entitlement_removes_nothing() {
-        let driver = FakeDriver::new();
-        let api = FakeApi::new();
-        driver.insert(spec("ns", "gone", "uid-gone"));
+        let VmFixture { driver, api, .. } = VmFixture::new();
+        driver.insert(server_spec("ns", "gone", "uid-gone"));
         let token = CancellationToken::new();
         token.cancel();
         let err = sweep_orphans(&driver, &api, None, &ReconcileContext::new(token))
@@ -273,16 +257,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_engine_that_cannot_list_fails_the_sweep_naming_it() {
-        let driver = FakeDriver::new();
+        let VmFixture { driver, api, .. } = VmFixture::new();
         driver.set_unreachable(true);
-        let err = sweep_orphans(
-            &driver,
-            &FakeApi::new(),
-            None,
-            &ReconcileContext::detached(),
-        )
-        .await
-        .unwrap_err();
+        let err = sweep_orphans(&driver, &api, None, &ReconcileContext::detached())
+            .await
+            .unwrap_err();
         assert!(
             err.to_string().contains("fake engine is unreachable"),
             "{err}"
