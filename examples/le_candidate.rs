@@ -84,7 +84,7 @@ impl EventLog {
         let mut file = self.0.lock();
         // A failed log write would make the test's analysis wrong; dying loudly is better.
         if let Err(e) = file.write_all(text.as_bytes()).and_then(|_| file.flush()) {
-            eprintln!("le-candidate: cannot write the event log: {e}");
+            eprintln!("le_candidate: cannot write the event log: {e}");
             std::process::exit(3);
         }
     }

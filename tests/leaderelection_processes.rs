@@ -31,23 +31,40 @@ use kube_client::api::{Api, ObjectMeta, PostParams};
 use kubeloop::testenv::{self, Cluster, FaultProxy};
 use tokio::process::{Child, Command};
 
-/// The candidate binary: the `le_candidate` example, which `cargo test --all-targets` builds
-/// before it runs the tests (examples get no `CARGO_BIN_EXE_` variable), beside this test's
-/// own executable (`target/<profile>/deps/..` -> `target/<profile>/examples/le_candidate`).
-fn le_candidate() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("a test executable lives in target/<profile>/deps");
-    let candidate = profile_dir.join("examples").join("le_candidate");
-    assert!(
-        candidate.exists(),
-        "{} is missing: build it with `cargo build --example le_candidate --all-features` (or run \
-         `cargo test --all-features --all-targets`, which builds it)",
-        candidate.display()
-    );
-    candidate
+/// The candidate binary, the `le_candidate` example, built once per run (a no-op when it is
+/// up to date; examples get no `CARGO_BIN_EXE_` variable, and `cargo test` builds them only
+/// under hashed names), beside this test's own executable:
+/// `target/<profile>/deps/..` -> `target/<profile>/examples/le_candidate`.
+fn le_candidate() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .args([
+                    "build",
+                    "--quiet",
+                    "--all-features",
+                    "--example",
+                    "le_candidate",
+                ])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("running cargo build --example le_candidate");
+            assert!(
+                status.success(),
+                "cargo build --example le_candidate failed"
+            );
+            let exe = std::env::current_exe().expect("the test's own path");
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("a test executable lives in target/<profile>/deps");
+            let candidate = profile_dir.join("examples").join("le_candidate");
+            assert!(candidate.exists(), "{} was not built", candidate.display());
+            candidate
+        })
+        .clone()
 }
 
 const LEASE: Duration = Duration::from_secs(4);
