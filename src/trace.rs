@@ -334,8 +334,25 @@ fn duration(micros: u64) -> String {
     }
 }
 
+/// How an item type other than a string shows itself as a key ([`key_type`]).
+type KeyView = fn(&dyn std::any::Any) -> Option<&str>;
+
+/// Item types registered with [`key_type`], looked at only while some key is followed.
+static KEY_TYPES: Mutex<Vec<KeyView>> = Mutex::new(Vec::new());
+
+/// Lets the workqueue trace items of a type of a higher layer (the runtime's `ObjectKey`)
+/// without this module knowing it: `view` downcasts an item and hands out its key text.
+/// Registering the same view again changes nothing.
+pub(crate) fn key_type(view: KeyView) {
+    let mut views = KEY_TYPES.lock();
+    if !views.iter().any(|v| std::ptr::fn_addr_eq(*v, view)) {
+        views.push(view);
+    }
+}
+
 /// The workqueue's view of an item as a key: `String`, `&'static str` and `Arc<str>` items
-/// are keys; any other item type is never traced.
+/// are keys, and items of a type registered with [`key_type`]; any other item type is never
+/// traced.
 pub(crate) fn item_key<T: 'static>(item: &T) -> Option<&str> {
     let any = item as &dyn std::any::Any;
     if let Some(s) = any.downcast_ref::<String>() {
@@ -344,7 +361,10 @@ pub(crate) fn item_key<T: 'static>(item: &T) -> Option<&str> {
     if let Some(s) = any.downcast_ref::<&'static str>() {
         return Some(s);
     }
-    any.downcast_ref::<std::sync::Arc<str>>().map(|s| &**s)
+    if let Some(s) = any.downcast_ref::<std::sync::Arc<str>>() {
+        return Some(s);
+    }
+    KEY_TYPES.lock().iter().find_map(|view| view(any))
 }
 
 #[cfg(test)]
@@ -419,11 +439,15 @@ mod tests {
     }
 
     #[test]
-    fn item_keys_are_strings_only() {
+    fn item_keys_are_strings_and_registered_types() {
         assert_eq!(item_key(&"a/b".to_string()), Some("a/b"));
         assert_eq!(item_key(&"a/b"), Some("a/b"));
         assert_eq!(item_key(&std::sync::Arc::<str>::from("a/b")), Some("a/b"));
         assert_eq!(item_key(&7u32), None);
+        // A registered type is seen through its view.
+        struct Key(&'static str);
+        key_type(|any| any.downcast_ref::<Key>().map(|k| k.0));
+        assert_eq!(item_key(&Key("c/d")), Some("c/d"));
         assert_eq!(short_type_name::<crate::cache::Delta<u8>>(), "Delta");
     }
 }

@@ -14,7 +14,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use kube_client::Resource;
 
@@ -41,6 +41,16 @@ use crate::cache::{KeyError, meta_namespace_key, split_meta_namespace_key};
 pub struct ObjectKey(Arc<str>);
 
 impl ObjectKey {
+    /// Every key is made here: the first one tells the trace how to read keys, so the
+    /// workqueue records the steps of followed `ObjectKey`s as it does for string keys.
+    fn from_text(text: Arc<str>) -> Self {
+        static TRACEABLE: Once = Once::new();
+        TRACEABLE.call_once(|| {
+            crate::trace::key_type(|any| any.downcast_ref::<ObjectKey>().map(ObjectKey::as_str))
+        });
+        ObjectKey(text)
+    }
+
     /// The key of `name` in `namespace` (`""`: a cluster-scoped object).
     ///
     /// # Panics
@@ -52,9 +62,9 @@ impl ObjectKey {
             "not an object's namespace and name: {namespace:?} {name:?}"
         );
         if namespace.is_empty() {
-            ObjectKey(Arc::from(name))
+            Self::from_text(Arc::from(name))
         } else {
-            ObjectKey(Arc::from(format!("{namespace}/{name}")))
+            Self::from_text(Arc::from(format!("{namespace}/{name}")))
         }
     }
 
@@ -68,12 +78,12 @@ impl ObjectKey {
                 key: key.to_string(),
             });
         }
-        Ok(ObjectKey(Arc::from(key)))
+        Ok(Self::from_text(Arc::from(key)))
     }
 
     /// The key of `obj`. client-go: `cache.MetaNamespaceKeyFunc`.
     pub fn of<K: Resource>(obj: &K) -> Result<Self, KeyError> {
-        meta_namespace_key(obj).map(|key| ObjectKey(Arc::from(key)))
+        meta_namespace_key(obj).map(|key| Self::from_text(Arc::from(key)))
     }
 
     /// The namespace; `None` for a cluster-scoped object.
@@ -210,6 +220,21 @@ mod tests {
         let set: HashSet<ObjectKey> = [key].into();
         assert!(set.contains("ns/web"));
         assert!(!set.contains("ns/other"));
+    }
+
+    #[test]
+    fn the_workqueue_traces_a_followed_object_key_as_it_traces_a_string_key() {
+        // Follow adds to the process-wide followed set; this key is this test's own.
+        crate::trace::follow(["key-test/traced"]).unwrap();
+        let queue = crate::workqueue::Queue::new();
+        queue.add(ObjectKey::new("key-test", "traced"));
+        let steps = crate::trace::timeline("key-test/traced").expect("followed");
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.stage == crate::trace::Stage::QueueAdded),
+            "{steps:?}"
+        );
     }
 
     #[test]
