@@ -163,8 +163,15 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         Ok(())
     }
 
-    /// `replace` for objects already transformed and shared (what the reflector hands over).
-    fn queue_listed(&self, list: Vec<Arc<K>>, _resource_version: &str) -> Result<(), StoreError> {
+    /// `replace` for objects already transformed and shared (what the reflector hands over);
+    /// the keys in `undecodable` get no tombstone (see `ReflectorStore::replace_listed`).
+    fn queue_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        _resource_version: &str,
+    ) -> Result<(), StoreError> {
+        let undecodable: HashSet<String> = undecodable.into_iter().collect();
         let mut inner = self.shared.inner.lock();
         let mut keys = HashSet::with_capacity(list.len());
         for obj in list {
@@ -178,7 +185,7 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         let vanished_queued: Vec<(String, Arc<K>)> = inner
             .items
             .iter()
-            .filter(|(k, _)| !keys.contains(*k))
+            .filter(|(k, _)| !keys.contains(*k) && !undecodable.contains(*k))
             .filter_map(|(k, d)| d.last().map(|d| (k.clone(), d.object().clone())))
             .collect();
         for (key, obj) in vanished_queued {
@@ -188,7 +195,10 @@ impl<K: Send + Sync + 'static> DeltaFIFO<K> {
         // Deletion detection against what the consumer holds.
         if let Some(known) = &self.shared.known {
             for key in known.list_keys() {
-                if keys.contains(&key) || inner.items.contains_key(&key) {
+                if keys.contains(&key)
+                    || inner.items.contains_key(&key)
+                    || undecodable.contains(&key)
+                {
                     continue;
                 }
                 let Some(obj) = known.get_by_key(&key) else {
@@ -275,7 +285,11 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     /// queued keys absent from `list`, and known keys absent from `list` with nothing queued.
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
-        self.queue_listed(transformed_list(transform.as_ref(), list), resource_version)
+        self.queue_listed(
+            transformed_list(transform.as_ref(), list),
+            Vec::new(),
+            resource_version,
+        )
     }
     /// Queues a `Sync` delta for every known key that has nothing queued.
     fn resync(&self) -> Result<(), StoreError> {
@@ -298,8 +312,32 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
-    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
-        self.queue_listed(list, resource_version)
+    fn replace_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
+        self.queue_listed(list, undecodable, resource_version)
+    }
+    /// Queues a tombstone carrying the key's last queued object, else the known one
+    /// (nothing if neither holds it, or the last queued delta is a deletion).
+    fn delete_undecodable(&self, key: &str) -> Result<(), StoreError> {
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        let obj = match inner.items.get(key).and_then(|d| d.last()) {
+            Some(Delta::Deleted(_)) => None,
+            Some(d) => Some(d.object().clone()),
+            None => self
+                .shared
+                .known
+                .as_ref()
+                .and_then(|known| known.get_by_key(key)),
+        };
+        match obj {
+            Some(obj) => self.queue_action(&mut inner, Delta::tombstone(key.to_string(), obj)),
+            None => Ok(()),
+        }
     }
 }
 

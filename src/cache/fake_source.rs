@@ -5,7 +5,11 @@
 //! Every change bumps a resourceVersion and is kept in a history, so a watch from any
 //! version replays what came after it, then follows live changes. Tests can break every
 //! open watch, make the next watch fail with 410, or change objects behind the watches' back
-//! (as if the events were lost) to force the reflector through a relist.
+//! (as if the events were lost) to force the reflector through a relist. An object can be
+//! stored as one that does not decode (`add_undecodable`, `modify_undecodable`): lists
+//! report it in [`ListPage::undecodable`] and watches send
+//! [`ListWatchError::Undecodable`], as [`ListWatch`](super::ListWatch) does for an object
+//! the type cannot decode.
 
 use std::sync::Arc;
 
@@ -19,6 +23,7 @@ use super::list_watch::{
     CacheObject, ListOptions, ListPage, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
 };
 use super::store::meta_namespace_key;
+use super::undecodable::{UndecodableObject, UndecodableReason, WatchEventType};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Resource;
 
@@ -32,9 +37,12 @@ pub struct FakeControllerSource<K = ConfigMap> {
 
 struct Inner<K> {
     rv: u64,
+    /// The objects whose current version decodes.
     items: BTreeMap<String, K>,
-    /// (rv, event) for every change.
-    history: Vec<(u64, WatchEvent<K>)>,
+    /// The objects whose current version does not decode (never in `items` too).
+    undecodable: BTreeMap<String, UndecodableObject>,
+    /// (rv, event) for every change; `Err` for an event whose object does not decode.
+    history: Vec<(u64, FakeEvent<K>)>,
     watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent<K>, ListWatchError>>>,
     /// Watches from before this version answer with a 410 ERROR event.
     compacted_rv: u64,
@@ -46,6 +54,20 @@ struct Inner<K> {
 impl<K: CacheObject + Resource<DynamicType = ()>> Default for FakeControllerSource<K> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A recorded event: `Err` names an object that does not decode.
+type FakeEvent<K> = Result<WatchEvent<K>, UndecodableObject>;
+
+fn replay<K: Clone>(e: &FakeEvent<K>) -> Result<WatchEvent<K>, ListWatchError> {
+    match e {
+        Ok(e) => Ok(clone_event(e)),
+        Err(skip) => Err(ListWatchError::Undecodable {
+            verb: "WATCH",
+            url: "(fake watch)".into(),
+            object: Box::new(skip.clone()),
+        }),
     }
 }
 
@@ -66,6 +88,7 @@ impl<K: CacheObject + Resource<DynamicType = ()>> FakeControllerSource<K> {
             inner: Arc::new(Mutex::new(Inner {
                 rv: 0,
                 items: BTreeMap::new(),
+                undecodable: BTreeMap::new(),
                 history: Vec::new(),
                 watchers: Vec::new(),
                 compacted_rv: 0,
@@ -84,26 +107,48 @@ impl<K: CacheObject> FakeControllerSource<K> {
         let rv = inner.rv;
         obj.meta_mut().resource_version = Some(rv.to_string());
         let key = meta_namespace_key(&obj).expect("test object needs a name");
-        let event = match kind {
+        let was_undecodable = inner.undecodable.remove(&key).is_some();
+        let (namespace, name) = (
+            obj.meta().namespace.clone().unwrap_or_default(),
+            obj.meta().name.clone().unwrap_or_default(),
+        );
+        let undecodable = |event| UndecodableObject {
+            namespace,
+            name,
+            resource_version: rv.to_string(),
+            event: Some(event),
+            reason: UndecodableReason::Decode("(fake) this version does not decode".into()),
+        };
+        let event: FakeEvent<K> = match kind {
             "add" => {
                 inner.items.insert(key, obj.clone());
-                WatchEvent::Added(obj)
+                Ok(WatchEvent::Added(obj))
             }
             "modify" => {
                 inner.items.insert(key, obj.clone());
-                WatchEvent::Modified(obj)
+                Ok(WatchEvent::Modified(obj))
             }
+            "add undecodable" | "modify undecodable" => {
+                let event = if kind == "add undecodable" {
+                    WatchEventType::Added
+                } else {
+                    WatchEventType::Modified
+                };
+                let skip = undecodable(event);
+                inner.items.remove(&key);
+                inner.undecodable.insert(key, skip.clone());
+                Err(skip)
+            }
+            _ if was_undecodable => Err(undecodable(WatchEventType::Deleted)),
             _ => {
                 inner.items.remove(&key);
-                WatchEvent::Deleted(obj)
+                Ok(WatchEvent::Deleted(obj))
             }
         };
         if silently {
             return;
         }
-        inner
-            .watchers
-            .retain(|w| w.send(Ok(clone_event(&event))).is_ok());
+        inner.watchers.retain(|w| w.send(replay(&event)).is_ok());
         inner.history.push((rv, event));
     }
 
@@ -118,6 +163,17 @@ impl<K: CacheObject> FakeControllerSource<K> {
     /// Removes `obj` at the next resourceVersion and sends DELETED to every open watch.
     pub fn delete(&self, obj: K) {
         self.change(obj, "delete", false)
+    }
+    /// Stores `obj` at the next resourceVersion as an object that does not decode: lists
+    /// report it as undecodable, watches send an undecodable ADDED.
+    pub fn add_undecodable(&self, obj: K) {
+        self.change(obj, "add undecodable", false)
+    }
+    /// Replaces `obj` at the next resourceVersion with a version that does not decode
+    /// (undecodable MODIFIED). A later `modify` makes it decode again; `delete` sends an
+    /// undecodable DELETED.
+    pub fn modify_undecodable(&self, obj: K) {
+        self.change(obj, "modify undecodable", false)
     }
     /// A deletion no watch will ever report (lost while disconnected).
     pub fn delete_silently(&self, obj: K) {
@@ -145,7 +201,7 @@ impl<K: CacheObject> FakeControllerSource<K> {
     pub fn modify_silently(&self, obj: K) {
         self.change(obj, "modify", true)
     }
-    /// key -> resourceVersion of every object.
+    /// key -> resourceVersion of every object whose current version decodes.
     pub fn snapshot(&self) -> BTreeMap<String, String> {
         self.inner
             .lock()
@@ -203,6 +259,14 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
             items: inner.items.values().cloned().collect(),
             resource_version: inner.rv.to_string(),
             continue_token: None,
+            undecodable: inner
+                .undecodable
+                .values()
+                .map(|skip| UndecodableObject {
+                    event: None,
+                    ..skip.clone()
+                })
+                .collect(),
         };
         futures::future::Either::Right(async move { Ok(page) })
     }
@@ -219,7 +283,7 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
         } else {
             for (rv, e) in &inner.history {
                 if *rv > from {
-                    let _ = tx.send(Ok(clone_event(e)));
+                    let _ = tx.send(replay(e));
                 }
             }
             inner.watchers.push(tx);

@@ -14,7 +14,10 @@
 //! `request_stream` drop the headers) in [`ListWatchError::retry_after`]. The watch body is
 //! split into lines and decoded here, as apimachinery's `StreamWatcher` under client-go's
 //! rest client does: a complete line that is not a watch event is a decode error that ends
-//! the watch; only an unterminated last line, cut off with the connection, is dropped.
+//! the watch; only an unterminated last line, cut off with the connection, is dropped. An
+//! event whose object does not decode into the type, and a watch line or a list item over
+//! the size bound, are not errors of the stream: the object is skipped and reported
+//! ([`ListWatchError::Undecodable`], [`ListPage::undecodable`]; see `undecodable.rs`).
 //!
 //! Below `send`, kube-client's retry layer (`Config::default_retry`, on by default) retries
 //! 429, 503 and 504 answers itself, honouring `Retry-After`, as client-go's rest client
@@ -35,6 +38,9 @@ use serde::de::DeserializeOwned;
 
 use super::list_decoder::{ListDecodeError, ListDecoder};
 use super::store::TransformFunc;
+use super::undecodable::{
+    MAX_OBJECT_BYTES, UndecodableObject, oversized_event, undecodable_event,
+};
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
 pub trait CacheObject:
@@ -97,6 +103,9 @@ pub struct ListPage<K> {
     pub resource_version: String,
     /// `metadata.continue`, `None` on the last page.
     pub continue_token: Option<String>,
+    /// The items of this page that were skipped: not decodable into `K`, or over the size
+    /// bound. Never fatal to the page.
+    pub undecodable: Vec<UndecodableObject>,
 }
 
 /// The event stream of a WATCH.
@@ -137,7 +146,8 @@ pub enum ListWatchError {
         #[source]
         source: kube_client::Error,
     },
-    /// A response or watch event that does not decode as the expected type.
+    /// A response or watch line that is not what the protocol sends (not a list, not a
+    /// watch event): the stream itself is broken.
     #[error("{verb} {url}: cannot decode the response: {source}")]
     Decode {
         /// LIST or WATCH.
@@ -147,6 +157,19 @@ pub enum ListWatchError {
         /// The decoder error.
         #[source]
         source: kube_client::Error,
+    },
+    /// A watch event whose object does not decode into the type, or a watch line over the
+    /// size bound. Not a failure of the watch: the stream goes on, and the reflector skips
+    /// the object (see `undecodable.rs`).
+    #[error("{verb} {url}: skipping {object}")]
+    Undecodable {
+        /// WATCH.
+        verb: &'static str,
+        /// Path and query.
+        url: String,
+        /// The object skipped.
+        #[source]
+        object: Box<UndecodableObject>,
     },
 }
 
@@ -321,6 +344,8 @@ pub struct ListWatch<K: Resource> {
     description: String,
     label_selector: Option<String>,
     field_selector: Option<String>,
+    /// The bound on one watch line or list item.
+    max_object_bytes: usize,
     _marker: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -332,6 +357,7 @@ impl<K: Resource> Clone for ListWatch<K> {
             description: self.description.clone(),
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
+            max_object_bytes: self.max_object_bytes,
             _marker: std::marker::PhantomData,
         }
     }
@@ -365,6 +391,7 @@ impl<K: Resource> ListWatch<K> {
             description: format!("{api_version}/{plural}"),
             label_selector: None,
             field_selector: None,
+            max_object_bytes: MAX_OBJECT_BYTES,
             _marker: std::marker::PhantomData,
         }
     }
@@ -378,6 +405,13 @@ impl<K: Resource> ListWatch<K> {
     /// Restricts to objects matching a field selector (`fieldSelector`).
     pub fn fields(mut self, selector: &str) -> Self {
         self.field_selector = Some(selector.to_string()).filter(|s| !s.is_empty());
+        self
+    }
+
+    /// Skips a watch line or a list item over `bytes` as undecodable. Default
+    /// [`MAX_OBJECT_BYTES`](super::MAX_OBJECT_BYTES), client-go's 16 MiB.
+    pub fn max_object_bytes(mut self, bytes: usize) -> Self {
+        self.max_object_bytes = bytes;
         self
     }
 
@@ -439,6 +473,8 @@ impl<K: Resource> ListWatch<K> {
 }
 
 fn list_decode_error(url: &str, e: ListDecodeError) -> ListWatchError {
+    // Only the list's own shape and metadata can fail it; items that do not decode are
+    // skipped.
     let source = match e {
         ListDecodeError::Item { source, .. } => source,
         other => <serde_json::Error as serde::de::Error>::custom(other),
@@ -532,6 +568,7 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
     ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
         let url = self.list_url(options);
         let client = self.client.clone();
+        let max_object_bytes = self.max_object_bytes;
         async move {
             // The body is decoded item by item as it arrives (list_decoder.rs): a LIST the
             // watch cache answers whole is never held as one string.
@@ -542,7 +579,9 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 .map_err(std::io::Error::other)
                 .into_async_read();
             let mut reader = std::pin::pin!(reader);
-            let mut decoder = ListDecoder::<K>::new().with_transform(transform);
+            let mut decoder = ListDecoder::<K>::new()
+                .with_transform(transform)
+                .with_max_item_bytes(max_object_bytes);
             loop {
                 let chunk = reader
                     .fill_buf()
@@ -561,12 +600,13 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                     .map_err(|e| list_decode_error(&url, e))?;
                 reader.as_mut().consume(n);
             }
-            let (mut items, metadata) = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
-            items.iter_mut().for_each(shrink_metadata);
+            let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
+            list.items.iter_mut().for_each(shrink_metadata);
             Ok(ListPage {
-                items,
-                resource_version: metadata.resource_version.unwrap_or_default(),
-                continue_token: metadata.continue_.filter(|c| !c.is_empty()),
+                items: list.items,
+                resource_version: list.metadata.resource_version.unwrap_or_default(),
+                continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+                undecodable: list.undecodable,
             })
         }
     }
@@ -577,6 +617,7 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
     ) -> impl Future<Output = Result<WatchStream<K>, ListWatchError>> + Send {
         let url = self.watch_url(options);
         let client = self.client.clone();
+        let max_object_bytes = self.max_object_bytes;
         async move {
             let mut req = get_request(&url);
             // As kube-client's request_events: watch streams are not compressed (a gzip
@@ -586,7 +627,7 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 http::HeaderValue::from_static("identity"),
             );
             let res = send(&client, "WATCH", &url, req).await?;
-            Ok(watch_events(res.into_body(), url))
+            Ok(watch_events(res.into_body(), url, max_object_bytes))
         }
     }
 
@@ -598,25 +639,31 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
 /// The event stream of a watch body: newline-delimited JSON, one `WatchEvent` a line
 /// (apimachinery's `StreamWatcher` over the JSON framer, as client-go's rest client sets it up).
 ///
-/// - A complete line that does not decode as an event is a [`ListWatchError::Decode`] (a
-///   line carrying a bare `Status`, kind `Status`, is an [`ListWatchError::Api`]): the
+/// - A complete line that is not a watch event is a [`ListWatchError::Decode`] (a line
+///   carrying a bare `Status`, kind `Status`, is an [`ListWatchError::Api`]): the
 ///   reflector ends the watch and relists, as the StreamWatcher reports a decode
 ///   error and stops. kube-client's `request_events` would read any JSON object that is not
 ///   an event as a `Status` (all its fields have defaults), which hides what went wrong.
+/// - An `ADDED`, `MODIFIED` or `DELETED` event whose object does not decode into `K`, and a
+///   line over `max_line_bytes` (dropped as it streams past, never buffered whole), are a
+///   [`ListWatchError::Undecodable`] naming the object, and the stream goes on (client-go's
+///   StreamWatcher ends the watch on both; see `undecodable.rs`).
 /// - The body ending, or breaking with an unexpected EOF, ends the stream (the reflector
 ///   re-watches); an unterminated last line is dropped unless it decodes whole.
 /// - Any other read failure is a [`ListWatchError::Transport`], after which the stream ends.
-fn watch_events<K: CacheObject>(body: Body, url: String) -> WatchStream<K> {
-    watch_events_of_chunks(body.into_data_stream(), url)
+fn watch_events<K: CacheObject>(body: Body, url: String, max_line_bytes: usize) -> WatchStream<K> {
+    watch_events_of_chunks(body.into_data_stream(), url, max_line_bytes)
 }
 
 /// [`watch_events`] over the body's chunks as they arrive.
-fn watch_events_of_chunks<K, S, D>(chunks: S, url: String) -> WatchStream<K>
+fn watch_events_of_chunks<K, S, D>(chunks: S, url: String, max_line_bytes: usize) -> WatchStream<K>
 where
     K: CacheObject,
     S: futures::Stream<Item = Result<D, kube_client::Error>> + Send + Unpin + 'static,
     D: AsRef<[u8]>,
 {
+    /// Invariants: `buf[start..start + scanned]` holds no newline; while `oversized` is set,
+    /// the line it names is being dropped and `buf` holds only its bytes since the last read.
     struct Lines<S> {
         body: S,
         buf: Vec<u8>,
@@ -627,6 +674,9 @@ where
         scanned: usize,
         ended: bool,
         url: String,
+        max_line_bytes: usize,
+        /// The line over the bound streaming past: the object it names, its bytes so far.
+        oversized: Option<(UndecodableObject, usize)>,
     }
     let lines = Lines {
         body: chunks,
@@ -635,6 +685,8 @@ where
         scanned: 0,
         ended: false,
         url,
+        max_line_bytes,
+        oversized: None,
     };
     futures::stream::unfold(lines, |mut st| async move {
         loop {
@@ -643,6 +695,23 @@ where
                 let line = &st.buf[st.start..from + n];
                 st.start = from + n + 1;
                 st.scanned = 0;
+                let oversized = match st.oversized.take() {
+                    Some((skip, size)) => Some(with_size(skip, size + line.len())),
+                    None if line.len() > st.max_line_bytes => Some(oversized_event(
+                        line,
+                        line.len(),
+                        st.max_line_bytes,
+                    )),
+                    None => None,
+                };
+                if let Some(skip) = oversized {
+                    let err = ListWatchError::Undecodable {
+                        verb: "WATCH",
+                        url: st.url.clone(),
+                        object: Box::new(skip),
+                    };
+                    return Some((Err(err), st));
+                }
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
@@ -653,7 +722,8 @@ where
                 let rest = std::mem::take(&mut st.buf);
                 let rest = &rest[std::mem::take(&mut st.start)..];
                 st.scanned = 0;
-                if rest.iter().all(u8::is_ascii_whitespace) {
+                // A line over the bound cut off by the close is dropped like any cut line.
+                if st.oversized.take().is_some() || rest.iter().all(u8::is_ascii_whitespace) {
                     return None;
                 }
                 return match decode_watch_line::<K>(rest, &st.url) {
@@ -661,10 +731,25 @@ where
                     event => Some((event, st)),
                 };
             }
-            // Keep only the unread tail before reading more: each byte is moved once.
-            st.scanned = st.buf.len() - st.start;
-            st.buf.drain(..st.start);
-            st.start = 0;
+            let pending = st.buf.len() - st.start;
+            if let Some((_, size)) = &mut st.oversized {
+                *size += pending;
+                st.buf.clear();
+                st.start = 0;
+                st.scanned = 0;
+            } else if pending > st.max_line_bytes {
+                // Named from its first bytes, then dropped as it streams past.
+                let skip = oversized_event(&st.buf[st.start..], 0, st.max_line_bytes);
+                st.oversized = Some((skip, pending));
+                st.buf.clear();
+                st.start = 0;
+                st.scanned = 0;
+            } else {
+                // Keep only the unread tail before reading more: each byte is moved once.
+                st.scanned = pending;
+                st.buf.drain(..st.start);
+                st.start = 0;
+            }
             match st.body.next().await {
                 Some(Ok(chunk)) => st.buf.extend_from_slice(chunk.as_ref()),
                 None => st.ended = true,
@@ -681,6 +766,7 @@ where
                     st.buf.clear();
                     st.start = 0;
                     st.scanned = 0;
+                    st.oversized = None;
                     st.ended = true;
                     return Some((Err(err), st));
                 }
@@ -688,6 +774,14 @@ where
         }
     })
     .boxed()
+}
+
+/// `skip` (an oversized line) with its final size.
+fn with_size(mut skip: UndecodableObject, total: usize) -> UndecodableObject {
+    if let super::undecodable::UndecodableReason::TooLarge { size, .. } = &mut skip.reason {
+        *size = total;
+    }
+    skip
 }
 
 fn decode_watch_line<K: CacheObject>(
@@ -706,6 +800,13 @@ fn decode_watch_line<K: CacheObject>(
                 && let Ok(status) = serde_json::from_slice::<Status>(line)
             {
                 return Err(ListWatchError::from_status("WATCH", url, &status));
+            }
+            if let Some(skip) = undecodable_event(line, &source) {
+                return Err(ListWatchError::Undecodable {
+                    verb: "WATCH",
+                    url: url.to_string(),
+                    object: Box::new(skip),
+                });
             }
             Err(ListWatchError::Decode {
                 verb: "WATCH",
@@ -930,7 +1031,11 @@ mod tests {
     }
 
     async fn events_of(body: &str) -> Vec<Result<WatchEvent<ConfigMap>, ListWatchError>> {
-        watch_events::<ConfigMap>(Body::from(body.as_bytes().to_vec()), "/w".into())
+        watch_events::<ConfigMap>(
+            Body::from(body.as_bytes().to_vec()),
+            "/w".into(),
+            MAX_OBJECT_BYTES,
+        )
             .collect()
             .await
     }
@@ -979,6 +1084,7 @@ mod tests {
             let events: Vec<_> = watch_events_of_chunks::<ConfigMap, _, _>(
                 futures::stream::iter(chunks),
                 "/w".into(),
+                MAX_OBJECT_BYTES,
             )
             .collect()
             .await;
@@ -986,6 +1092,76 @@ mod tests {
             assert!(
                 events.iter().all(|e| matches!(e, Ok(WatchEvent::Added(_)))),
                 "chunks of {size}: {events:?}"
+            );
+        }
+    }
+
+    // kubeloop's own (client-go's StreamWatcher ends the watch on it): an event whose object
+    // does not decode into the type is reported as that object, and the stream goes on.
+    #[tokio::test]
+    async fn an_event_whose_object_does_not_decode_is_skipped_and_the_stream_goes_on() {
+        let bad = r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","metadata":{"name":"bad","namespace":"ns","resourceVersion":"6"},"data":{"k":7}}}"#;
+        let events = events_of(&format!("{bad}\n{ADDED}\n")).await;
+        let [Err(ListWatchError::Undecodable { object, .. }), Ok(WatchEvent::Added(_))] = &events[..]
+        else {
+            panic!("{events:?}")
+        };
+        assert_eq!(object.key().as_deref(), Some("ns/bad"));
+        assert_eq!(object.resource_version, "6");
+        assert_eq!(object.event, Some(crate::cache::WatchEventType::Modified));
+        let text = ListWatchError::Undecodable {
+            verb: "WATCH",
+            url: "/w".into(),
+            object: object.clone(),
+        }
+        .to_string();
+        assert!(
+            text.starts_with("WATCH /w: skipping object ns/bad at resourceVersion 6 does not decode: invalid type: integer `7`"),
+            "{text}"
+        );
+    }
+
+    // client-go's streaming decoder: a frame over maxBytes (16 MiB) is ErrObjectTooLarge and
+    // the rest of the frame is drained, after which its StreamWatcher ends the watch. Here the
+    // line is skipped (named from its first bytes), dropped as it streams past, and the
+    // stream goes on.
+    #[tokio::test]
+    async fn a_line_over_the_bound_is_skipped_and_the_stream_goes_on() {
+        let big = format!(
+            r#"{{"type":"DELETED","object":{{"metadata":{{"name":"big","namespace":"ns","resourceVersion":"8"}},"data":{{"k":"{}"}}}}}}"#,
+            "x".repeat(5000)
+        );
+        let body = format!("{ADDED}\n{big}\n{ADDED}\n");
+        for size in [1, 100, body.len()] {
+            let chunks: Vec<Result<Vec<u8>, kube_client::Error>> = body
+                .as_bytes()
+                .chunks(size)
+                .map(|c| Ok(c.to_vec()))
+                .collect();
+            let events: Vec<_> = watch_events_of_chunks::<ConfigMap, _, _>(
+                futures::stream::iter(chunks),
+                "/w".into(),
+                1000,
+            )
+            .collect()
+            .await;
+            let [
+                Ok(WatchEvent::Added(_)),
+                Err(ListWatchError::Undecodable { object, .. }),
+                Ok(WatchEvent::Added(_)),
+            ] = &events[..]
+            else {
+                panic!("chunks of {size}: {events:?}")
+            };
+            assert_eq!(object.key().as_deref(), Some("ns/big"), "chunks of {size}");
+            assert_eq!(object.event, Some(crate::cache::WatchEventType::Deleted));
+            assert_eq!(
+                object.reason,
+                crate::cache::UndecodableReason::TooLarge {
+                    size: big.len(),
+                    limit: 1000
+                },
+                "chunks of {size}"
             );
         }
     }

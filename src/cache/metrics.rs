@@ -12,6 +12,9 @@
 //! - `kubeloop_reflector_watches_total`: WATCH requests opened;
 //! - `kubeloop_reflector_watch_events_total`: watch events received (bookmarks included);
 //! - `kubeloop_reflector_last_resource_version`: the last resourceVersion synced, as a number;
+//! - `kubeloop_reflector_undecodable_objects_total`: objects skipped because they do not
+//!   decode into the informer's type or are over the size bound, one per list item or watch
+//!   event skipped (client-go has no such series: it fails the list instead);
 //! - `kubeloop_informer_handler_backlog`: notifications queued for a handler, not yet handled.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -45,6 +48,7 @@ pub struct CacheMetrics {
     watches: Family<TypeLabels, Counter>,
     watch_events: Family<TypeLabels, Counter>,
     last_resource_version: Family<TypeLabels, Gauge>,
+    undecodable_objects: Family<TypeLabels, Counter>,
     handler_backlog: Family<HandlerLabels, Gauge>,
 }
 
@@ -57,6 +61,7 @@ pub struct ReflectorMetrics {
     pub(crate) watches: Counter,
     pub(crate) watch_events: Counter,
     pub(crate) last_resource_version: Gauge,
+    pub(crate) undecodable_objects: Counter,
 }
 
 impl CacheMetrics {
@@ -99,6 +104,11 @@ impl CacheMetrics {
             self.last_resource_version.clone(),
         );
         registry.register(
+            "kubeloop_reflector_undecodable_objects",
+            "Objects skipped because they do not decode into the informer's type or are over the size bound",
+            self.undecodable_objects.clone(),
+        );
+        registry.register(
             "kubeloop_informer_handler_backlog",
             "Notifications queued for an event handler and not handled yet",
             self.handler_backlog.clone(),
@@ -117,6 +127,7 @@ impl CacheMetrics {
             watches: self.watches.get_or_create(&l).clone(),
             watch_events: self.watch_events.get_or_create(&l).clone(),
             last_resource_version: self.last_resource_version.get_or_create(&l).clone(),
+            undecodable_objects: self.undecodable_objects.get_or_create(&l).clone(),
         }
     }
 
@@ -157,6 +168,11 @@ impl ReflectorMetrics {
         self.last_resource_version.get()
     }
 
+    /// Objects skipped as undecodable (list items and watch events).
+    pub fn undecodable_objects(&self) -> u64 {
+        self.undecodable_objects.get()
+    }
+
     pub(crate) fn set_resource_version(&self, rv: &str) {
         if let Ok(n) = rv.parse::<i64>() {
             self.last_resource_version.set(n);
@@ -179,6 +195,7 @@ mod tests {
         r.watch_events.inc_by(3);
         r.set_resource_version("1234");
         r.set_resource_version("not-a-number");
+        r.undecodable_objects.inc();
         m.handler_backlog("v1/configmaps", "h1").set(7);
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();
@@ -189,6 +206,10 @@ mod tests {
         assert!(out.contains("kubeloop_reflector_watch_events_total{type=\"v1/configmaps\"} 3"));
         assert!(
             out.contains("kubeloop_reflector_last_resource_version{type=\"v1/configmaps\"} 1234")
+        );
+        assert!(
+            out.contains("kubeloop_reflector_undecodable_objects_total{type=\"v1/configmaps\"} 1"),
+            "{out}"
         );
         assert!(out.contains(
             "kubeloop_informer_handler_backlog{type=\"v1/configmaps\",handler=\"h1\"} 7"

@@ -17,6 +17,8 @@
 //! | `backoff.rs`           | [`BackoffConfig`]                                         | apimachinery `wait` backoff manager as the reflector uses it |
 //! | `list_watch.rs`        | [`ListWatch`], [`ListerWatcher`]                          | `listwatch.go` + the typed clients' List/Watch     |
 //! | `list_decoder.rs`      | a LIST body decoded item by item as it arrives            | none                                               |
+//! | `json_scan.rs`         | where a JSON value ends, scanned once however it is cut   | apimachinery `util/framer` (JSON framing)          |
+//! | `undecodable.rs`       | [`UndecodableObject`], [`MAX_OBJECT_BYTES`]: objects skipped, never fatal | `serializer/streaming` (`maxBytes`); client-go fails the list instead |
 //! | `real_fifo.rs`         | [`RealFIFO`] (the informer default: atomic, batched, as 1.36) | `the_real_fifo.go`                             |
 //! | `delta_fifo.rs`        | [`DeltaFIFO`]                                             | `delta_fifo.go`                                    |
 //! | `queue.rs`             | [`InformerQueue`], [`Popped`], [`KnownObjects`], [`FifoClosed`] | `fifo.go` (`Queue`, `ErrFIFOClosed`), `KeyListerGetter` |
@@ -30,6 +32,15 @@
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
 //! `kube_client::core::DynamicObject` with an `ApiResource`.
+//!
+//! An object that does not decode into the informer's type (a field the Rust type requires
+//! and the CRD does not, say), or is over [`MAX_OBJECT_BYTES`], never stalls the informer,
+//! unlike client-go, whose list fails on it for ever: it is skipped with a warning naming it
+//! ([`UndecodableObject`]), counted in `kubeloop_reflector_undecodable_objects_total`, and
+//! every other object is served. A version that decodes later is served as an add (or an
+//! update); a version that stops decoding leaves the last one that decoded in the cache
+//! (stale, and logged) until a version decodes again or the object is deleted. See
+//! `undecodable.rs`.
 //!
 //! # Examples
 //!
@@ -65,6 +76,7 @@ mod fake_source;
 #[cfg(test)]
 mod fifo_fixtures;
 mod index;
+mod json_scan;
 mod labels;
 mod list_decoder;
 mod list_watch;
@@ -77,6 +89,7 @@ mod reflector;
 mod shared_informer;
 mod store;
 mod thread_safe_store;
+mod undecodable;
 
 pub use backoff::BackoffConfig;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
@@ -113,3 +126,4 @@ pub use store::{
     meta_namespace_key, object_key, resource_version, split_meta_namespace_key,
 };
 pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};
+pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};

@@ -41,6 +41,10 @@ pub enum Popped<K> {
     /// The reflector saw a watch bookmark at this resourceVersion (client-go `Bookmark`
     /// with `BookmarkInfo`).
     Bookmark(String),
+    /// An atomic RealFIFO's deletion of an object whose final state did not decode (no
+    /// client-go counterpart; see `undecodable.rs`): the informer deletes what it holds at
+    /// this key and hands handlers a tombstone of it, or does nothing if it holds nothing.
+    DeletedUndecodable(String),
 }
 
 /// A completed list, queued whole by an atomic RealFIFO (client-go `ReplacedAllInfo`).
@@ -50,6 +54,9 @@ pub struct ReplacedAllInfo<K> {
     pub resource_version: String,
     /// The listed objects, transformed, in list order.
     pub objects: Vec<Arc<K>>,
+    /// Keys of listed objects that did not decode: the store keeps what it holds at them
+    /// (their last version that decoded) rather than deleting them.
+    pub undecodable: Vec<String>,
 }
 
 impl<K> Clone for ReplacedAllInfo<K> {
@@ -57,6 +64,7 @@ impl<K> Clone for ReplacedAllInfo<K> {
         Self {
             resource_version: self.resource_version.clone(),
             objects: self.objects.clone(),
+            undecodable: self.undecodable.clone(),
         }
     }
 }
@@ -69,6 +77,7 @@ impl<K> Clone for Popped<K> {
             Popped::ReplacedAll(info) => Popped::ReplacedAll(info.clone()),
             Popped::SyncAll => Popped::SyncAll,
             Popped::Bookmark(rv) => Popped::Bookmark(rv.clone()),
+            Popped::DeletedUndecodable(key) => Popped::DeletedUndecodable(key.clone()),
         }
     }
 }

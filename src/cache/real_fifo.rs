@@ -124,6 +124,8 @@ enum Item<K> {
     ReplacedAll(ReplacedAllInfo<K>),
     SyncAll,
     Bookmark(String),
+    /// An atomic queue's deletion of an object whose final state did not decode.
+    DeletedUndecodable(String),
 }
 
 struct Inner<K> {
@@ -150,6 +152,7 @@ impl<K> Item<K> {
             Item::ReplacedAll(info) => Popped::ReplacedAll(info.clone()),
             Item::SyncAll => Popped::SyncAll,
             Item::Bookmark(rv) => Popped::Bookmark(rv.clone()),
+            Item::DeletedUndecodable(key) => Popped::DeletedUndecodable(key.clone()),
         }
     }
 
@@ -159,6 +162,7 @@ impl<K> Item<K> {
             Item::ReplacedAll(info) => Popped::ReplacedAll(info),
             Item::SyncAll => Popped::SyncAll,
             Item::Bookmark(rv) => Popped::Bookmark(rv),
+            Item::DeletedUndecodable(key) => Popped::DeletedUndecodable(key),
         }
     }
 }
@@ -259,7 +263,12 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     }
 
     /// client-go `addReplaceToItemsLocked`.
-    fn replace_atomic(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+    fn replace_atomic(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
         if crate::trace::on() {
             let kind = crate::trace::short_type_name::<K>();
             for obj in &list {
@@ -274,6 +283,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         inner.items.push_back(Item::ReplacedAll(ReplacedAllInfo {
             resource_version: resource_version.to_string(),
             objects: list,
+            undecodable,
         }));
         self.after_replace(inner);
         Ok(())
@@ -425,11 +435,18 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         inner.items.push_back(Item::Delta(delta));
     }
 
-    /// `replace` for objects already transformed and shared (what the reflector hands over).
-    fn queue_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+    /// `replace` for objects already transformed and shared (what the reflector hands over);
+    /// the keys in `undecodable` get no tombstone (see `ReflectorStore::replace_listed`).
+    fn queue_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
         if self.shared.options.atomic_events {
-            return self.replace_atomic(list, resource_version);
+            return self.replace_atomic(list, undecodable, resource_version);
         }
+        let undecodable: HashSet<String> = undecodable.into_iter().collect();
         // Keys first, so a bad object leaves the queue untouched.
         let mut new_keys = HashSet::with_capacity(list.len());
         for obj in &list {
@@ -449,7 +466,7 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
         let mut tombstones = Vec::new();
         for key in queued_order {
-            if new_keys.contains(&key) {
+            if new_keys.contains(&key) || undecodable.contains(&key) {
                 continue;
             }
             let last = &last_queued[&key];
@@ -461,7 +478,10 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
         }
         if let Some(known) = &self.shared.known {
             for key in known.list_keys() {
-                if new_keys.contains(&key) || last_queued.contains_key(&key) {
+                if new_keys.contains(&key)
+                    || last_queued.contains_key(&key)
+                    || undecodable.contains(&key)
+                {
                     continue;
                 }
                 if let Some(obj) = known.get_by_key(&key) {
@@ -520,7 +540,11 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     /// a `Replaced` item per object, in list order.
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
-        self.queue_listed(transformed_list(transform.as_ref(), list), resource_version)
+        self.queue_listed(
+            transformed_list(transform.as_ref(), list),
+            Vec::new(),
+            resource_version,
+        )
     }
     /// client-go `Resync`. Atomic: one `SyncAll` item. Per object: a `Sync` item for every
     /// known key with nothing queued.
@@ -573,8 +597,51 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     fn transformer(&self) -> Option<TransformFunc<K>> {
         self.shared.inner.lock().transform.clone()
     }
-    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
-        self.queue_listed(list, resource_version)
+    fn replace_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
+        self.queue_listed(list, undecodable, resource_version)
+    }
+    /// Atomic: a `DeletedUndecodable` item; the informer deletes what it holds when it pops
+    /// it. Per object: a tombstone carrying the last queued object of the key, else the
+    /// known one (nothing if neither holds it, or the last queued item is a deletion).
+    fn delete_undecodable(&self, key: &str) -> Result<(), StoreError> {
+        let mut inner = self.shared.inner.lock();
+        let item = if self.shared.options.atomic_events {
+            Item::DeletedUndecodable(key.to_string())
+        } else {
+            let mut last = None;
+            for item in inner.items.iter().rev() {
+                if let Item::Delta(d) = item
+                    && self.key_of_delta(d).is_ok_and(|k| k == key)
+                {
+                    last = Some(d);
+                    break;
+                }
+            }
+            let obj = match last {
+                Some(Delta::Deleted(_)) => None,
+                Some(d) => Some(d.object().clone()),
+                None => self
+                    .shared
+                    .known
+                    .as_ref()
+                    .and_then(|known| known.get_by_key(key)),
+            };
+            let Some(obj) = obj else {
+                return Ok(());
+            };
+            Item::Delta(Delta::tombstone(key.to_string(), obj))
+        };
+        inner.populated = true;
+        inner.check_synced();
+        inner.items.push_back(item);
+        drop(inner);
+        self.shared.ready.notify_waiters();
+        Ok(())
     }
 }
 

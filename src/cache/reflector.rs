@@ -17,8 +17,15 @@
 //! - One [`Backoff`] for everything (apimachinery's `DelayWithReset`: jitter after the cap,
 //!   reset every two minutes). A failure whose answer named a delay (`Retry-After`, or a
 //!   Status's `retryAfterSeconds`) waits at least that long (see `Core::back_off`).
-//! - An event that does not decode ends the watch like an error from the server: back off,
-//!   relist (client-go's `StreamWatcher` reports it as an error event and stops).
+//! - A watch line that is not an event ends the watch like an error from the server: back
+//!   off, relist (client-go's `StreamWatcher` reports it as an error event and stops).
+//! - An object that does not decode into the type (or is over the size bound) is skipped,
+//!   never fatal to its list or watch: a warning names it, its resourceVersion and the
+//!   error, and `kubeloop_reflector_undecodable_objects_total` counts it. client-go fails
+//!   the list and ends the watch instead, so one such object stops the whole informer; here
+//!   the rest is served. A listed key that was skipped goes to the store's `replace_listed`
+//!   as kept (the store keeps the last version that decoded); a skipped change leaves the
+//!   store as it is; a skipped deletion goes to `delete_undecodable`. See `undecodable.rs`.
 //! - Streaming list (`sendInitialEvents`, on by default as in client-go 1.35+): events are
 //!   collected until the bookmark annotated `k8s.io/initial-events-end`, then replace. The
 //!   bound is on lack of progress (`watch_list_timeout` between events, not on the whole
@@ -46,6 +53,7 @@ use super::metrics::{CacheMetrics, ReflectorMetrics};
 use super::store::{
     ReflectorStore, StoreError, apply_transform, meta_namespace_key, resource_version,
 };
+use super::undecodable::{UndecodableObject, WatchEventType};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
@@ -466,8 +474,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             result = self.list_pages(&rv).await;
         }
         match result {
-            Ok((items, rv)) => {
-                if let Err(source) = self.store.replace_listed(items, &rv) {
+            Ok((items, undecodable, rv)) => {
+                if let Err(source) = self.store.replace_listed(items, undecodable, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -490,8 +498,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
     }
 
-    /// All pages of one LIST at `rv` ("" = quorum read): the items and the list's version.
-    async fn list_pages(&mut self, rv: &str) -> Result<(Vec<Arc<K>>, String), ListWatchError> {
+    /// All pages of one LIST at `rv` ("" = quorum read): the items, the keys of the items
+    /// skipped as undecodable (each reported), and the list's version.
+    async fn list_pages(&mut self, rv: &str) -> Result<Listed<K>, ListWatchError> {
         let paginate = self.paginated_result || rv.is_empty() || rv == "0";
         let first = ListOptions {
             resource_version: Some(rv.to_string()).filter(|r| !r.is_empty()),
@@ -505,6 +514,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             self.paginated_result = true;
         }
         let mut items = shared(std::mem::take(&mut page.items));
+        let mut undecodable = self.skip_listed(std::mem::take(&mut page.undecodable));
         while let Some(token) = page.continue_token.take() {
             let next = ListOptions {
                 limit: first.limit,
@@ -515,6 +525,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 Ok(p) => {
                     page = p;
                     items.append(&mut shared(std::mem::take(&mut page.items)));
+                    let skipped = std::mem::take(&mut page.undecodable);
+                    undecodable.append(&mut self.skip_listed(skipped));
                 }
                 Err(e) if e.is_expired() => {
                     // The snapshot behind the continue token is compacted: one full LIST.
@@ -525,12 +537,54 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         ..first.clone()
                     };
                     let p = self.lw.list_transformed(&full, transform.clone()).await?;
-                    return Ok((shared(p.items), p.resource_version));
+                    let undecodable = self.skip_listed(p.undecodable);
+                    return Ok((shared(p.items), undecodable, p.resource_version));
                 }
                 Err(e) => return Err(e),
             }
         }
-        Ok((items, page.resource_version))
+        Ok((items, undecodable, page.resource_version))
+    }
+
+    /// Reports an object skipped because it does not decode.
+    fn skip_undecodable(&self, skip: &UndecodableObject) {
+        self.metrics.undecodable_objects.inc();
+        let key = skip.key().unwrap_or_default();
+        let event = match skip.event {
+            None => "listed",
+            Some(WatchEventType::Added) => "added",
+            Some(WatchEventType::Modified) => "modified",
+            Some(WatchEventType::Deleted) => "deleted",
+        };
+        let consequence = match skip.event {
+            Some(WatchEventType::Deleted) => {
+                "removing the last version that decoded from the cache, if it holds one"
+            }
+            _ => {
+                "skipped: the cache keeps the last version that decoded, if it holds one, \
+                 until a version decodes or the object is deleted"
+            }
+        };
+        tracing::warn!(
+            type_name = %self.type_name,
+            object = %key,
+            resource_version = %skip.resource_version,
+            event,
+            error = %skip.reason,
+            "{}: {skip}; {consequence}",
+            self.type_name,
+        );
+    }
+
+    /// Reports the skipped items of a LIST page; their keys.
+    fn skip_listed(&self, skipped: Vec<UndecodableObject>) -> Vec<String> {
+        skipped
+            .iter()
+            .filter_map(|skip| {
+                self.skip_undecodable(skip);
+                skip.key()
+            })
+            .collect()
     }
 
     /// Random in [min, 2 x min), where min is never below client-go's 5 minutes
@@ -612,6 +666,25 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 return self.watch_failed(e);
             }
             Some(Err(e @ ListWatchError::Api { .. })) => return self.watch_failed(e),
+            Some(Err(ListWatchError::Undecodable { object, .. })) => {
+                // Skipped, never fatal to the watch (client-go ends it; see undecodable.rs).
+                events += 1;
+                self.metrics.watch_events.inc();
+                self.skip_undecodable(&object);
+                if object.event == Some(WatchEventType::Deleted)
+                    && let Some(key) = object.key()
+                    && let Err(e) = self.store.delete_undecodable(&key)
+                {
+                    tracing::warn!(type_name = %self.type_name, "store refused a watch event: {e}");
+                }
+                self.set_last_sync(&object.resource_version);
+                return State::Watching {
+                    stream,
+                    started,
+                    events,
+                    idle_deadline,
+                };
+            }
             Some(Err(e @ ListWatchError::Transport { .. })) => {
                 // A broken connection is a close, as client-go's StreamWatcher treats it.
                 tracing::debug!(type_name = %self.type_name, "watch stream broke: {e}");
@@ -681,8 +754,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         };
         self.metrics.watches.inc();
         let failure = match self.collect_initial_events(&options).await {
-            Ok((items, rv, stream)) => {
-                if let Err(source) = self.store.replace_listed(items, &rv) {
+            Ok((items, undecodable, rv, stream)) => {
+                if let Err(source) = self.store.replace_listed(items, undecodable, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
                         source,
@@ -716,11 +789,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     /// so a long stream that keeps delivering is never cut off.
     ///
     /// The objects are kept in arrival order in a `Vec` (the server sends each object once
-    /// as ADDED); the rare DELETED before the end bookmark removes its key by a scan.
+    /// as ADDED); the rare DELETED before the end bookmark removes its key by a scan, as
+    /// does an object that does not decode (whose key joins the undecodable ones).
     async fn collect_initial_events(
         &mut self,
         options: &WatchOptions,
-    ) -> Result<(Vec<Arc<K>>, String, WatchStream<K>), String> {
+    ) -> Result<(Vec<Arc<K>>, Vec<String>, String, WatchStream<K>), String> {
         let bound = self.config.watch_list_timeout;
         let silent = || format!("no progress for {bound:?} before the initial-events-end bookmark");
         let mut stream = tokio::time::timeout(bound, self.lw.watch(options))
@@ -729,6 +803,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             .map_err(|e| e.to_string())?;
         let transform = self.store.transformer();
         let mut items: Vec<Arc<K>> = Vec::new();
+        let mut undecodable: std::collections::BTreeSet<String> = Default::default();
         loop {
             let next = tokio::time::timeout(bound, stream.next())
                 .await
@@ -740,12 +815,35 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     if crate::trace::on() {
                         trace_watch_event(&WatchEvent::Added(obj.clone()), " (streaming list)");
                     }
+                    if !undecodable.is_empty()
+                        && let Ok(key) = meta_namespace_key(&obj)
+                    {
+                        undecodable.remove(&key);
+                    }
                     items.push(Arc::new(apply_transform(transform.as_ref(), obj)));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
                     self.metrics.watch_events.inc();
                     if let Ok(key) = meta_namespace_key(&obj) {
                         items.retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
+                        undecodable.remove(&key);
+                    }
+                }
+                Some(Err(ListWatchError::Undecodable { object, .. })) => {
+                    self.metrics.watch_events.inc();
+                    self.skip_undecodable(&object);
+                    if let Some(key) = object.key() {
+                        let (ns, name) = (object.namespace.as_str(), object.name.as_str());
+                        items.retain(|o| {
+                            let m = o.meta();
+                            m.name.as_deref() != Some(name)
+                                || m.namespace.as_deref().unwrap_or("") != ns
+                        });
+                        if object.event == Some(WatchEventType::Deleted) {
+                            undecodable.remove(&key);
+                        } else {
+                            undecodable.insert(key);
+                        }
                     }
                 }
                 Some(Ok(WatchEvent::Bookmark(b))) => {
@@ -757,7 +855,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         .is_some_and(|v| v == "true");
                     if end {
                         items.shrink_to_fit();
-                        return Ok((items, b.metadata.resource_version, stream));
+                        let undecodable = undecodable.into_iter().collect();
+                        return Ok((items, undecodable, b.metadata.resource_version, stream));
                     }
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
@@ -773,6 +872,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
     }
 }
+
+/// A LIST's objects, the keys of its items that did not decode, and its resourceVersion.
+type Listed<K> = (Vec<Arc<K>>, Vec<String>, String);
 
 /// Puts each listed object in the `Arc` the queue and the cache will share.
 fn shared<K>(items: Vec<K>) -> Vec<Arc<K>> {

@@ -662,6 +662,17 @@ impl<K: CacheObject> Shared<K> {
                 }
             }
             Popped::Bookmark(rv) => self.store.bookmark(&rv),
+            Popped::DeletedUndecodable(key) => {
+                // The deletion of an object whose final state did not decode: the last
+                // version that decoded, if the store holds one, is the tombstone's state.
+                if let Some(obj) = self.store.delete(&key) {
+                    if crate::trace::on() {
+                        trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
+                    }
+                    let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
+                    distribute(listeners, &Notification::Delete(tombstone), false);
+                }
+            }
         }
     }
 
@@ -750,13 +761,23 @@ impl<K: CacheObject> Shared<K> {
     /// client-go `processReplacedAllInfo`: the store becomes exactly the list (so it reflects
     /// what handlers are told), then a tombstone for every key the list lacks, then an add
     /// or update per listed object in list order. An object whose key cannot be computed is
-    /// reported and left out.
+    /// reported and left out. A listed object that did not decode keeps the version the
+    /// store holds, if any, with no notification (see `undecodable.rs`).
     fn replace_all(&self, listeners: &[Listener<K>], info: ReplacedAllInfo<K>, initial: bool) {
         let ReplacedAllInfo {
             resource_version: rv,
             objects,
+            undecodable,
         } = info;
         let mut items = HashMap::with_capacity(objects.len());
+        // Only the processing loop writes the store, so nothing changes it in between.
+        let mut kept = Vec::new();
+        for key in undecodable {
+            if let Some(obj) = self.store.get(&key) {
+                items.insert(key.clone(), obj);
+                kept.push(key);
+            }
+        }
         for obj in &objects {
             match (self.key_func)(obj) {
                 Ok(key) => {
@@ -768,6 +789,9 @@ impl<K: CacheObject> Shared<K> {
             }
         }
         let mut old = self.store.replace(items, &rv);
+        for key in kept {
+            old.remove(&key);
+        }
         // Keys are computed again rather than kept: a 100k-object list would otherwise hold
         // a second copy of every key until the handlers are notified.
         let mut puts = Vec::with_capacity(objects.len());

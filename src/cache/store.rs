@@ -135,15 +135,36 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// already in the `Arc` it will be shared through (so no object is moved or copied
     /// again). A store that reports a transformer must override this so it does not run
     /// twice.
-    fn replace_listed(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError>
+    ///
+    /// `undecodable` holds the keys of listed objects that were skipped because they do
+    /// not decode (see `undecodable.rs`): the store keeps whatever it holds at those keys
+    /// (the last version that decoded) instead of treating them as deleted. This default
+    /// cannot look into the store, so it drops them like any unlisted key; the FIFOs keep
+    /// them.
+    fn replace_listed(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<String>,
+        resource_version: &str,
+    ) -> Result<(), StoreError>
     where
         K: Clone,
     {
+        let _ = undecodable;
         let list = list
             .into_iter()
             .map(|o| Arc::try_unwrap(o).unwrap_or_else(|shared| (*shared).clone()))
             .collect();
         self.replace(list, resource_version)
+    }
+
+    /// A watch `DELETED` event whose object did not decode: whatever the store holds at
+    /// `key` (the last version that decoded) is deleted, with that version as the final
+    /// state. Nothing happens if it holds nothing there. This default does nothing (it
+    /// cannot look into the store); the FIFOs implement it.
+    fn delete_undecodable(&self, key: &str) -> Result<(), StoreError> {
+        let _ = key;
+        Ok(())
     }
 }
 

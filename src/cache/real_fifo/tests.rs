@@ -581,6 +581,7 @@ enum Shown {
     ReplacedAll(String, Vec<(String, i32)>),
     SyncAll,
     Bookmark(String),
+    DeletedUndecodable(String),
 }
 
 fn show(p: Popped<ConfigMap>) -> Shown {
@@ -595,6 +596,7 @@ fn show(p: Popped<ConfigMap>) -> Shown {
         ),
         Popped::SyncAll => Shown::SyncAll,
         Popped::Bookmark(rv) => Shown::Bookmark(rv),
+        Popped::DeletedUndecodable(key) => Shown::DeletedUndecodable(key),
         Popped::Batch(b) => panic!("pop hands out one item, got a batch of {}", b.len()),
     }
 }

@@ -93,6 +93,21 @@ impl FakeLw {
             items,
             resource_version: rv.into(),
             continue_token: cont.map(String::from),
+            undecodable: vec![],
+        }));
+        self
+    }
+    fn list_with_undecodable(
+        &self,
+        items: Vec<ConfigMap>,
+        undecodable: Vec<UndecodableObject>,
+        rv: &str,
+    ) -> &Self {
+        self.script.lock().lists.push_back(Ok(ListPage {
+            items,
+            resource_version: rv.into(),
+            continue_token: None,
+            undecodable,
         }));
         self
     }
@@ -211,6 +226,22 @@ impl ReflectorStore<ConfigMap> for RecStore {
         self.ops
             .lock()
             .push(format!("replace [{}] @{rv}", names.join(",")));
+        Ok(())
+    }
+    fn replace_listed(
+        &self,
+        list: Vec<Arc<ConfigMap>>,
+        undecodable: Vec<String>,
+        rv: &str,
+    ) -> Result<(), StoreError> {
+        let list = list.into_iter().map(|o| (*o).clone()).collect();
+        if undecodable.is_empty() {
+            return self.replace(list, rv);
+        }
+        self.replace(list, &format!("{rv} keeping [{}]", undecodable.join(",")))
+    }
+    fn delete_undecodable(&self, key: &str) -> Result<(), StoreError> {
+        self.ops.lock().push(format!("delete undecodable {key}"));
         Ok(())
     }
     fn resync(&self) -> Result<(), StoreError> {
@@ -516,10 +547,11 @@ async fn continue_token_expired_restarts_as_one_full_list() {
     );
 }
 
-// kubeloop's own, after client-go's streamwatcher.go: an event that does not decode ends
-// the watch, and the reflector relists instead of silently missing a change.
+// kubeloop's own, after client-go's streamwatcher.go: a watch line that is not an event (a
+// broken stream, unlike an event whose object does not decode) ends the watch, and the
+// reflector relists instead of silently missing a change.
 #[tokio::test(start_paused = true)]
-async fn an_undecodable_event_ends_the_watch_and_relists() {
+async fn a_line_that_is_not_an_event_ends_the_watch_and_relists() {
     let lw = FakeLw::new();
     let bad = serde_json::from_str::<ConfigMap>("{\"kind\":\"Pod\"}").unwrap_err();
     lw.list_ok(vec![], "10", None).watch_raw(Ok(ScriptedWatch {
@@ -884,3 +916,85 @@ fn default_config_is_client_go() {
     assert_eq!(c.resync_period, Duration::ZERO);
     assert!(c.use_watch_list);
 }
+
+fn undecodable(name: &str, rv: &str, event: Option<WatchEventType>) -> UndecodableObject {
+    UndecodableObject {
+        namespace: "ns".into(),
+        name: name.into(),
+        resource_version: rv.into(),
+        event,
+        reason: crate::cache::UndecodableReason::Decode("missing field `phase`".into()),
+    }
+}
+
+fn skipped(name: &str, rv: &str, event: WatchEventType) -> Result<WatchEvent<ConfigMap>, ListWatchError> {
+    Err(ListWatchError::Undecodable {
+        verb: "WATCH",
+        url: "/fake".into(),
+        object: Box::new(undecodable(name, rv, Some(event))),
+    })
+}
+
+// kubeloop's own (client-go fails the list and ends the watch instead): objects that do not
+// decode are skipped and counted, in the list and in the watch, which goes on; the store
+// is told to keep what it holds for a listed key that was skipped, and to drop what it
+// holds for a skipped deletion; a later version that decodes reaches the store as usual.
+#[tokio::test(start_paused = true)]
+async fn objects_that_do_not_decode_are_skipped_and_counted_never_fatal() {
+    let lw = FakeLw::new();
+    lw.list_with_undecodable(vec![cm("a", "5")], vec![undecodable("x", "6", None)], "10")
+        .watch_raw(Ok(ScriptedWatch {
+            events: vec![
+                skipped("a", "11", WatchEventType::Modified),
+                skipped("x", "12", WatchEventType::Modified),
+                Ok(WatchEvent::Modified(cm("x", "13"))),
+                skipped("y", "14", WatchEventType::Added),
+                skipped("y", "15", WatchEventType::Deleted),
+            ],
+            then_hang: true,
+            pace: Duration::from_millis(10),
+        }));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let (ops, m) = run_for(&lw, no_jitter(), 5, Some(errors.clone())).await;
+    assert_eq!(
+        ops,
+        [
+            "replace [a] @10 keeping [ns/x]",
+            "update x",
+            "delete undecodable ns/y"
+        ]
+    );
+    assert_eq!(m.undecodable_objects(), 5);
+    assert_eq!((m.lists(), m.relists(), m.list_errors()), (1, 0, 0));
+    assert_eq!(m.watches(), 1, "the watch is never ended by an undecodable object");
+    assert_eq!(m.watch_events(), 5);
+    assert_eq!(m.last_resource_version(), 15);
+    assert!(errors.lock().is_empty(), "{:?}", errors.lock());
+}
+
+// kubeloop's own: the streaming list skips an object that does not decode the same way, and
+// a skipped object whose later initial event decodes is listed.
+#[tokio::test(start_paused = true)]
+async fn a_streaming_list_skips_objects_that_do_not_decode() {
+    let lw = FakeLw::new();
+    lw.watch_raw(Ok(ScriptedWatch {
+        events: vec![
+            Ok(WatchEvent::Added(cm("a", "5"))),
+            skipped("x", "6", WatchEventType::Added),
+            skipped("b", "7", WatchEventType::Added),
+            Ok(WatchEvent::Modified(cm("b", "8"))),
+            Ok(bookmark("9", true)),
+        ],
+        then_hang: true,
+        pace: Duration::from_millis(10),
+    }));
+    let config = ReflectorConfig {
+        use_watch_list: true,
+        ..no_jitter()
+    };
+    let (ops, m) = run_for(&lw, config, 5, None).await;
+    assert_eq!(ops, ["replace [a,b] @9 keeping [ns/x]"]);
+    assert_eq!((m.lists(), m.list_errors()), (1, 0));
+    assert_eq!(m.undecodable_objects(), 2);
+}
+
