@@ -108,6 +108,7 @@ impl ListerWatcher<ConfigMap> for ChannelSource {
             items: vec![],
             resource_version: "1".into(),
             continue_token: None,
+            undecodable: vec![],
         })
     }
     fn watch(
