@@ -316,10 +316,15 @@ async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
     let log = logs.text();
     for (key, rv) in [
         (k(&ns1, "bad-size"), bad_size.resource_version().unwrap()),
-        (k(&ns2, "bad-status"), bad_status.resource_version().unwrap()),
+        (
+            k(&ns2, "bad-status"),
+            bad_status.resource_version().unwrap(),
+        ),
     ] {
         assert!(
-            log.contains(&format!("object {key} at resourceVersion {rv} does not decode")),
+            log.contains(&format!(
+                "object {key} at resourceVersion {rv} does not decode"
+            )),
             "the warning names {key} at {rv}:\n{log}"
         );
     }
@@ -402,7 +407,10 @@ async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
             .unwrap()
     );
     let after_restart = [k(&ns1, "good-c"), k(&ns2, "good-d"), k(&ns2, "bad-status")];
-    assert_eq!(keys(&inf), key_set(&after_restart.each_ref().map(String::as_str)));
+    assert_eq!(
+        keys(&inf),
+        key_set(&after_restart.each_ref().map(String::as_str))
+    );
     assert_eq!(counted.undecodable_objects(), 1);
     assert_eq!(counted.list_errors(), 0);
     // ... until a version of it decodes.

@@ -193,7 +193,11 @@ mod tests {
         ];
         for (text, want) in cases {
             for chunk in [1, 2, 3, 5, text.len()] {
-                assert_eq!(end_in_chunks(text, chunk), Some(want), "{text} in chunks of {chunk}");
+                assert_eq!(
+                    end_in_chunks(text, chunk),
+                    Some(want),
+                    "{text} in chunks of {chunk}"
+                );
             }
         }
         assert_eq!(end_in_chunks(r#"{"open": ["#, 1), None);
@@ -201,7 +205,8 @@ mod tests {
 
     #[test]
     fn fields_are_found_in_the_first_bytes_of_an_object() {
-        let obj = br#"{"type":"MODIFIED","object":{"kind":"X","metadata":{"name":"a"},"data":"xxxxxxxx"#;
+        let obj =
+            br#"{"type":"MODIFIED","object":{"kind":"X","metadata":{"name":"a"},"data":"xxxxxxxx"#;
         assert_eq!(
             field_in_prefix(obj, b"type"),
             Some(Field::Complete(br#""MODIFIED""#))

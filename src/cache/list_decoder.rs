@@ -31,9 +31,7 @@ use serde::de::DeserializeOwned;
 
 use super::json_scan::{ValueEnd, scan_string, skip_ws};
 use super::store::{TransformFunc, apply_transform};
-use super::undecodable::{
-    MAX_OBJECT_BYTES, UndecodableObject, decode_item, oversized_item,
-};
+use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject, decode_item, oversized_item};
 
 /// A LIST body that is not a well-formed `*List` object.
 #[derive(Debug, thiserror::Error)]
@@ -462,9 +460,12 @@ mod tests {
 
     #[test]
     fn bad_bodies_get_errors_that_say_where() {
-        let err = decode_in_chunks(r#"{"metadata":{"resourceVersion":7},"items":[]}"#, 4)
-            .unwrap_err();
-        assert!(err.to_string().contains("metadata does not decode"), "{err}");
+        let err =
+            decode_in_chunks(r#"{"metadata":{"resourceVersion":7},"items":[]}"#, 4).unwrap_err();
+        assert!(
+            err.to_string().contains("metadata does not decode"),
+            "{err}"
+        );
         let err = decode_in_chunks(r#"{"items":[{"metadata":{}}"#, 4).unwrap_err();
         assert!(matches!(err, ListDecodeError::Truncated { .. }), "{err}");
         let err = decode_in_chunks(r#"["not a list"]"#, 4).unwrap_err();
@@ -478,7 +479,9 @@ mod tests {
     #[test]
     fn an_item_that_does_not_decode_is_skipped_and_named() {
         let good = |i: usize| {
-            format!(r#"{{"metadata":{{"name":"cm-{i}","namespace":"ns","resourceVersion":"{i}"}}}}"#)
+            format!(
+                r#"{{"metadata":{{"name":"cm-{i}","namespace":"ns","resourceVersion":"{i}"}}}}"#
+            )
         };
         let bad = r#"{"metadata":{"name":"bad","namespace":"other","resourceVersion":"5"},"data":{"k":["not","a","string"]}}"#;
         let text = format!(
@@ -488,7 +491,11 @@ mod tests {
         );
         for chunk in [1, 5, text.len()] {
             let list = decode_list(&text, chunk, MAX_OBJECT_BYTES).unwrap();
-            let names: Vec<_> = list.items.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+            let names: Vec<_> = list
+                .items
+                .iter()
+                .map(|c| c.metadata.name.clone().unwrap())
+                .collect();
             assert_eq!(names, ["cm-1", "cm-2"], "chunk {chunk}");
             assert_eq!(list.metadata.resource_version.as_deref(), Some("9"));
             let [skip] = &list.undecodable[..] else {

@@ -38,9 +38,7 @@ use serde::de::DeserializeOwned;
 
 use super::list_decoder::{ListDecodeError, ListDecoder};
 use super::store::TransformFunc;
-use super::undecodable::{
-    MAX_OBJECT_BYTES, UndecodableObject, oversized_event, undecodable_event,
-};
+use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject, oversized_event, undecodable_event};
 
 /// The object bound every cache type satisfies: any Kubernetes resource, typed or dynamic.
 pub trait CacheObject:
@@ -697,11 +695,9 @@ where
                 st.scanned = 0;
                 let oversized = match st.oversized.take() {
                     Some((skip, size)) => Some(with_size(skip, size + line.len())),
-                    None if line.len() > st.max_line_bytes => Some(oversized_event(
-                        line,
-                        line.len(),
-                        st.max_line_bytes,
-                    )),
+                    None if line.len() > st.max_line_bytes => {
+                        Some(oversized_event(line, line.len(), st.max_line_bytes))
+                    }
                     None => None,
                 };
                 if let Some(skip) = oversized {
@@ -1036,8 +1032,8 @@ mod tests {
             "/w".into(),
             MAX_OBJECT_BYTES,
         )
-            .collect()
-            .await
+        .collect()
+        .await
     }
 
     const ADDED: &str = r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
@@ -1102,7 +1098,10 @@ mod tests {
     async fn an_event_whose_object_does_not_decode_is_skipped_and_the_stream_goes_on() {
         let bad = r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","metadata":{"name":"bad","namespace":"ns","resourceVersion":"6"},"data":{"k":7}}}"#;
         let events = events_of(&format!("{bad}\n{ADDED}\n")).await;
-        let [Err(ListWatchError::Undecodable { object, .. }), Ok(WatchEvent::Added(_))] = &events[..]
+        let [
+            Err(ListWatchError::Undecodable { object, .. }),
+            Ok(WatchEvent::Added(_)),
+        ] = &events[..]
         else {
             panic!("{events:?}")
         };

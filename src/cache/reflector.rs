@@ -570,9 +570,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             object = %key,
             resource_version = %skip.resource_version,
             event,
-            error = %skip.reason,
-            "{}: {skip}; {consequence}",
-            self.type_name,
+            "skipping {skip}; {consequence}",
         );
     }
 

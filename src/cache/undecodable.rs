@@ -164,7 +164,10 @@ pub(crate) fn decode_item<K: DeserializeOwned>(bytes: &[u8]) -> Result<K, Undeco
 /// A watch line that did not decode as an event: the object it carries, if the line is an
 /// `ADDED`, `MODIFIED` or `DELETED` event of an object with a readable name (anything else
 /// is not an object to skip but a broken stream).
-pub(crate) fn undecodable_event(line: &[u8], error: &serde_json::Error) -> Option<UndecodableObject> {
+pub(crate) fn undecodable_event(
+    line: &[u8],
+    error: &serde_json::Error,
+) -> Option<UndecodableObject> {
     let loose: LooseEvent = serde_json::from_slice(line).ok()?;
     let event = WatchEventType::parse(&loose.type_)?;
     let meta = loose.object.metadata;
@@ -219,7 +222,8 @@ mod tests {
 
     #[test]
     fn an_item_that_does_not_decode_is_named_from_its_metadata() {
-        let bad = br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"k":1}}"#;
+        let bad =
+            br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"k":1}}"#;
         let u = decode_item::<ConfigMap>(bad).unwrap_err();
         assert_eq!(u.key().as_deref(), Some("ns/a"));
         assert_eq!(u.resource_version, "7");
@@ -238,7 +242,10 @@ mod tests {
         let prefix = br#"{"type":"DELETED","object":{"metadata":{"name":"big","resourceVersion":"9"},"data":{"k":"xxxx"#;
         let u = oversized_event(prefix, 100, 50);
         assert_eq!(u.event, Some(WatchEventType::Deleted));
-        assert_eq!((u.key().as_deref(), u.resource_version.as_str()), (Some("big"), "9"));
+        assert_eq!(
+            (u.key().as_deref(), u.resource_version.as_str()),
+            (Some("big"), "9")
+        );
         assert_eq!(
             u.to_string(),
             "object big at resourceVersion 9 is 100 bytes, over the bound of 50 bytes on one object"

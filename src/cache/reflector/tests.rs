@@ -927,7 +927,11 @@ fn undecodable(name: &str, rv: &str, event: Option<WatchEventType>) -> Undecodab
     }
 }
 
-fn skipped(name: &str, rv: &str, event: WatchEventType) -> Result<WatchEvent<ConfigMap>, ListWatchError> {
+fn skipped(
+    name: &str,
+    rv: &str,
+    event: WatchEventType,
+) -> Result<WatchEvent<ConfigMap>, ListWatchError> {
     Err(ListWatchError::Undecodable {
         verb: "WATCH",
         url: "/fake".into(),
@@ -966,7 +970,11 @@ async fn objects_that_do_not_decode_are_skipped_and_counted_never_fatal() {
     );
     assert_eq!(m.undecodable_objects(), 5);
     assert_eq!((m.lists(), m.relists(), m.list_errors()), (1, 0, 0));
-    assert_eq!(m.watches(), 1, "the watch is never ended by an undecodable object");
+    assert_eq!(
+        m.watches(),
+        1,
+        "the watch is never ended by an undecodable object"
+    );
     assert_eq!(m.watch_events(), 5);
     assert_eq!(m.last_resource_version(), 15);
     assert!(errors.lock().is_empty(), "{:?}", errors.lock());
@@ -997,4 +1005,3 @@ async fn a_streaming_list_skips_objects_that_do_not_decode() {
     assert_eq!((m.lists(), m.list_errors()), (1, 0));
     assert_eq!(m.undecodable_objects(), 2);
 }
-

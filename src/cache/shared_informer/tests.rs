@@ -837,9 +837,21 @@ async fn a_slow_handler_does_not_block_the_others_and_shows_a_backlog() {
 #[tokio::test(start_paused = true)]
 async fn objects_that_do_not_decode_never_stall_the_informer() {
     let settings = [
-        ("atomic RealFIFO", QueueKind::RealFifo, RealFifoOptions::default()),
-        ("per-object RealFIFO", QueueKind::RealFifo, RealFifoOptions::non_atomic()),
-        ("DeltaFIFO", QueueKind::DeltaFifo, RealFifoOptions::default()),
+        (
+            "atomic RealFIFO",
+            QueueKind::RealFifo,
+            RealFifoOptions::default(),
+        ),
+        (
+            "per-object RealFIFO",
+            QueueKind::RealFifo,
+            RealFifoOptions::non_atomic(),
+        ),
+        (
+            "DeltaFIFO",
+            QueueKind::DeltaFifo,
+            RealFifoOptions::default(),
+        ),
     ];
     for (setting, queue, real_fifo) in settings {
         let source = FakeControllerSource::new();
@@ -882,7 +894,11 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
         source.add_undecodable(cm("y"));
         source.delete(cm("y"));
         settle().await;
-        assert_eq!(rec.take(), ["add x", "add b", "tombstone ns/b"], "{setting}");
+        assert_eq!(
+            rec.take(),
+            ["add x", "add b", "tombstone ns/b"],
+            "{setting}"
+        );
         assert_eq!(counted.undecodable_objects(), 6, "{setting}");
         assert_eq!(inf.lister().get("ns", "a").unwrap().data, None, "{setting}");
         let mut keys = inf.indexer().list_keys();
