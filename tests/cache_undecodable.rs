@@ -231,8 +231,27 @@ fn informer(
     metrics: &CacheMetrics,
     streaming: bool,
 ) -> SharedIndexInformer<Gadget> {
+    bounded_informer(
+        client,
+        run,
+        metrics,
+        streaming,
+        kubeloop::cache::MAX_OBJECT_BYTES,
+    )
+}
+
+/// An informer that skips objects over `max_object_bytes`.
+fn bounded_informer(
+    client: &Client,
+    run: &str,
+    metrics: &CacheMetrics,
+    streaming: bool,
+    max_object_bytes: usize,
+) -> SharedIndexInformer<Gadget> {
     SharedIndexInformer::new(
-        ListWatch::<Gadget>::all(client.clone()).labels(&format!("{RUN_LABEL}={run}")),
+        ListWatch::<Gadget>::all(client.clone())
+            .labels(&format!("{RUN_LABEL}={run}"))
+            .max_object_bytes(max_object_bytes),
         InformerConfig {
             reflector: ReflectorConfig {
                 use_watch_list: streaming,
@@ -311,7 +330,15 @@ async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
         k(&ns2, "good-b"),
         k(&ns2, "good-d"),
     ];
-    assert_eq!(keys(&inf), key_set(&good.each_ref().map(String::as_str)));
+    // The streaming list is a consistent read, so the cache holds them at sync; waiting
+    // instead keeps the test true if it falls back to a LIST from the watch cache.
+    wait_for_keys(
+        &inf,
+        &good.each_ref().map(String::as_str),
+        "the good objects to be served",
+    )
+    .await;
+    wait_for_count(&counted, 2, "the two bad objects to be counted").await;
     assert_eq!(counted.undecodable_objects(), 2);
     let log = logs.text();
     for (key, rv) in [
@@ -423,5 +450,83 @@ async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
         "good-b to be served again",
     )
     .await;
+
+    // The bound on one object, end to end (a small one here; client-go's is 16 MiB): an
+    // object over it is skipped like one that does not decode, in a paged LIST and in the
+    // watch, named from its first bytes; the others are served. `big` is within the default
+    // bound; once this informer has it, the apiserver's watch cache (which answers the next
+    // informer's LIST) has it too.
+    let padding = "x".repeat(8 * 1024);
+    let mut big = DynamicObject::new("big", &ar).data(json!({"spec": {"size": 7}}));
+    big.metadata.labels = Some([(RUN_LABEL.to_string(), run.clone())].into());
+    big.metadata.annotations = Some([("padding".to_string(), padding.clone())].into());
+    let big = api1.create(&PostParams::default(), &big).await.unwrap();
+    let mut with_big = all.clone();
+    with_big.push(k(&ns1, "big"));
+    wait_for_keys(
+        &inf,
+        &with_big.iter().map(String::as_str).collect::<Vec<_>>(),
+        "big to be served within the default bound",
+    )
+    .await;
+    inf.shutdown().await;
+    let metrics = CacheMetrics::new();
+    let counted = metrics.reflector(TYPE);
+    let inf = bounded_informer(&client, &run, &metrics, false, 4096);
+    inf.start();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), inf.wait_for_cache_sync())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        keys(&inf),
+        all.iter().map(String::to_string).collect::<BTreeSet<_>>()
+    );
+    assert_eq!(counted.undecodable_objects(), 1);
+    let log = logs.text();
+    let rv = big.resource_version().unwrap();
+    assert!(
+        log.contains(&format!("object {}/big at resourceVersion {rv} is ", ns1))
+            && log.contains("over the bound of 4096 bytes on one object"),
+        "{log}"
+    );
+    // A watch line over the bound is skipped too, and the watch goes on.
+    api2.patch(
+        "good-d",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"padding": padding}}})),
+    )
+    .await
+    .unwrap();
+    wait_for_count(&counted, 2, "the oversized change of good-d to be counted").await;
+    api1.patch(
+        "big",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"padding": null}}})),
+    )
+    .await
+    .unwrap();
+    all.push(k(&ns1, "big"));
+    wait_for_keys(
+        &inf,
+        &all.iter().map(String::as_str).collect::<Vec<_>>(),
+        "big to be served once it is within the bound",
+    )
+    .await;
+    assert!(
+        inf.lister()
+            .get(&ns2, "good-d")
+            .unwrap()
+            .metadata
+            .annotations
+            .is_none()
+    );
+    assert_eq!(
+        (counted.list_errors(), counted.relists()),
+        (0, 0),
+        "{}",
+        logs.text()
+    );
     inf.shutdown().await;
 }
