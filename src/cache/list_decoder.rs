@@ -44,7 +44,8 @@ pub enum ListDecodeError {
         /// What was expected.
         what: &'static str,
     },
-    /// The list metadata did not decode.
+    /// The list metadata did not decode (an item that does not decode is skipped, never
+    /// an error).
     #[error("LIST body: {what} does not decode: {source}")]
     Item {
         /// `metadata`.
@@ -339,13 +340,8 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             }
             Value::Skip => {}
             Value::Item => {
-                if let Some((mut skip, size)) = self.oversized.take() {
-                    if let super::undecodable::UndecodableReason::TooLarge { size: s, .. } =
-                        &mut skip.reason
-                    {
-                        *s = size + bytes.len();
-                    }
-                    self.undecodable.push(skip);
+                if let Some((skip, size)) = self.oversized.take() {
+                    self.undecodable.push(skip.with_size(size + bytes.len()));
                 } else if bytes.len() > self.max_item_bytes {
                     let size = bytes.len();
                     self.undecodable

@@ -694,7 +694,7 @@ where
                 st.start = from + n + 1;
                 st.scanned = 0;
                 let oversized = match st.oversized.take() {
-                    Some((skip, size)) => Some(with_size(skip, size + line.len())),
+                    Some((skip, size)) => Some(skip.with_size(size + line.len())),
                     None if line.len() > st.max_line_bytes => {
                         Some(oversized_event(line, line.len(), st.max_line_bytes))
                     }
@@ -770,14 +770,6 @@ where
         }
     })
     .boxed()
-}
-
-/// `skip` (an oversized line) with its final size.
-fn with_size(mut skip: UndecodableObject, total: usize) -> UndecodableObject {
-    if let super::undecodable::UndecodableReason::TooLarge { size, .. } = &mut skip.reason {
-        *size = total;
-    }
-    skip
 }
 
 fn decode_watch_line<K: CacheObject>(

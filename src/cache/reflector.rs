@@ -561,8 +561,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 "removing the last version that decoded from the cache, if it holds one"
             }
             _ => {
-                "skipped: the cache keeps the last version that decoded, if it holds one, \
-                 until a version decodes or the object is deleted"
+                "the cache keeps the last version that decoded, if it holds one, until a \
+                 version decodes or the object is deleted"
             }
         };
         tracing::warn!(

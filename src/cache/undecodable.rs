@@ -101,6 +101,14 @@ impl UndecodableObject {
         (!self.name.is_empty()).then(|| object_key(&self.namespace, &self.name))
     }
 
+    /// An object over the bound, with the size it reached once all of it went past.
+    pub(crate) fn with_size(mut self, total: usize) -> Self {
+        if let UndecodableReason::TooLarge { size, .. } = &mut self.reason {
+            *size = total;
+        }
+        self
+    }
+
     fn describe_key(&self) -> String {
         self.key()
             .map(|k| format!("object {k}"))
