@@ -367,3 +367,21 @@ fn objects_without_a_name_are_rejected_with_a_clear_error() {
     assert!(err.to_string().contains("ConfigMap"), "{err}");
     assert!(q.is_empty());
 }
+
+// kubeloop's own (see undecodable.rs): a deletion whose final state did not decode is a
+// tombstone carrying the key's last queued object, else the known one, and nothing if
+// nobody holds the key; a relist keeps the keys that did not decode (no tombstone for them).
+#[tokio::test(start_paused = true)]
+async fn undecodable_deletions_and_relists_keep_what_is_held() {
+    let (q, _) = fifo_with_known(&[obj("known", 1), obj("kept", 2)]);
+    apply(&q, "add queued 5");
+    for key in ["queued", "known", "nobody"] {
+        q.delete_undecodable(key).unwrap();
+    }
+    assert_eq!(pop_flat(&q).await, deltas("Added queued 5, tomb queued 5"));
+    assert_eq!(pop_flat(&q).await, deltas("tomb known 1"));
+    assert!(q.is_empty());
+    q.replace_listed(vec![], vec!["kept".into()], "9").unwrap();
+    assert_eq!(pop_flat(&q).await, deltas("tomb known 1"));
+    assert!(q.is_empty(), "no tombstone for the kept key");
+}

@@ -795,3 +795,38 @@ async fn bookmarks_are_queued_only_when_emitted() {
     q.bookmark("7").unwrap();
     assert_eq!(pop_shown(&q).await, vec![Shown::Bookmark("7".into())]);
 }
+
+// kubeloop's own (see undecodable.rs): per object, a deletion whose final state did not
+// decode is a tombstone carrying the key's last queued object, else the known one, and
+// nothing if nobody holds the key; a relist keeps the keys that did not decode (no tombstone
+// for them). An atomic queue passes both on to the informer, which holds the store.
+#[tokio::test(start_paused = true)]
+async fn undecodable_deletions_and_relists_keep_what_is_held() {
+    let q = fifo_with_known(&[obj("known", 1), obj("kept", 2)]);
+    apply(&q, "add queued 5; update queued 6");
+    for key in ["queued", "known", "nobody"] {
+        q.delete_undecodable(key).unwrap();
+    }
+    assert_eq!(
+        items(&q),
+        deltas("Added queued 5, Updated queued 6, tomb queued 6, tomb known 1")
+    );
+    pop_all(&q).await;
+    q.replace_listed(vec![], vec!["kept".into()], "9").unwrap();
+    assert_eq!(items(&q), deltas("tomb known 1"));
+
+    let atomic =
+        RealFIFO::with_options(default_key_func(), None, RealFifoOptions::default()).unwrap();
+    atomic.delete_undecodable("gone").unwrap();
+    atomic
+        .replace_listed(vec![Arc::new(obj("a", 1))], vec!["kept".into()], "9")
+        .unwrap();
+    match &atomic.items()[..] {
+        [Popped::DeletedUndecodable(gone), Popped::ReplacedAll(info)] => {
+            assert_eq!(gone, "gone");
+            assert_eq!(info.undecodable, ["kept"]);
+            assert_eq!(info.objects.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}
