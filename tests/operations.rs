@@ -406,6 +406,9 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         &ns,
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
@@ -666,6 +669,9 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "1s",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
@@ -886,6 +892,8 @@ async fn vm_replica(
     let ops = OpsArgs {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
+        // Plain HTTP: leader-election series, not the metrics auth, are tested here.
+        metrics_secure: false,
         ..Default::default()
     };
     let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
@@ -899,6 +907,7 @@ async fn vm_replica(
             },
             vec![Arc::new(health)],
             readyz,
+            None,
             &stop,
         )
         .await
@@ -1043,6 +1052,9 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
         &ns,
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
     ]);
     let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
     let addr = line

@@ -1,6 +1,8 @@
 //! `kubeloop trace`: prints one object's journey through a running controller, read from that
 //! controller's ops server (`/debug/trace`). The controller must have been started with
-//! `--trace namespace/name` and `--metrics-bind-address`; see `kubeloop::trace`.
+//! `--trace namespace/name`, `--metrics-bind-address` and `--metrics-secure=false` (this command
+//! speaks plain HTTP; against a secure server, `curl -k -H "Authorization: Bearer $TOKEN"
+//! https://ADDR/debug/trace?key=ns/name` reads the same table); see `kubeloop::trace`.
 
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -69,11 +71,17 @@ fn canonical_kind(kind: &str) -> String {
 async fn get(address: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
-        .with_context(|| format!("connecting to {address} (is the controller running with --metrics-bind-address {address}?)"))?;
+        .with_context(|| format!("connecting to {address} (is the controller running with --metrics-bind-address {address} --metrics-secure=false?)"))?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await?;
+    if !response.starts_with(b"HTTP/") {
+        bail!(
+            "{address} does not answer plain HTTP (it serves HTTPS: start the controller with \
+             --metrics-secure=false to use `kubeloop trace`)"
+        );
+    }
     let response = String::from_utf8_lossy(&response);
     let (head, body) = response
         .split_once("\r\n\r\n")
