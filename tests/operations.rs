@@ -285,6 +285,11 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "role.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "deployment.apps/vm-controller",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:metrics-auth",
+        "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:metrics-auth",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:metrics-reader",
+        "service/sample-controller-metrics",
+        "service/vm-controller-metrics",
     ] {
         assert!(
             out.lines()
