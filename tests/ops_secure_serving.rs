@@ -240,6 +240,12 @@ impl Drop for Process {
     }
 }
 
+/// A loopback address with a port free now (`127.0.0.1:0` twice would be one shared server).
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
 fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "kubeloop-ops-secure-{name}-{}",
@@ -298,7 +304,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
         "--metrics-cert-path",
         dir.to_str().unwrap(),
         "--health-probe-bind-address",
-        "127.0.0.1:0",
+        &free_addr(),
         "--trace",
         &format!("{ns}/example-foo"),
     ]);
@@ -379,7 +385,7 @@ async fn clients_that_never_finish_their_headers_are_disconnected_while_healthz_
     let header_timeout = Duration::from_secs(2);
     let ops = OpsArgs {
         metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: free_addr(),
         limits: ServerLimits {
             read_header_timeout: header_timeout,
             ..Default::default()
