@@ -156,7 +156,9 @@ async fn https_get(
 async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await
         .unwrap();
     let mut raw = Vec::new();
@@ -247,10 +249,8 @@ fn free_addr() -> String {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "kubeloop-ops-secure-{name}-{}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("kubeloop-ops-secure-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -330,7 +330,10 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
     assert!(body.contains("workqueue_adds_total"), "{body}");
     let (status, body) = https_get(metrics, "/debug/trace", Some(&reader), &ca).await;
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains(&format!("{ns}/example-foo")), "the followed key: {body}");
+    assert!(
+        body.contains(&format!("{ns}/example-foo")),
+        "the followed key: {body}"
+    );
 
     // Plain HTTP to the HTTPS port gets no metrics.
     let mut plain = TcpStream::connect(metrics).await.unwrap();

@@ -70,11 +70,14 @@ pub struct CertWatcher {
     current: RwLock<Loaded>,
 }
 
+/// A certificate file's and a key file's bytes, as read.
+type PairBytes = (Vec<u8>, Vec<u8>);
+
 struct Loaded {
     key: Arc<CertifiedKey>,
     /// The bytes the pair was loaded from (empty when generated): a poll that reads the same
     /// bytes changes nothing.
-    source: (Vec<u8>, Vec<u8>),
+    source: PairBytes,
 }
 
 impl fmt::Debug for CertWatcher {
@@ -204,7 +207,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-fn load(cert: &Path, key: &Path) -> Result<(Arc<CertifiedKey>, (Vec<u8>, Vec<u8>)), TlsError> {
+fn load(cert: &Path, key: &Path) -> Result<(Arc<CertifiedKey>, PairBytes), TlsError> {
     let source = (read(cert)?, read(key)?);
     let loaded = parse(cert, key, &source)?;
     Ok((loaded, source))
@@ -213,7 +216,7 @@ fn load(cert: &Path, key: &Path) -> Result<(Arc<CertifiedKey>, (Vec<u8>, Vec<u8>
 fn parse(
     cert_path: &Path,
     key_path: &Path,
-    (cert, key): &(Vec<u8>, Vec<u8>),
+    (cert, key): &PairBytes,
 ) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
