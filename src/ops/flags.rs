@@ -384,4 +384,66 @@ mod tests {
         );
         assert!(err.to_string().contains("\"localhost\""), "{err}");
     }
+    #[test]
+    fn metrics_are_secure_unless_turned_off_go_style() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ops: OpsArgs,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from(args).unwrap().ops;
+        assert!(parse(&["x"]).metrics_secure);
+        assert!(
+            OpsArgs::default().metrics_secure,
+            "Default agrees with the flag"
+        );
+        assert!(parse(&["x", "--metrics-secure"]).metrics_secure);
+        assert!(!parse(&["x", "--metrics-secure=false"]).metrics_secure);
+        assert!(!parse(&["x", "--metrics-secure", "false"]).metrics_secure);
+        let certs = parse(&["x", "--metrics-cert-path", "/certs"]);
+        assert_eq!(
+            (
+                certs.metrics_cert_path.as_deref(),
+                certs.metrics_cert_name.as_str(),
+                certs.metrics_cert_key.as_str()
+            ),
+            (Some(std::path::Path::new("/certs")), "tls.crt", "tls.key")
+        );
+    }
+
+    #[tokio::test]
+    async fn secure_metrics_without_a_client_or_with_a_missing_certificate_name_their_flag() {
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let err = args
+            .serve(registry, checks(), checks(), None, &stop)
+            .await
+            .unwrap_err();
+        assert_eq!(err.flag, "--metrics-secure");
+        assert!(err.to_string().contains("--metrics-secure=false"), "{err}");
+
+        let client = kube_client::Client::try_from(kube_client::Config::new(
+            "https://127.0.0.1:1".parse().unwrap(),
+        ))
+        .unwrap();
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            metrics_cert_path: Some("/nonexistent-certs".into()),
+            ..Default::default()
+        };
+        let err = args
+            .serve(registry, checks(), checks(), Some(client), &stop)
+            .await
+            .unwrap_err();
+        assert_eq!(err.flag, "--metrics-cert-path");
+        assert!(
+            err.to_string().contains("/nonexistent-certs/tls.crt"),
+            "{err}"
+        );
+        stop.cancel();
+    }
 }
