@@ -98,7 +98,7 @@ fn token_kubeconfig(cluster: &Cluster, token: &str, path: &Path) {
 }
 
 /// A CA and a serving pair for `localhost` / 127.0.0.1 signed by it, written as `tls.crt` and
-/// `tls.key` into `dir`; returns the CA certificate a client trusts.
+/// `tls.key` into `dir` (and the CA as `ca.crt`); returns the CA certificate a client trusts.
 fn serving_files(dir: &Path) -> CertificateDer<'static> {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
@@ -113,6 +113,7 @@ fn serving_files(dir: &Path) -> CertificateDer<'static> {
         .unwrap();
     std::fs::write(dir.join("tls.crt"), leaf.pem()).unwrap();
     std::fs::write(dir.join("tls.key"), leaf_key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
     ca_cert.der().clone()
 }
 
@@ -334,6 +335,41 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
         body.contains(&format!("{ns}/example-foo")),
         "the followed key: {body}"
     );
+
+    // `kubeloop trace` reads the same over HTTPS with the reader's token, and names the
+    // refusal with the stranger's.
+    let trace = |token: &str, tls: &[&str]| {
+        let mut args = vec![
+            "trace".to_string(),
+            format!("{ns}/example-foo"),
+            "--ops-address".into(),
+            format!("https://{metrics}"),
+            "--token".into(),
+            token.to_string(),
+        ];
+        args.extend(tls.iter().map(|s| s.to_string()));
+        Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let ca_file = dir.join("ca.crt");
+    let ca_file = ca_file.to_str().unwrap();
+    for tls in [
+        &["--certificate-authority", ca_file][..],
+        &["--insecure-skip-tls-verify"][..],
+    ] {
+        let out = trace(&reader, tls);
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains(&format!("{ns}/example-foo")),
+            "kubeloop trace {tls:?}: {out:?}"
+        );
+    }
+    let out = trace(&stranger, &["--certificate-authority", ca_file]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("403"), "{stderr}");
 
     // Plain HTTP to the HTTPS port gets no metrics.
     let mut plain = TcpStream::connect(metrics).await.unwrap();
