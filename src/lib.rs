@@ -15,7 +15,7 @@
 //! | [`trace`]: one object's journey, stage by stage | (none) | always |
 //! | [`testing`]: in-memory sources and locks for unit tests | `tools/cache/testing`, fake clientsets | always |
 //! | [`runtime`]: the controller runtime: typed keys, builder, workers, leadership terms, sharding, conflict retries | controller-runtime (`pkg/reconcile`, `pkg/internal/controller`, `pkg/builder`), kube-runtime's `Controller`, client-go `util/retry` | `runtime` |
-//! | [`ops`](ops/index.html): `/metrics`, `/healthz`, `/readyz`, `/debug/trace` | component-base metrics, apiserver healthz | `ops` |
+//! | [`ops`](ops/index.html): `/metrics`, `/debug/trace` (HTTPS behind TokenReview + SubjectAccessReview), `/healthz`, `/readyz` | controller-runtime `pkg/metrics/server` + `filters`, apiserver healthz | `ops` |
 //! | [`controller`](controller/index.html): the sample and VM controllers, built on [`runtime`] | sample-controller, controller101 | `sample-controller`, `vm-controller` |
 //! | [`testenv`](testenv/index.html): a real local control plane for tests | controller-runtime's `envtest`, plus kwok nodes | `testenv` |
 //!

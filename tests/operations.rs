@@ -285,6 +285,11 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "role.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "deployment.apps/vm-controller",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:metrics-auth",
+        "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:metrics-auth",
+        "clusterrole.rbac.authorization.k8s.io/kubeloop:metrics-reader",
+        "service/sample-controller-metrics",
+        "service/vm-controller-metrics",
     ] {
         assert!(
             out.lines()
@@ -406,6 +411,9 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         &ns,
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
@@ -666,6 +674,9 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "1s",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
@@ -886,6 +897,8 @@ async fn vm_replica(
     let ops = OpsArgs {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
+        // Plain HTTP: leader-election series, not the metrics auth, are tested here.
+        metrics_secure: false,
         ..Default::default()
     };
     let readyz: Vec<Arc<dyn Check>> = vec![Arc::new(CheckFn::new("ping", || Ok(())))];
@@ -899,6 +912,7 @@ async fn vm_replica(
             },
             vec![Arc::new(health)],
             readyz,
+            None,
             &stop,
         )
         .await
@@ -1043,6 +1057,9 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
         &ns,
         "--metrics-bind-address",
         "127.0.0.1:0",
+        // Plain HTTP: this test is about the controller's work and series, not the
+        // metrics auth (tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
     ]);
     let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
     let addr = line

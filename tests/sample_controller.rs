@@ -559,6 +559,8 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
             "10s",
             "--metrics-bind-address",
             &ops_addr,
+            // Plain HTTP: the scrape below checks series, not the metrics auth.
+            "--metrics-secure=false",
             "--health-probe-bind-address",
             &ops_addr,
         ])

@@ -317,6 +317,9 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
             &kubeconfig,
             "--metrics-bind-address",
             &ops,
+            // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
+            // tests/ops_secure_serving.rs).
+            "--metrics-secure=false",
             "--trace",
             "default/example-foo",
         ])
@@ -367,6 +370,9 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
             "--leader-elect=false",
             "--metrics-bind-address",
             &ops,
+            // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
+            // tests/ops_secure_serving.rs).
+            "--metrics-secure=false",
             "--trace",
             "default/test-vm",
         ])

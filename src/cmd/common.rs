@@ -40,9 +40,11 @@ use kubeloop::leaderelection::default_identity;
 /// Serves `--metrics-bind-address` / `--health-probe-bind-address` for a controller: the
 /// workqueue, reconcile and cache series (plus leader election's, if given); `/healthz` with
 /// `ping` (plus leader election's check); `/readyz` with one check named `ready_check`
-/// that passes while `ready` is set (caches synced, not shutting down).
+/// that passes while `ready` is set (caches synced, not shutting down). `client` sends the
+/// TokenReviews and SubjectAccessReviews of secure metrics.
 pub async fn serve_controller_ops(
     ops: &kubeloop::ops::OpsArgs,
+    client: &kube_client::Client,
     cache_metrics: &kubeloop::cache::CacheMetrics,
     ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ready_check: (&'static str, &'static str),
@@ -82,6 +84,7 @@ pub async fn serve_controller_ops(
         },
         healthz,
         readyz,
+        Some(client.clone()),
         shutdown,
     )
     .await?;

@@ -72,6 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     common::serve_controller_ops(
         &args.ops,
+        &client,
         &config.cache_metrics,
         config.ready.clone(),
         (

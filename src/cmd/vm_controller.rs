@@ -224,6 +224,7 @@ async fn run_with<D: Driver>(
         };
         common::serve_controller_ops(
             &args.ops,
+            &client,
             &config.cache_metrics,
             config.ready.clone(),
             ready_check,
@@ -267,6 +268,7 @@ async fn run_with<D: Driver>(
     health.set_leader_election(&elector);
     common::serve_controller_ops(
         &args.ops,
+        &client,
         &config.cache_metrics,
         config.ready.clone(),
         ready_check,

@@ -1,28 +1,56 @@
-//! The two flags every controller binary shares, and starting the servers they ask for.
+//! The flags every controller binary shares, and starting the servers they ask for.
 //!
-//! Counterpart: controller-runtime's manager options `MetricsBindAddress` /
-//! `HealthProbeBindAddress` (flags `--metrics-bind-address`, `--health-probe-bind-address`),
-//! plus `--trace ns/name` (see [`crate::trace`]), served on the metrics address.
+//! Counterpart: controller-runtime's manager options `Metrics` (`metricsserver.Options`:
+//! `BindAddress`, `SecureServing`, `FilterProvider`, `CertDir`/`CertName`/`KeyName`) and
+//! `HealthProbeBindAddress`, under the flag names kubebuilder's scaffold gives them
+//! (`--metrics-bind-address`, `--metrics-secure`, `--metrics-cert-path`, `--metrics-cert-name`,
+//! `--metrics-cert-key`, `--health-probe-bind-address`), plus `--trace ns/name` (see
+//! [`crate::trace`]), served on the metrics address.
 //! A subcommand adds them with `#[command(flatten)] ops: OpsArgs` and calls [`OpsArgs::serve`].
 //!
-//! Invariants: `0` (the default) turns a server off; equal addresses share one server (metrics
-//! and probes on one port); every server stops when the given token is cancelled.
+//! Invariants: `0` (the default) turns a server off; metrics are HTTPS behind TokenReview and
+//! SubjectAccessReview unless `--metrics-secure=false` says otherwise (then a warning is
+//! logged); `/debug/trace` is served on the metrics server only, behind the same filter; equal
+//! addresses share one server (metrics and probes on one port, the probes unauthenticated);
+//! every server stops when the given token is cancelled.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use super::server::{Check, OpsServer, OpsServerError, ServeConfig};
+use super::filters::{AuthConfig, Authorizer};
+use super::limits::ServerLimits;
+use super::routes::Check;
+use super::server::{OpsServer, OpsServerError, ServeConfig};
+use super::tls::{CertWatcher, DEFAULT_CERT_POLL_INTERVAL};
 
-/// `--metrics-bind-address` and `--health-probe-bind-address`.
-#[derive(clap::Args, Debug, Clone, Default)]
+/// The metrics and probe flags.
+#[derive(clap::Args, Debug, Clone)]
 pub struct OpsArgs {
-    /// Serve Prometheus metrics on /metrics at this address, e.g. :8080 or 127.0.0.1:8080;
-    /// 0 turns it off.
+    /// Serve Prometheus metrics on /metrics (and /debug/trace) at this address, e.g. :8443 or
+    /// 127.0.0.1:8443; 0 turns it off.
     #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,
+    /// Serve metrics over HTTPS, answering only bearer tokens the apiserver authenticates
+    /// (TokenReview) whose user may `get` the path (SubjectAccessReview on the non-resource
+    /// URL). --metrics-secure=false serves plain HTTP to anyone (a warning is logged).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub metrics_secure: bool,
+    /// A directory holding the metrics serving certificate and key (e.g. a mounted Secret);
+    /// read again when they change. Without it a self-signed pair is generated at start.
+    #[arg(long, value_name = "DIR")]
+    pub metrics_cert_path: Option<PathBuf>,
+    /// The certificate's file name in --metrics-cert-path.
+    #[arg(long, default_value = "tls.crt", value_name = "FILE")]
+    pub metrics_cert_name: String,
+    /// The key's file name in --metrics-cert-path.
+    #[arg(long, default_value = "tls.key", value_name = "FILE")]
+    pub metrics_cert_key: String,
     /// Serve /healthz and /readyz at this address; 0 turns it off. May equal
     /// --metrics-bind-address to share one server. Also accepted as --health-bind-address.
     #[arg(long, default_value = "0", alias = "health-bind-address")]
@@ -32,6 +60,33 @@ pub struct OpsArgs {
     /// on the metrics address at /debug/trace?key=namespace/name, or with `kubeloop trace`.
     #[arg(long = "trace", value_name = "NAMESPACE/NAME")]
     pub trace: Vec<String>,
+    /// Timeouts, header limit and connection cap of both servers (not flags: the defaults are
+    /// controller-runtime's; tests shorten them).
+    #[arg(skip)]
+    pub limits: ServerLimits,
+    /// The authorization caches' lifetimes (controller-runtime's by default).
+    #[arg(skip)]
+    pub auth: AuthConfig,
+    /// How often --metrics-cert-path is read again (10 s, controller-runtime's certwatcher).
+    #[arg(skip = DEFAULT_CERT_POLL_INTERVAL)]
+    pub cert_poll_interval: Duration,
+}
+
+impl Default for OpsArgs {
+    fn default() -> Self {
+        Self {
+            metrics_bind_address: "0".into(),
+            metrics_secure: true,
+            metrics_cert_path: None,
+            metrics_cert_name: "tls.crt".into(),
+            metrics_cert_key: "tls.key".into(),
+            health_probe_bind_address: "0".into(),
+            trace: Vec::new(),
+            limits: ServerLimits::default(),
+            auth: AuthConfig::default(),
+            cert_poll_interval: DEFAULT_CERT_POLL_INTERVAL,
+        }
+    }
 }
 
 /// What [`OpsArgs::serve`] started: the bound addresses (useful with port 0).
@@ -41,16 +96,20 @@ pub struct Serving {
     pub metrics: Option<SocketAddr>,
     /// Where `/healthz` and `/readyz` are served, if they are.
     pub probes: Option<SocketAddr>,
+    /// Whether the metrics server is HTTPS behind TokenReview and SubjectAccessReview.
+    pub secure: bool,
 }
 
 impl OpsArgs {
     /// Parses both addresses (an error names the flag and the text) and starts the servers.
-    /// `registry` is built only if metrics are served.
+    /// `registry` is built only if metrics are served; `client` sends the TokenReviews and
+    /// SubjectAccessReviews of secure metrics (it needs `create` on both).
     pub async fn serve(
         &self,
         registry: impl FnOnce() -> Registry,
         healthz: Vec<Arc<dyn Check>>,
         readyz: Vec<Arc<dyn Check>>,
+        client: Option<kube_client::Client>,
         stop: &CancellationToken,
     ) -> Result<Serving, OpsFlagError> {
         crate::trace::follow(&self.trace).map_err(|e| OpsFlagError {
@@ -71,39 +130,47 @@ impl OpsArgs {
                     source,
                 }
             })?;
-        let registry = metrics.map(|_| Arc::new(registry()));
+        let mut metrics_config = ServeConfig {
+            limits: self.limits,
+            ..Default::default()
+        };
         let mut serving = Serving::default();
+        if metrics.is_some() {
+            metrics_config.registry = Some(Arc::new(registry()));
+            metrics_config.trace = true;
+            if self.metrics_secure {
+                self.secure(&mut metrics_config, client, stop)?;
+                serving.secure = true;
+            } else {
+                tracing::warn!(
+                    addr = %self.metrics_bind_address,
+                    "--metrics-secure=false: /metrics and /debug/trace are served over plain HTTP \
+                     to anyone who can reach the address"
+                );
+            }
+        }
         match (metrics, probes) {
             (Some(m), Some(p)) if m == p => {
-                let server = start(
-                    "--metrics-bind-address",
-                    m,
-                    ServeConfig {
-                        registry,
-                        healthz,
-                        readyz,
-                    },
-                    stop,
-                )
-                .await?;
-                serving = Serving {
-                    metrics: Some(server),
-                    probes: Some(server),
+                let config = ServeConfig {
+                    healthz,
+                    readyz,
+                    ..metrics_config
                 };
+                let server = start("--metrics-bind-address", m, config, stop).await?;
+                serving.metrics = Some(server);
+                serving.probes = Some(server);
             }
             (m, p) => {
                 if let Some(m) = m {
-                    let config = ServeConfig {
-                        registry,
-                        ..Default::default()
-                    };
-                    serving.metrics = Some(start("--metrics-bind-address", m, config, stop).await?);
+                    serving.metrics =
+                        Some(start("--metrics-bind-address", m, metrics_config, stop).await?);
                 }
                 if let Some(p) = p {
                     let config = ServeConfig {
-                        registry: None,
                         healthz,
                         readyz,
+                        limits: self.limits,
+                        ..Default::default()
                     };
                     serving.probes =
                         Some(start("--health-probe-bind-address", p, config, stop).await?);
@@ -111,6 +178,38 @@ impl OpsArgs {
             }
         }
         Ok(serving)
+    }
+
+    /// HTTPS with the given or a generated pair, and the TokenReview/SubjectAccessReview filter.
+    fn secure(
+        &self,
+        config: &mut ServeConfig,
+        client: Option<kube_client::Client>,
+        stop: &CancellationToken,
+    ) -> Result<(), OpsFlagError> {
+        let client = client.ok_or(OpsFlagError {
+            flag: "--metrics-secure",
+            source: OpsServerError::NoClient,
+        })?;
+        let cert_error = |e: super::tls::TlsError| OpsFlagError {
+            flag: "--metrics-cert-path",
+            source: e.into(),
+        };
+        let watcher = match &self.metrics_cert_path {
+            Some(dir) => {
+                let watcher = CertWatcher::from_files(
+                    &dir.join(&self.metrics_cert_name),
+                    &dir.join(&self.metrics_cert_key),
+                )
+                .map_err(cert_error)?;
+                watcher.watch(self.cert_poll_interval, stop.clone());
+                watcher
+            }
+            None => CertWatcher::self_signed().map_err(cert_error)?,
+        };
+        config.tls = Some(watcher.server_config().map_err(cert_error)?);
+        config.auth = Some(Arc::new(Authorizer::new(client, self.auth)));
+        Ok(())
     }
 }
 
@@ -120,14 +219,15 @@ async fn start(
     config: ServeConfig,
     stop: &CancellationToken,
 ) -> Result<SocketAddr, OpsFlagError> {
+    let https = config.tls.is_some();
     let server = OpsServer::start(addr, config, stop.clone())
         .await
         .map_err(|source| OpsFlagError { flag, source })?;
-    tracing::info!(flag, addr = %server.addr(), "serving metrics / probes");
+    tracing::info!(flag, addr = %server.addr(), https, "serving metrics / probes");
     Ok(server.addr())
 }
 
-/// A flag's address could not be parsed or bound.
+/// A flag's value could not be used.
 #[derive(Debug, thiserror::Error)]
 #[error("{flag}: {source}")]
 pub struct OpsFlagError {
@@ -143,7 +243,7 @@ mod tests {
     use prometheus_client::metrics::gauge::Gauge;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    use super::super::server::CheckFn;
+    use super::super::routes::CheckFn;
     use super::*;
 
     async fn status(addr: SocketAddr, path: &str) -> u16 {
@@ -174,11 +274,12 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "127.0.0.1:0".into(),
             health_probe_bind_address: "127.0.0.1:0".into(),
+            metrics_secure: false,
             ..Default::default()
         };
         let stop = CancellationToken::new();
         let serving = args
-            .serve(registry, checks(), checks(), &stop)
+            .serve(registry, checks(), checks(), None, &stop)
             .await
             .unwrap();
         assert_eq!(serving.metrics, serving.probes);
@@ -194,11 +295,12 @@ mod tests {
         let args = OpsArgs {
             metrics_bind_address: "127.0.0.1:0".into(),
             health_probe_bind_address: "0".into(),
+            metrics_secure: false,
             ..Default::default()
         };
         let stop = CancellationToken::new();
         let serving = args
-            .serve(registry, checks(), checks(), &stop)
+            .serve(registry, checks(), checks(), None, &stop)
             .await
             .unwrap();
         assert_eq!(serving.probes, None);
@@ -221,6 +323,7 @@ mod tests {
                 || panic!("no metrics server, so no registry is built"),
                 checks(),
                 checks(),
+                None,
                 &stop,
             )
             .await
@@ -266,7 +369,13 @@ mod tests {
             ..Default::default()
         };
         let err = args
-            .serve(registry, checks(), checks(), &CancellationToken::new())
+            .serve(
+                registry,
+                checks(),
+                checks(),
+                None,
+                &CancellationToken::new(),
+            )
             .await
             .unwrap_err();
         assert!(
@@ -274,5 +383,67 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("\"localhost\""), "{err}");
+    }
+    #[test]
+    fn metrics_are_secure_unless_turned_off_go_style() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ops: OpsArgs,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from(args).unwrap().ops;
+        assert!(parse(&["x"]).metrics_secure);
+        assert!(
+            OpsArgs::default().metrics_secure,
+            "Default agrees with the flag"
+        );
+        assert!(parse(&["x", "--metrics-secure"]).metrics_secure);
+        assert!(!parse(&["x", "--metrics-secure=false"]).metrics_secure);
+        assert!(!parse(&["x", "--metrics-secure", "false"]).metrics_secure);
+        let certs = parse(&["x", "--metrics-cert-path", "/certs"]);
+        assert_eq!(
+            (
+                certs.metrics_cert_path.as_deref(),
+                certs.metrics_cert_name.as_str(),
+                certs.metrics_cert_key.as_str()
+            ),
+            (Some(std::path::Path::new("/certs")), "tls.crt", "tls.key")
+        );
+    }
+
+    #[tokio::test]
+    async fn secure_metrics_without_a_client_or_with_a_missing_certificate_name_their_flag() {
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let err = args
+            .serve(registry, checks(), checks(), None, &stop)
+            .await
+            .unwrap_err();
+        assert_eq!(err.flag, "--metrics-secure");
+        assert!(err.to_string().contains("--metrics-secure=false"), "{err}");
+
+        let client = kube_client::Client::try_from(kube_client::Config::new(
+            "https://127.0.0.1:1".parse().unwrap(),
+        ))
+        .unwrap();
+        let args = OpsArgs {
+            metrics_bind_address: "127.0.0.1:0".into(),
+            metrics_cert_path: Some("/nonexistent-certs".into()),
+            ..Default::default()
+        };
+        let err = args
+            .serve(registry, checks(), checks(), Some(client), &stop)
+            .await
+            .unwrap_err();
+        assert_eq!(err.flag, "--metrics-cert-path");
+        assert!(
+            err.to_string().contains("/nonexistent-certs/tls.crt"),
+            "{err}"
+        );
+        stop.cancel();
     }
 }

@@ -1,15 +1,36 @@
-//! What an operator scrapes and probes: Prometheus metrics on `/metrics`, liveness on
-//! `/healthz`, readiness on `/readyz`.
+//! What an operator scrapes and probes: Prometheus metrics on `/metrics` (and the followed keys'
+//! journeys on `/debug/trace`), liveness on `/healthz`, readiness on `/readyz`.
 //!
-//! Counterparts: component-base's `metrics/legacyregistry` (one registry a process exposes) and
-//! k8s.io/apiserver's `pkg/server/healthz` (named checks, `?verbose` lists each one).
-//! controller-runtime serves the same paths on `--metrics-bind-address` / `--health-probe-bind-address`;
-//! [`OpsArgs`] is those two flags for any subcommand (`#[command(flatten)]`).
+//! Counterparts: controller-runtime's `pkg/metrics/server` (HTTPS, behind
+//! `pkg/metrics/filters.WithAuthenticationAndAuthorization`, certificates from
+//! `pkg/certwatcher`) and its manager's health probe server; component-base's
+//! `metrics/legacyregistry` and k8s.io/apiserver's `pkg/server/healthz`. [`OpsArgs`] is
+//! controller-runtime's (kubebuilder scaffold's) flags for any subcommand (`#[command(flatten)]`).
+//!
+//! | File | Holds | Counterpart |
+//! |---|---|---|
+//! | `server.rs` | [`OpsServer`], [`ServeConfig`]: listener, connection cap, TLS, hyper | `pkg/metrics/server` |
+//! | `limits.rs` | [`ServerLimits`], accept backoff, idle tracking | `net/http.Server` fields |
+//! | `routes.rs` | [`Check`], the handlers | apiserver `healthz`, `legacyregistry` |
+//! | `filters.rs` | [`Authorizer`]: TokenReview + SubjectAccessReview | `pkg/metrics/filters` |
+//! | `decision_cache.rs` | [`DecisionCache`] | apiserver's token and webhook authorizer caches |
+//! | `tls.rs` | [`CertWatcher`]: self-signed or files, reloaded | `pkg/certwatcher` |
+//! | `flags.rs` | [`OpsArgs`] | kubebuilder's `cmd/main.go` flags |
 
+mod decision_cache;
+mod filters;
 #[cfg(feature = "cli")]
 mod flags;
+mod limits;
+mod routes;
 mod server;
+mod tls;
 
+pub use decision_cache::DecisionCache;
+pub use filters::{AuthConfig, Authorizer, Refusal};
 #[cfg(feature = "cli")]
 pub use flags::{OpsArgs, OpsFlagError, Serving};
-pub use server::{Check, CheckFn, OpsServer, OpsServerError, ServeConfig};
+pub use limits::{AcceptBackoff, ServerLimits};
+pub use routes::{Check, CheckFn};
+pub use server::{OpsServer, OpsServerError, ServeConfig};
+pub use tls::{CertWatcher, DEFAULT_CERT_POLL_INTERVAL, TlsError};

@@ -1,72 +1,59 @@
-//! A small hyper server for `/metrics`, `/healthz` and `/readyz`.
+//! The ops servers' listener and connections: bind, accept (with a cap and backoff), TLS when
+//! configured, and hyper's HTTP/1.1 with the [`ServerLimits`] on every connection.
 //!
-//! Invariants: the registry is complete before serving starts (prometheus-client registries
-//! are built, then shared read-only); checks run on every probe, never cached, so a probe
-//! tells the state at the moment it is asked.
+//! Counterparts: controller-runtime's `pkg/metrics/server` (`defaultServer.Start`: an
+//! `http.Server` with the limits, TLS from the certwatcher when `SecureServing`) and
+//! `pkg/manager`'s health probe server (plain HTTP, probes only).
+//!
+//! Invariants: at most `limits.max_connections` connections are served at once (a permit is
+//! taken before `accept` and held by the connection's task); every connection ends by the
+//! header-read timeout (TLS handshake included) or the idle timeout if its client stalls, and
+//! when the stop token is cancelled.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::{TlsAcceptor, rustls};
 use tokio_util::sync::CancellationToken;
 
-/// One named health or readiness check.
-pub trait Check: Send + Sync {
-    /// The check's name, as `?verbose` lists it (`[+]name ok`).
-    fn name(&self) -> &str;
-    /// `Err(reason)` makes the endpoint answer 500 with the reason.
-    fn check(&self) -> Result<(), String>;
-}
+use super::filters::Authorizer;
+use super::limits::{AcceptBackoff, Activity, IdleIo, ServerLimits};
+use super::routes::{Check, route};
 
-/// A [`Check`] from a name and a closure.
-pub struct CheckFn<F> {
-    name: String,
-    f: F,
-}
-
-impl<F: Fn() -> Result<(), String> + Send + Sync> CheckFn<F> {
-    /// A check named `name` that runs `f`.
-    pub fn new(name: impl Into<String>, f: F) -> Self {
-        Self {
-            name: name.into(),
-            f,
-        }
-    }
-}
-
-impl<F: Fn() -> Result<(), String> + Send + Sync> Check for CheckFn<F> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn check(&self) -> Result<(), String> {
-        (self.f)()
-    }
-}
-
-/// What one server exposes. Metrics and probes can share a server or use two.
+/// What one server exposes, and how. Metrics and probes can share a server or use two.
 #[derive(Clone, Default)]
 pub struct ServeConfig {
     /// Served on `/metrics` when present.
     pub registry: Option<Arc<Registry>>,
+    /// Whether `/debug/trace` is served (the metrics server only: it shows followed keys,
+    /// resourceVersions and reconcile errors).
+    pub trace: bool,
     /// Served on `/healthz` (and `/livez`) when non-empty.
     pub healthz: Vec<Arc<dyn Check>>,
     /// Served on `/readyz` when non-empty.
     pub readyz: Vec<Arc<dyn Check>>,
+    /// When present, `/metrics` and `/debug/trace` answer only requests it lets through (401,
+    /// 403 otherwise). Probes never go through it: a kubelet has no token.
+    pub auth: Option<Arc<Authorizer>>,
+    /// HTTPS with this configuration when present; plain HTTP otherwise.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Timeouts, header size and connection cap.
+    pub limits: ServerLimits,
 }
 
 /// Why an ops server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsServerError {
     /// The address is not `host:port`, `:port` or `0`.
-    #[error("bind address {0:?} is not host:port (e.g. :8080, 127.0.0.1:8080, or 0 to disable)")]
+    #[error("bind address {0:?} is not host:port (e.g. :8443, 127.0.0.1:8443, or 0 to disable)")]
     BadAddress(String),
     /// The address could not be bound.
     #[error("binding {addr}: {source}")]
@@ -79,6 +66,15 @@ pub enum OpsServerError {
     /// A key given to trace is not `namespace/name`.
     #[error(transparent)]
     TraceKey(#[from] crate::trace::TraceKeyError),
+    /// The serving certificate could not be made or loaded.
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    /// Secure metrics were asked for without a client to send the reviews with.
+    #[error(
+        "secure metrics need an apiserver client for TokenReview and SubjectAccessReview; \
+         pass one, or serve plain HTTP with --metrics-secure=false"
+    )]
+    NoClient,
 }
 
 /// A running server; it stops when the token given to [`OpsServer::start`] is cancelled.
@@ -87,7 +83,7 @@ pub struct OpsServer {
 }
 
 impl OpsServer {
-    /// Parses a controller-runtime style bind address: `:8080` (all interfaces), `host:port`,
+    /// Parses a controller-runtime style bind address: `:8443` (all interfaces), `host:port`,
     /// or `0` / empty for "disabled" (`Ok(None)`).
     pub fn parse_bind_address(text: &str) -> Result<Option<SocketAddr>, OpsServerError> {
         let text = text.trim();
@@ -110,47 +106,13 @@ impl OpsServer {
         config: ServeConfig,
         stop: CancellationToken,
     ) -> Result<Self, OpsServerError> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| OpsServerError::Bind {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| OpsServerError::Bind {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let config = Arc::new(config);
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    accepted = listener.accept() => match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "ops server: accept failed");
-                            continue;
-                        }
-                    },
-                };
-                let config = config.clone();
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let config = config.clone();
-                        async move { Ok::<_, Infallible>(route(&config, req)) }
-                    });
-                    let conn =
-                        http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = stop.cancelled() => {}
-                    }
-                });
-            }
-        });
+        let bind_error = |source| OpsServerError::Bind {
+            addr: addr.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        tokio::spawn(accept_loop(listener, Arc::new(config), stop));
         Ok(Self { addr })
     }
 
@@ -160,151 +122,117 @@ impl OpsServer {
     }
 }
 
-fn route(config: &ServeConfig, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
-    }
-    let verbose = req.uri().query().is_some_and(|q| {
-        q.split('&')
-            .any(|p| p == "verbose" || p.starts_with("verbose="))
-    });
-    match req.uri().path() {
-        "/metrics" => match &config.registry {
-            Some(registry) => {
-                let mut body = String::new();
-                match prometheus_client::encoding::text::encode(&mut body, registry) {
-                    Ok(()) => {
-                        let mut response = text(StatusCode::OK, body);
-                        response.headers_mut().insert(
-                            http::header::CONTENT_TYPE,
-                            http::HeaderValue::from_static(
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            ),
-                        );
-                        response
-                    }
-                    Err(e) => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("encoding metrics: {e}\n"),
-                    ),
-                }
-            }
-            None => text(
-                StatusCode::NOT_FOUND,
-                "metrics are not served here\n".into(),
-            ),
-        },
-        "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
-        "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
-        "/debug/trace" => trace(req.uri().query().unwrap_or("")),
-        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
-    }
-}
-
-/// `/debug/trace?key=ns/name[&format=json]`: the steps [`crate::trace`] recorded for a
-/// followed key, as a table (or JSON for `kubeloop trace`); without `key`, the followed keys.
-fn trace(query: &str) -> Response<Full<Bytes>> {
-    let mut key = None;
-    let mut json = false;
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("key", k)) => key = Some(percent_decode(k)),
-            Some(("format", "json")) => json = true,
-            _ => {}
-        }
-    }
-    let followed = crate::trace::followed();
-    let Some(key) = key else {
-        if followed.is_empty() {
-            return text(
-                StatusCode::NOT_FOUND,
-                "no key is traced: start the controller with --trace namespace/name\n".into(),
+/// Takes a connection permit, then accepts; waits with [`AcceptBackoff`] after an accept error
+/// instead of trying again at once (an EMFILE would otherwise spin a core).
+async fn accept_loop(listener: TcpListener, config: Arc<ServeConfig>, stop: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(config.limits.max_connections));
+    let mut backoff = AcceptBackoff::default();
+    let mut saturated = false;
+    loop {
+        if permits.available_permits() == 0 && !saturated {
+            saturated = true;
+            tracing::warn!(
+                max_connections = config.limits.max_connections,
+                "ops server: connection cap reached; new connections wait in the listen backlog"
             );
         }
-        return text(StatusCode::OK, format!("{}\n", followed.join("\n")));
-    };
-    let Some(steps) = crate::trace::timeline(&key) else {
-        let hint = if followed.is_empty() {
-            "no key is traced: start the controller with --trace namespace/name".to_string()
-        } else {
-            format!("traced keys: {}", followed.join(", "))
-        };
-        return text(
-            StatusCode::NOT_FOUND,
-            format!("{key:?} is not traced here; {hint}\n"),
-        );
-    };
-    if json {
-        match serde_json::to_string(&steps) {
-            Ok(body) => text(StatusCode::OK, body),
-            Err(e) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("encoding the trace of {key}: {e}\n"),
-            ),
-        }
-    } else {
-        text(StatusCode::OK, crate::trace::render(&key, &steps))
-    }
-}
-
-/// `%2F` and friends in a query value (a key's `/` may come encoded).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
+        let permit = tokio::select! {
+            _ = stop.cancelled() => return,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
             },
-            b'+' => out.push(b' '),
-            b => out.push(b),
+        };
+        if permits.available_permits() > 0 {
+            saturated = false;
         }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// k8s.io/apiserver healthz's format: `ok` when all pass; otherwise 500 and one line per check,
-/// `[+]name ok` or `[-]name failed: reason`. `?verbose` lists the lines on success too.
-fn probe(checks: &[Arc<dyn Check>], verbose: bool) -> Response<Full<Bytes>> {
-    let mut lines = String::new();
-    let mut failed = false;
-    for check in checks {
-        match check.check() {
-            Ok(()) => lines.push_str(&format!("[+]{} ok\n", check.name())),
-            Err(reason) => {
-                failed = true;
-                lines.push_str(&format!("[-]{} failed: {reason}\n", check.name()));
-            }
-        }
-    }
-    if failed {
-        text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{lines}check failed\n"),
-        )
-    } else if verbose {
-        text(StatusCode::OK, format!("{lines}check passed\n"))
-    } else {
-        text(StatusCode::OK, "ok".into())
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    backoff.reset();
+                    stream
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %e, ?delay, "ops server: accept failed; waiting before the next");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            },
+        };
+        tokio::spawn(serve_connection(
+            stream,
+            config.clone(),
+            stop.clone(),
+            permit,
+        ));
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+/// One connection, holding its permit until it ends: the TLS handshake (bounded by the
+/// header-read timeout) if configured, then HTTP/1.1.
+async fn serve_connection(
+    stream: TcpStream,
+    config: Arc<ServeConfig>,
+    stop: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let activity = Activity::new();
+    let io = IdleIo::new(stream, activity.clone());
+    let Some(tls) = config.tls.clone() else {
+        return serve_http(io, activity, config, stop).await;
+    };
+    let handshake = tokio::time::timeout(
+        config.limits.read_header_timeout,
+        TlsAcceptor::from(tls).accept(io),
     );
-    response
+    let tls_stream = tokio::select! {
+        _ = stop.cancelled() => return,
+        done = handshake => match done {
+            Ok(Ok(tls_stream)) => tls_stream,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "ops server: TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("ops server: TLS handshake not done within the header-read timeout");
+                return;
+            }
+        },
+    };
+    serve_http(tls_stream, activity, config, stop).await;
+}
+
+async fn serve_http<S>(io: S, activity: Activity, config: Arc<ServeConfig>, stop: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = config.limits;
+    let service = service_fn(move |req| {
+        let config = config.clone();
+        async move { Ok::<_, Infallible>(route(&config, req).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.read_header_timeout)
+        .max_header_size(limits.max_header_bytes)
+        // The read buffer must hold a whole head of the largest size, or hyper refuses it
+        // before the header limit speaks; 8 KiB is hyper's minimum.
+        .max_buf_size((limits.max_header_bytes + 4096).max(8192));
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::select! {
+        done = conn => if let Err(e) = done {
+            tracing::debug!(error = %e, "ops server: connection ended with an error");
+        },
+        _ = activity.idle_for(limits.idle_timeout) => {
+            tracing::debug!(idle_timeout = ?limits.idle_timeout, "ops server: idle connection closed");
+        }
+        _ = stop.cancelled() => {}
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +242,7 @@ mod tests {
     use prometheus_client::metrics::counter::Counter;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    use super::super::routes::CheckFn;
     use super::*;
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -372,6 +301,7 @@ mod tests {
             readyz: vec![Arc::new(CheckFn::new("informers", || {
                 Err("caches not synced".into())
             }))],
+            ..Default::default()
         };
         let stop = CancellationToken::new();
         let server = OpsServer::start("127.0.0.1:0".parse().unwrap(), config, stop.clone())
@@ -399,6 +329,156 @@ mod tests {
         assert_eq!(status, 500);
         assert!(body.contains("caches not synced"), "{body}");
         assert_eq!(get(server.addr(), "/nope").await.0, 404);
+        stop.cancel();
+    }
+
+    fn probes_only(limits: ServerLimits) -> ServeConfig {
+        ServeConfig {
+            healthz: vec![Arc::new(CheckFn::new("ping", || Ok(())))],
+            limits,
+            ..Default::default()
+        }
+    }
+
+    /// Reads until the server closes the connection (EOF or reset).
+    async fn closed_by_server(stream: &mut tokio::net::TcpStream) {
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_head_is_cut_off_and_others_are_served() {
+        let limits = ServerLimits {
+            read_header_timeout: std::time::Duration::from_millis(300),
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            probes_only(limits),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        assert_eq!(get(server.addr(), "/healthz").await.0, 200);
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            closed_by_server(&mut slow),
+        )
+        .await
+        .expect("the server closes a head unfinished after 300 ms long before 20 s");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_connection_moving_no_byte_is_closed_after_the_idle_timeout() {
+        // A header timeout far beyond the test's patience: only the idle timeout can close it.
+        let limits = ServerLimits {
+            read_header_timeout: std::time::Duration::from_secs(600),
+            idle_timeout: std::time::Duration::from_millis(300),
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            probes_only(limits),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        let mut silent = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            closed_by_server(&mut silent),
+        )
+        .await
+        .expect("closed by the 300 ms idle timeout, not the 600 s header timeout");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_wait_until_one_ends() {
+        let limits = ServerLimits {
+            max_connections: 1,
+            read_header_timeout: std::time::Duration::from_secs(600),
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            probes_only(limits),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        let mut holder = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        holder
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let addr = server.addr();
+        let waiting = tokio::spawn(async move { get(addr, "/healthz").await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the second connection is not served while the first holds the only slot"
+        );
+        drop(holder);
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+            .await
+            .expect("served once the first connection ended")
+            .unwrap();
+        assert_eq!(answered.0, 200);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_head_over_the_size_limit_gets_431() {
+        let limits = ServerLimits {
+            max_header_bytes: 16 * 1024,
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            probes_only(limits),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let big = "a".repeat(32 * 1024);
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw).await;
+        let raw = String::from_utf8_lossy(&raw);
+        assert!(raw.starts_with("HTTP/1.1 431"), "{raw}");
+        assert_eq!(
+            get(server.addr(), "/healthz").await.0,
+            200,
+            "a normal head still passes"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn the_probe_server_serves_no_trace_and_no_metrics() {
+        let stop = CancellationToken::new();
+        let server = OpsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            probes_only(ServerLimits::default()),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(get(server.addr(), "/debug/trace").await.0, 404);
+        assert_eq!(get(server.addr(), "/metrics").await.0, 404);
+        assert_eq!(get(server.addr(), "/healthz").await.0, 200);
         stop.cancel();
     }
 }

@@ -1,0 +1,219 @@
+//! What the ops servers answer: Prometheus metrics on `/metrics`, liveness on `/healthz` (and
+//! `/livez`), readiness on `/readyz`, the followed keys' journeys on `/debug/trace`.
+//!
+//! Counterparts: component-base's `metrics/legacyregistry` (one registry a process exposes),
+//! k8s.io/apiserver's `pkg/server/healthz` (named checks, `?verbose` lists each one), and
+//! controller-runtime's metrics server, whose filter (here [`super::filters`]) runs before any
+//! handler of a protected path.
+//!
+//! Invariants: the registry is complete before serving starts (prometheus-client registries
+//! are built, then shared read-only); checks run on every probe, never cached, so a probe
+//! tells the state at the moment it is asked; with an [`super::Authorizer`] configured,
+//! `/metrics` and `/debug/trace` answer nothing before it let the request through.
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+
+use super::server::ServeConfig;
+
+/// One named health or readiness check.
+pub trait Check: Send + Sync {
+    /// The check's name, as `?verbose` lists it (`[+]name ok`).
+    fn name(&self) -> &str;
+    /// `Err(reason)` makes the endpoint answer 500 with the reason.
+    fn check(&self) -> Result<(), String>;
+}
+
+/// A [`Check`] from a name and a closure.
+pub struct CheckFn<F> {
+    name: String,
+    f: F,
+}
+
+impl<F: Fn() -> Result<(), String> + Send + Sync> CheckFn<F> {
+    /// A check named `name` that runs `f`.
+    pub fn new(name: impl Into<String>, f: F) -> Self {
+        Self {
+            name: name.into(),
+            f,
+        }
+    }
+}
+
+impl<F: Fn() -> Result<(), String> + Send + Sync> Check for CheckFn<F> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn check(&self) -> Result<(), String> {
+        (self.f)()
+    }
+}
+
+/// Answers one request: the protected paths go through the authorizer first (verb and path as
+/// the request has them), then every path is routed.
+pub(super) async fn route(config: &ServeConfig, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let protected = match path {
+        "/metrics" => config.registry.is_some(),
+        "/debug/trace" => config.trace,
+        _ => false,
+    };
+    if let (true, Some(auth)) = (protected, &config.auth) {
+        if let Err(refusal) = auth.check(req.method(), path, req.headers()).await {
+            match refusal.status() {
+                StatusCode::INTERNAL_SERVER_ERROR => {
+                    tracing::error!(path, error = %refusal, "ops server: cannot authorize a request")
+                }
+                _ => tracing::debug!(path, refusal = %refusal, "ops server: request refused"),
+            }
+            return text(refusal.status(), format!("{refusal}\n"));
+        }
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
+    }
+    let verbose = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    match req.uri().path() {
+        "/metrics" => match &config.registry {
+            Some(registry) => {
+                let mut body = String::new();
+                match prometheus_client::encoding::text::encode(&mut body, registry) {
+                    Ok(()) => {
+                        let mut response = text(StatusCode::OK, body);
+                        response.headers_mut().insert(
+                            http::header::CONTENT_TYPE,
+                            http::HeaderValue::from_static(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            ),
+                        );
+                        response
+                    }
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("encoding metrics: {e}\n"),
+                    ),
+                }
+            }
+            None => text(
+                StatusCode::NOT_FOUND,
+                "metrics are not served here\n".into(),
+            ),
+        },
+        "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
+        "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
+        "/debug/trace" if config.trace => trace(req.uri().query().unwrap_or("")),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// `/debug/trace?key=ns/name[&format=json]`: the steps [`crate::trace`] recorded for a
+/// followed key, as a table (or JSON for `kubeloop trace`); without `key`, the followed keys.
+fn trace(query: &str) -> Response<Full<Bytes>> {
+    let mut key = None;
+    let mut json = false;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("key", k)) => key = Some(percent_decode(k)),
+            Some(("format", "json")) => json = true,
+            _ => {}
+        }
+    }
+    let followed = crate::trace::followed();
+    let Some(key) = key else {
+        if followed.is_empty() {
+            return text(
+                StatusCode::NOT_FOUND,
+                "no key is traced: start the controller with --trace namespace/name\n".into(),
+            );
+        }
+        return text(StatusCode::OK, format!("{}\n", followed.join("\n")));
+    };
+    let Some(steps) = crate::trace::timeline(&key) else {
+        let hint = if followed.is_empty() {
+            "no key is traced: start the controller with --trace namespace/name".to_string()
+        } else {
+            format!("traced keys: {}", followed.join(", "))
+        };
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{key:?} is not traced here; {hint}\n"),
+        );
+    };
+    if json {
+        match serde_json::to_string(&steps) {
+            Ok(body) => text(StatusCode::OK, body),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding the trace of {key}: {e}\n"),
+            ),
+        }
+    } else {
+        text(StatusCode::OK, crate::trace::render(&key, &steps))
+    }
+}
+
+/// `%2F` and friends in a query value (a key's `/` may come encoded).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// k8s.io/apiserver healthz's format: `ok` when all pass; otherwise 500 and one line per check,
+/// `[+]name ok` or `[-]name failed: reason`. `?verbose` lists the lines on success too.
+fn probe(checks: &[Arc<dyn Check>], verbose: bool) -> Response<Full<Bytes>> {
+    let mut lines = String::new();
+    let mut failed = false;
+    for check in checks {
+        match check.check() {
+            Ok(()) => lines.push_str(&format!("[+]{} ok\n", check.name())),
+            Err(reason) => {
+                failed = true;
+                lines.push_str(&format!("[-]{} failed: {reason}\n", check.name()));
+            }
+        }
+    }
+    if failed {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{lines}check failed\n"),
+        )
+    } else if verbose {
+        text(StatusCode::OK, format!("{lines}check passed\n"))
+    } else {
+        text(StatusCode::OK, "ok".into())
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
