@@ -287,6 +287,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "role.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:leader-election",
         "deployment.apps/vm-controller",
+        "networkpolicy.networking.k8s.io/kubeloop-controllers",
     ] {
         assert!(
             out.lines()
