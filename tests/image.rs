@@ -16,7 +16,14 @@ use std::time::Duration;
 
 use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
 
-const DEPLOY_NS: &str = "kubeloop-system";
+/// The namespace of each controller's ServiceAccount (deploy/00-namespace.yaml).
+fn namespace_of(sa: &str) -> &'static str {
+    if sa == "vm-controller" {
+        "kubeloop-vm-system"
+    } else {
+        "kubeloop-system"
+    }
+}
 /// Where a pod finds its ServiceAccount's token, CA and namespace.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const ENGINE_SOCKET: &str = "/run/kubeloop/podman.sock";
@@ -95,7 +102,7 @@ struct Pod {
 }
 
 impl Pod {
-    /// Runs `kubeloop <args>` as ServiceAccount `sa` of deploy/'s namespace. `extra`: more
+    /// Runs `kubeloop <args>` as deploy/'s ServiceAccount `sa`. `extra`: more
     /// `podman run` options (the engine socket).
     fn run(cluster: &Cluster, sa: &str, extra: &[&str], args: &[&str]) -> Self {
         let image = image();
@@ -106,7 +113,7 @@ impl Pod {
         let secrets = tempfile::tempdir().unwrap();
         let token = kubectl(
             cluster,
-            &["create", "token", sa, "-n", DEPLOY_NS, "--duration=1h"],
+            &["create", "token", sa, "-n", namespace_of(sa), "--duration=1h"],
         );
         let files = [
             ("token", token.trim().as_bytes().to_vec()),
@@ -114,7 +121,7 @@ impl Pod {
                 "ca.crt",
                 std::fs::read(cluster.dir().join("pki/ca.crt")).unwrap(),
             ),
-            ("namespace", DEPLOY_NS.as_bytes().to_vec()),
+            ("namespace", namespace_of(sa).as_bytes().to_vec()),
         ];
         for (name, contents) in files {
             let path = secrets.path().join(name);

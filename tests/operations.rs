@@ -17,6 +17,18 @@ use std::time::{Duration, Instant};
 use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
 
 const DEPLOY_NS: &str = "kubeloop-system";
+/// The VM controller's namespace: its pods mount the node's engine socket, which Pod Security
+/// allows only in a `privileged` namespace, so it has one of its own (deploy/00-namespace.yaml).
+const VM_NS: &str = "kubeloop-vm-system";
+
+/// The namespace of deploy/'s ServiceAccount `sa` (or of a renamed variant of it).
+fn namespace_of(sa: &str) -> &'static str {
+    if sa.starts_with("vm-controller") {
+        VM_NS
+    } else {
+        DEPLOY_NS
+    }
+}
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Runs kubectl as the cluster admin; panics with its stderr on failure.
@@ -108,7 +120,7 @@ fn replace_verbs(
 fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
     let token = kubectl(
         cluster,
-        &["create", "token", sa, "-n", DEPLOY_NS, "--duration=1h"],
+        &["create", "token", sa, "-n", namespace_of(sa), "--duration=1h"],
     );
     let server = kubectl(
         cluster,
@@ -281,6 +293,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "validatingadmissionpolicy.admissionregistration.k8s.io/kubeloop-sample-controller-foo-deployments",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubeloop-sample-controller-foo-deployments",
         "deployment.apps/sample-controller",
+        "namespace/kubeloop-vm-system",
         "serviceaccount/vm-controller",
         "clusterrole.rbac.authorization.k8s.io/kubeloop:vm-controller",
         "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller",
@@ -672,7 +685,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "--holder-identity",
         "ops-test-replica",
         "--lease-lock-namespace",
-        DEPLOY_NS,
+        VM_NS,
         "--refresh-interval",
         "1s",
         "--metrics-bind-address",
@@ -690,7 +703,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         .unwrap()
         .to_owned();
     eventually(
-        "Lease kubeloop-system/controller101 held by the test replica",
+        "Lease kubeloop-vm-system/controller101 held by the test replica",
         Duration::from_secs(30),
         || {
             try_kubectl(
@@ -700,7 +713,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
                     "lease",
                     "controller101",
                     "-n",
-                    DEPLOY_NS,
+                    VM_NS,
                     "-o",
                     "jsonpath={.spec.holderIdentity}",
                 ],
@@ -845,7 +858,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
         "--holder-identity",
         "ops-test-no-lease",
         "--lease-lock-namespace",
-        DEPLOY_NS,
+        VM_NS,
         "--lease-lock-name",
         "ops-no-lease",
     ]);
@@ -1238,7 +1251,7 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     let (other, ring) = (format!("not-ours-{suffix}"), format!("ring-x-{suffix}"));
     let lease = |name: &str, labels: &str| {
         format!(
-            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {name}\n  namespace: {DEPLOY_NS}\n  labels: {{{labels}}}\nspec:\n  holderIdentity: someone\n"
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {name}\n  namespace: {VM_NS}\n  labels: {{{labels}}}\nspec:\n  holderIdentity: someone\n"
         )
     };
     kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&lease(&other, "")));
@@ -1249,7 +1262,7 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     );
     let why = "the VM controller may only write the Leases of its shard ring";
 
-    let delete_other = ["delete", "lease", &other, "-n", DEPLOY_NS];
+    let delete_other = ["delete", "lease", &other, "-n", VM_NS];
     let mut dry_run = delete_other.to_vec();
     dry_run.push("--dry-run=server");
     let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
@@ -1259,7 +1272,7 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     // Nor may it take one over by labelling it as the ring's (RBAC lets it update).
     let mut taken: serde_json::Value = serde_json::from_str(&kubectl(
         cluster,
-        &["get", "lease", &other, "-n", DEPLOY_NS, "-o", "json"],
+        &["get", "lease", &other, "-n", VM_NS, "-o", "json"],
     ))
     .unwrap();
     taken["metadata"]["labels"] = serde_json::json!({"kubeloop.dev/ring": "x"});
@@ -1268,10 +1281,51 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     let refusal =
         kubectl_as(cluster, &kubeconfig, &["replace", "-f", path.to_str().unwrap()]).unwrap_err();
     assert!(refusal.contains(why), "{refusal}");
-    assert!(try_kubectl(cluster, &["get", "lease", &other, "-n", DEPLOY_NS]).is_some());
+    assert!(try_kubectl(cluster, &["get", "lease", &other, "-n", VM_NS]).is_some());
 
-    kubectl_as(cluster, &kubeconfig, &["delete", "lease", &ring, "-n", DEPLOY_NS])
+    kubectl_as(cluster, &kubeconfig, &["delete", "lease", &ring, "-n", VM_NS])
         .expect("a ring Lease may be deleted");
-    kubectl(cluster, &["delete", "lease", &other, "-n", DEPLOY_NS]);
+    kubectl(cluster, &["delete", "lease", &other, "-n", VM_NS]);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Pod Security: the sample controller's namespace enforces `restricted` and its pod template
+/// meets it (no warning); the VM controller's pods mount the engine socket, which only a
+/// `privileged` namespace admits, so they live in one of their own, where `restricted` is
+/// still warned about: the warning names the hostPath.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_security_restricted_holds_where_the_controllers_allow_it() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let sample = cluster.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "deploy/sample-controller.yaml",
+    ]);
+    assert!(sample.success, "{}", sample.stderr);
+    assert!(
+        !sample.stderr.contains("PodSecurity"),
+        "the sample controller's pod meets restricted: {}",
+        sample.stderr
+    );
+    let vm = cluster.kubectl(&["apply", "--dry-run=server", "-f", "deploy/vm-controller.yaml"]);
+    assert!(vm.success, "{}", vm.stderr);
+    assert!(
+        vm.stderr.contains("would violate PodSecurity \"restricted:latest\"")
+            && vm.stderr.contains("hostPath"),
+        "the VM controller's namespace warns about its hostPath: {}",
+        vm.stderr
+    );
+    // Enforced in kubeloop-system: a pod with the engine socket is refused there.
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: socket-grabber, namespace: {DEPLOY_NS}}}\nspec:\n  containers: [{{name: c, image: x}}]\n  volumes: [{{name: s, hostPath: {{path: /run/kubeloop/podman.sock}}}}]\n"
+    );
+    let refused = cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&pod));
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("violates PodSecurity \"restricted:latest\""),
+        "{}",
+        refused.stderr
+    );
 }
