@@ -233,8 +233,9 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
             "resource: {cpu: 2}",
             "spec.resource.memory: Required value",
         ),
-        // More than the Docker API's int64 fields hold (quantity.rs's MAX_CPU_MILLIS and
-        // MAX_MEMORY_BYTES): refused by the apiserver, not retried as an engine error.
+        // More than the controller takes (quantity.rs's MAX_CPU_MILLIS, what the Docker API's
+        // int64 NanoCpus holds, and MAX_MEMORY_BYTES): refused by the apiserver, not retried
+        // as an engine error.
         (
             "cpu-too-large",
             "resource: {cpu: \"9223372037\", memory: 4G}",
@@ -247,8 +248,13 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         ),
         (
             "memory-too-large",
-            "resource: {cpu: 2, memory: 8Ei}",
-            "memory must be at most 9223372036854775807 bytes, the most the Docker API's Memory field holds",
+            "resource: {cpu: 2, memory: 2Ei}",
+            "memory must be at most 1Ei (1152921504606846976 bytes)",
+        ),
+        (
+            "memory-too-large-int",
+            "resource: {cpu: 2, memory: 1152921504606846977}",
+            "memory must be at most 1Ei (1152921504606846976 bytes)",
         ),
     ];
 

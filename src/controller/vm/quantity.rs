@@ -10,11 +10,11 @@
 //! As in `ScaledValue`, a value that is not a whole number of the target unit rounds up
 //! (`0.0001` CPU is 1 m). Arithmetic is exact (integers, u128) and overflow is an error.
 //!
-//! Invariant: every `Ok` value is > 0 and at most the engine's limit ([`MAX_CPU_MILLIS`],
-//! [`MAX_MEMORY_BYTES`]): a VM asking for zero, or for more than the Docker API's int64 fields
-//! carry, is refused here, with the field and the limit named, before any engine is asked
-//! (a request the engine cannot represent is not a transient engine error to retry). The CRD
-//! carries the same limits, so the apiserver refuses such a VM in the first place.
+//! Invariant: every `Ok` value is > 0 and at most the limit ([`MAX_CPU_MILLIS`],
+//! [`MAX_MEMORY_BYTES`]): a VM asking for zero, or for more than the engines take, is refused
+//! here, with the field and the limit named, before any engine is asked (a request the engine
+//! cannot represent is not a transient engine error to retry). The CRD carries the same
+//! limits, so the apiserver refuses such a VM in the first place.
 
 use thiserror::Error;
 
@@ -96,9 +96,12 @@ pub enum SpecError {
 /// The most CPU a VM may ask for, in millicores: what the Docker API's `NanoCpus` (an int64
 /// of nano-cores) holds, about 9.2 billion cores. `crds/virtualmachine.yaml` refuses more.
 pub const MAX_CPU_MILLIS: u64 = i64::MAX as u64 / 1_000_000;
-/// The most memory a VM may ask for, in bytes: what the Docker API's `Memory` (an int64)
-/// holds. `crds/virtualmachine.yaml` refuses more.
-pub const MAX_MEMORY_BYTES: u64 = i64::MAX as u64;
+/// The most memory a VM may ask for, in bytes: 1 EiB, more than any machine has and well
+/// inside what the Docker API's `Memory` (an int64) holds. (Not `i64::MAX` itself: a CRD rule
+/// `quantity(self).compareTo(quantity('9223372036854775807')) <= 0` let `8Ei` through on
+/// Kubernetes 1.36.3, so the CRD could not say that limit.)
+/// `crds/virtualmachine.yaml` refuses more.
+pub const MAX_MEMORY_BYTES: u64 = 1 << 60;
 
 /// The most a resource takes, in its engine unit, and how an error says it.
 struct Limit {
@@ -112,7 +115,7 @@ const CPU_LIMIT: Limit = Limit {
 };
 const MEMORY_LIMIT: Limit = Limit {
     max: MAX_MEMORY_BYTES,
-    text: "9223372036854775807 bytes, the most the Docker API's Memory field holds",
+    text: "1Ei (1152921504606846976 bytes)",
 };
 
 const CPU_SUFFIXES: &str = "m, k, M, G or none";
@@ -349,15 +352,13 @@ mod tests {
         let err = parse_cpu_millis("9223372037").unwrap_err();
         assert!(matches!(err, QuantityError::TooLarge { .. }));
         assert!(err.to_string().contains("NanoCpus"), "{err}");
-        assert_eq!(
-            parse_memory_bytes("9223372036854775807"),
-            Ok(MAX_MEMORY_BYTES)
-        );
-        let err = parse_memory_bytes("8Ei").unwrap_err();
-        assert!(err.to_string().contains("9223372036854775807 bytes"), "{err}");
+        assert_eq!(parse_memory_bytes("1Ei"), Ok(MAX_MEMORY_BYTES));
+        assert_eq!(parse_memory_bytes("1152921504606846976"), Ok(MAX_MEMORY_BYTES));
+        let err = parse_memory_bytes("1152921504606846977").unwrap_err();
+        assert!(err.to_string().contains("more than 1Ei"), "{err}");
         assert!(matches!(
-            parse_memory_bytes("7Ei"),
-            Ok(bytes) if bytes == 7 << 60
+            parse_memory_bytes("8Ei"),
+            Err(QuantityError::TooLarge { .. })
         ));
     }
 
