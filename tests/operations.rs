@@ -17,6 +17,18 @@ use std::time::{Duration, Instant};
 use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
 
 const DEPLOY_NS: &str = "kubeloop-system";
+/// The VM controller's namespace: its pods mount the node's engine socket, which Pod Security
+/// allows only in a `privileged` namespace, so it has one of its own (deploy/00-namespace.yaml).
+const VM_NS: &str = "kubeloop-vm-system";
+
+/// The namespace of deploy/'s ServiceAccount `sa` (or of a renamed variant of it).
+fn namespace_of(sa: &str) -> &'static str {
+    if sa.starts_with("vm-controller") {
+        VM_NS
+    } else {
+        DEPLOY_NS
+    }
+}
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Runs kubectl as the cluster admin; panics with its stderr on failure.
@@ -108,7 +120,7 @@ fn replace_verbs(
 fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
     let token = kubectl(
         cluster,
-        &["create", "token", sa, "-n", DEPLOY_NS, "--duration=1h"],
+        &["create", "token", sa, "-n", namespace_of(sa), "--duration=1h"],
     );
     let server = kubectl(
         cluster,
@@ -278,7 +290,10 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "serviceaccount/sample-controller",
         "clusterrole.rbac.authorization.k8s.io/kubeloop:sample-controller",
         "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:sample-controller",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/kubeloop-sample-controller-foo-deployments",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubeloop-sample-controller-foo-deployments",
         "deployment.apps/sample-controller",
+        "namespace/kubeloop-vm-system",
         "serviceaccount/vm-controller",
         "clusterrole.rbac.authorization.k8s.io/kubeloop:vm-controller",
         "clusterrolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller",
@@ -290,6 +305,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         "clusterrole.rbac.authorization.k8s.io/kubeloop:metrics-reader",
         "service/sample-controller-metrics",
         "service/vm-controller-metrics",
+        "networkpolicy.networking.k8s.io/kubeloop-controllers",
     ] {
         assert!(
             out.lines()
@@ -318,6 +334,8 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
     for object in [
         "role.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
         "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/kubeloop-vm-controller-ring-leases",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubeloop-vm-controller-ring-leases",
         "deployment.apps/vm-controller",
     ] {
         assert!(
@@ -382,7 +400,13 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
     install_crds_and_namespace(cluster);
     kubectl(
         cluster,
-        &["apply", "-f", "deploy/sample-controller-rbac.yaml"],
+        &[
+            "apply",
+            "-f",
+            "deploy/sample-controller-rbac.yaml",
+            "-f",
+            "deploy/sample-controller-admission.yaml",
+        ],
     );
     let ns = cluster.new_namespace("ops-sample").await.unwrap();
     let dir = tempdir("sample");
@@ -669,7 +693,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "--holder-identity",
         "ops-test-replica",
         "--lease-lock-namespace",
-        DEPLOY_NS,
+        VM_NS,
         "--refresh-interval",
         "1s",
         "--metrics-bind-address",
@@ -690,7 +714,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         .unwrap()
         .to_owned();
     eventually(
-        "Lease kubeloop-system/controller101 held by the test replica",
+        "Lease kubeloop-vm-system/controller101 held by the test replica",
         Duration::from_secs(30),
         || {
             try_kubectl(
@@ -700,7 +724,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
                     "lease",
                     "controller101",
                     "-n",
-                    DEPLOY_NS,
+                    VM_NS,
                     "-o",
                     "jsonpath={.spec.holderIdentity}",
                 ],
@@ -845,7 +869,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
         "--holder-identity",
         "ops-test-no-lease",
         "--lease-lock-namespace",
-        DEPLOY_NS,
+        VM_NS,
         "--lease-lock-name",
         "ops-no-lease",
     ]);
@@ -1105,5 +1129,220 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
         sample(&text, &series("error")),
         sample(&text, errors),
         "every error is also a result=error:\n{text}"
+    );
+}
+
+/// `kubectl --kubeconfig <kubeconfig> args...`: Ok(stdout) or Err(stderr).
+fn kubectl_as(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+    all.extend_from_slice(args);
+    cluster.kubectl(&all).result()
+}
+
+/// Waits until a ValidatingAdmissionPolicy just applied refuses `args` run as `kubeconfig`
+/// (the apiserver compiles and loads a new policy asynchronously); the refusal's text.
+fn refused_once_active(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> String {
+    eventually(
+        "the admission policy to be in force",
+        Duration::from_secs(30),
+        || kubectl_as(cluster, kubeconfig, args).err(),
+    )
+}
+
+/// RBAC gives the sample controller create and update on every Deployment; its admission
+/// policy (deploy/sample-controller-admission.yaml) narrows that to Deployments a Foo
+/// controls: with its ServiceAccount's token, a stray Deployment can be neither created nor
+/// taken over, while the controller's own work goes on (the test above runs it with the
+/// policy applied).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    kubectl(
+        cluster,
+        &[
+            "apply",
+            "-f",
+            "deploy/sample-controller-rbac.yaml",
+            "-f",
+            "deploy/sample-controller-admission.yaml",
+        ],
+    );
+    let ns = cluster.new_namespace("ops-sample-vap").await.unwrap();
+    let dir = tempdir("sample-vap");
+    let kubeconfig = service_account_kubeconfig(cluster, "sample-controller", &dir);
+    let why = "the sample controller may only write Deployments that a Foo controls";
+
+    let create = ["create", "deployment", "stray", "--image=nginx", "-n", &ns];
+    let mut dry_run = create.to_vec();
+    dry_run.push("--dry-run=server");
+    let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
+    assert!(refusal.contains(why), "{refusal}");
+    let refusal = kubectl_as(cluster, &kubeconfig, &create).unwrap_err();
+    assert!(refusal.contains(why) && refusal.contains("stray"), "{refusal}");
+
+    // A Deployment of someone else's: the account may not update it either.
+    kubectl(
+        cluster,
+        &["create", "deployment", "theirs", "--image=nginx", "-n", &ns],
+    );
+    let theirs = kubectl(cluster, &["get", "deployment", "theirs", "-n", &ns, "-o", "json"]);
+    let mut edited: serde_json::Value = serde_json::from_str(&theirs).unwrap();
+    edited["spec"]["replicas"] = serde_json::json!(0);
+    let path = dir.join("theirs.json");
+    std::fs::write(&path, edited.to_string()).unwrap();
+    let refusal =
+        kubectl_as(cluster, &kubeconfig, &["replace", "-f", path.to_str().unwrap()]).unwrap_err();
+    assert!(refusal.contains(why) && refusal.contains("theirs"), "{refusal}");
+    let replicas = kubectl(
+        cluster,
+        &["get", "deployment", "theirs", "-n", &ns, "-o", "jsonpath={.spec.replicas}"],
+    );
+    assert_eq!(replicas, "1", "left as it was");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The sample controller's Deployments block their Foo's deletion (`blockOwnerDeletion`), which
+/// the OwnerReferencesPermissionEnforcement admission plugin (on in the harness's apiserver, as
+/// in many production clusters) allows only to who may update the Foo's finalizers: without
+/// that rule of deploy/'s ClusterRole, every create is refused, and the controller says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_without_foos_finalizers_names_the_missing_right() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let (_, dir, kubeconfig) = restricted_identity(
+        cluster,
+        "sample-controller-rbac.yaml",
+        "sample-controller",
+        "-no-finalizers",
+        replace_verbs(
+            "sample-controller-rbac.yaml",
+            "    resources: [\"foos/finalizers\"]\n    verbs: [\"update\"]\n",
+            "    resources: [\"foos/finalizers\"]\n    verbs: [\"get\"]\n",
+        ),
+    );
+    let ns = cluster.new_namespace("ops-sample-fin").await.unwrap();
+    let mut controller = Controller::start(&[
+        "sample-controller",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        &ns,
+    ]);
+    kubectl_stdin(
+        cluster,
+        &["apply", "-n", &ns, "-f", "-"],
+        Some(&foo_yaml("web", 1)),
+    );
+    let line = controller.wait_for_line(
+        &["forbidden", "blockOwnerDeletion", "deployments"],
+        Duration::from_secs(30),
+    );
+    eprintln!("the controller said: {line}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The sharded VM controller's Role reaches every Lease of its namespace (ring Lease names
+/// cannot be known in advance); deploy/sharded/vm-controller-admission.yaml narrows that to
+/// the ring's Leases: with the ServiceAccount's token, another Lease of the namespace cannot
+/// be deleted or updated, a ring Lease can.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    kubectl(
+        cluster,
+        &[
+            "apply",
+            "-f",
+            "deploy/vm-controller-rbac.yaml",
+            "-f",
+            "deploy/sharded/vm-controller-rbac.yaml",
+            "-f",
+            "deploy/sharded/vm-controller-admission.yaml",
+        ],
+    );
+    let dir = tempdir("vm-vap");
+    let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
+    let suffix = std::process::id();
+    let (other, ring) = (format!("not-ours-{suffix}"), format!("ring-x-{suffix}"));
+    let lease = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {name}\n  namespace: {VM_NS}\n  labels: {{{labels}}}\nspec:\n  holderIdentity: someone\n"
+        )
+    };
+    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&lease(&other, "")));
+    kubectl_stdin(
+        cluster,
+        &["apply", "-f", "-"],
+        Some(&lease(&ring, "kubeloop.dev/ring: x")),
+    );
+    let why = "the VM controller may only write the Leases of its shard ring";
+
+    let delete_other = ["delete", "lease", &other, "-n", VM_NS];
+    let mut dry_run = delete_other.to_vec();
+    dry_run.push("--dry-run=server");
+    let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
+    assert!(refusal.contains(why) && refusal.contains(&other), "{refusal}");
+    let refusal = kubectl_as(cluster, &kubeconfig, &delete_other).unwrap_err();
+    assert!(refusal.contains(why), "{refusal}");
+    // Nor may it take one over by labelling it as the ring's (RBAC lets it update).
+    let mut taken: serde_json::Value = serde_json::from_str(&kubectl(
+        cluster,
+        &["get", "lease", &other, "-n", VM_NS, "-o", "json"],
+    ))
+    .unwrap();
+    taken["metadata"]["labels"] = serde_json::json!({"kubeloop.dev/ring": "x"});
+    let path = dir.join("taken.json");
+    std::fs::write(&path, taken.to_string()).unwrap();
+    let refusal =
+        kubectl_as(cluster, &kubeconfig, &["replace", "-f", path.to_str().unwrap()]).unwrap_err();
+    assert!(refusal.contains(why), "{refusal}");
+    assert!(try_kubectl(cluster, &["get", "lease", &other, "-n", VM_NS]).is_some());
+
+    kubectl_as(cluster, &kubeconfig, &["delete", "lease", &ring, "-n", VM_NS])
+        .expect("a ring Lease may be deleted");
+    kubectl(cluster, &["delete", "lease", &other, "-n", VM_NS]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Pod Security: the sample controller's namespace enforces `restricted` and its pod template
+/// meets it (no warning); the VM controller's pods mount the engine socket, which only a
+/// `privileged` namespace admits, so they live in one of their own, where `restricted` is
+/// still warned about: the warning names the hostPath.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_security_restricted_holds_where_the_controllers_allow_it() {
+    let cluster = testenv::shared_full().await;
+    install_crds_and_namespace(cluster);
+    let sample = cluster.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "deploy/sample-controller.yaml",
+    ]);
+    assert!(sample.success, "{}", sample.stderr);
+    assert!(
+        !sample.stderr.contains("PodSecurity"),
+        "the sample controller's pod meets restricted: {}",
+        sample.stderr
+    );
+    let vm = cluster.kubectl(&["apply", "--dry-run=server", "-f", "deploy/vm-controller.yaml"]);
+    assert!(vm.success, "{}", vm.stderr);
+    assert!(
+        vm.stderr.contains("would violate PodSecurity \"restricted:latest\"")
+            && vm.stderr.contains("hostPath"),
+        "the VM controller's namespace warns about its hostPath: {}",
+        vm.stderr
+    );
+    // Enforced in kubeloop-system: a pod with the engine socket is refused there.
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: socket-grabber, namespace: {DEPLOY_NS}}}\nspec:\n  containers: [{{name: c, image: x}}]\n  volumes: [{{name: s, hostPath: {{path: /run/kubeloop/podman.sock}}}}]\n"
+    );
+    let refused = cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&pod));
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("violates PodSecurity \"restricted:latest\""),
+        "{}",
+        refused.stderr
     );
 }

@@ -511,7 +511,14 @@ async fn invalid_foos_are_refused_by_the_apiserver_with_the_crd_validation_messa
             serde_json::json!({"deploymentName": "Not_A_Name", "replicas": 1}),
             "spec.deploymentName in body should match",
         ),
+        // 64 characters: too long for the Deployment's `controller` label value it becomes.
+        (
+            "a-foo-whose-name-is-longer-than-a-label-value-can-be-0123456789a",
+            serde_json::json!({"deploymentName": "web", "replicas": 1}),
+            "metadata.name must be at most 63 characters: it becomes the value of the Deployment's controller label",
+        ),
     ];
+
     for (name, spec, want) in cases {
         let mut obj = DynamicObject::new(name, &resource);
         obj.data = serde_json::json!({"spec": spec});

@@ -233,7 +233,31 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
             "resource: {cpu: 2}",
             "spec.resource.memory: Required value",
         ),
+        // More than the controller takes (quantity.rs's MAX_CPU_MILLIS, what the Docker API's
+        // int64 NanoCpus holds, and MAX_MEMORY_BYTES): refused by the apiserver, not retried
+        // as an engine error.
+        (
+            "cpu-too-large",
+            "resource: {cpu: \"9223372037\", memory: 4G}",
+            "cpu must be at most 9223372036854m, the most the Docker API's NanoCpus field holds",
+        ),
+        (
+            "cpu-too-large-int",
+            "resource: {cpu: 9223372037, memory: 4G}",
+            "spec.resource.cpu in body should be less than or equal to 9223372036",
+        ),
+        (
+            "memory-too-large",
+            "resource: {cpu: 2, memory: 2Ei}",
+            "memory must be at most 1Ei (1152921504606846976 bytes)",
+        ),
+        (
+            "memory-too-large-int",
+            "resource: {cpu: 2, memory: 1152921504606846977}",
+            "memory must be at most 1Ei (1152921504606846976 bytes)",
+        ),
     ];
+
     for (name, spec, expected) in cases {
         let manifest = format!(
             "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: {name}}}\nspec: {{{spec}}}\n"
@@ -2160,6 +2184,19 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
         reason.contains("refused to start") && reason.contains("memory limit"),
         "{reason}"
     );
+    // The user who can fix it is told, on the object: a condition and a Warning event that
+    // say what was refused and why.
+    let (ready, ready_reason, message) = vm_condition(&failed, "Ready");
+    assert_eq!((ready.as_str(), ready_reason.as_str()), ("False", "Failed"));
+    assert!(message.contains("memory limit"), "{message}");
+    let events = vm_events(cluster, &ns, "tiny").await;
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "Failed" && m.contains("memory limit")),
+        "no Warning event naming the memory limit in {events:?}"
+    );
+
     // The add and the finalizer patch's update may each give one attempt; then none for
     // ten minutes. Over 10 s (ten refresh intervals): no attempt and no write.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -198,6 +198,28 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
     );
     let serial = std::fs::read_to_string(dir.file("serial.log")).unwrap();
     assert!(serial.contains(READY_LINE), "{serial}");
+    // QMP is full control of the VM and the console a root shell in its guest: the state
+    // directory, and everything in it the driver, the monitor and QEMU made, are the user's
+    // alone.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mode = |path: &Path| std::fs::symlink_metadata(path).unwrap().mode() & 0o777;
+        assert_eq!(mode(&state.path), 0o700, "{}", state.path.display());
+        assert_eq!(mode(&dir.path), 0o700);
+        for name in [
+            "vm.json",
+            "cmdline",
+            "serial.log",
+            "qemu.log",
+            "started",
+            "qmp.sock",
+            "console.sock",
+        ] {
+            let m = mode(&dir.file(name));
+            assert_eq!(m & 0o077, 0, "{name} has mode {m:o}");
+        }
+    }
+
     // The guest itself saw 2 vCPUs (its readiness line says so).
     assert!(serial.contains("2 vCPUs"), "{serial}");
     let record = dir.record().unwrap();

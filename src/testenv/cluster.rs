@@ -682,7 +682,12 @@ fn apiserver_args(
         format!("--service-account-key-file={}", p("sa.pub")),
         format!("--service-account-signing-key-file={}", p("sa.key")),
         "--endpoint-reconciler-type=none".into(),
+        // As in many production clusters (and OpenShift): setting `blockOwnerDeletion` on an
+        // ownerReference needs the right to update the owner's finalizers, so deploy/'s RBAC is
+        // checked against it (tests/operations.rs).
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
     ];
+
     // Without controller-manager nobody creates the `default` ServiceAccount, and the
     // ServiceAccount admission plugin would refuse every Pod (envtest does the same).
     if !options.controller_manager {

@@ -12,9 +12,15 @@
 //!    replicas;
 //! 5. write `status.availableReplicas` from the Deployment through the status subresource,
 //!    re-reading the Foo and retrying on conflicts;
-//! 6. Normal event `Synced`, "Foo synced successfully".
+//! 6. Normal event `Synced`, "Foo synced successfully", if steps 2, 4 or 5 wrote anything.
 //!
 //! Differs on purpose:
+//! - a Foo that can never be synced (a name longer than the 63 characters of the label value it
+//!   becomes) gets a Warning event `InvalidName` and a `Stalled` condition naming the field and
+//!   the limit, once, and is not retried (sample-controller gets a 422 from the Deployment
+//!   create on every retry, and its user never learns why);
+//! - `Synced` is recorded only when the sync changed something (sample-controller records it on
+//!   every sync, so every 30 s resync spends the per-object event budget that Warnings share);
 //! - step 4 changes only `spec.replicas` of the existing Deployment (with its resourceVersion,
 //!   so a concurrent change is a conflict, retried from the newer cached copy); sample-controller
 //!   replaces the whole object with `newDeployment(foo)`, wiping anything else set on it;
@@ -25,7 +31,7 @@
 //!   `is_not_found`, which are false for a bare-text error body (kube-core 5 checks only the
 //!   reason when the reason is a known one).
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::api::SyncClient;
 use super::deployment::{is_controlled_by, new_deployment};
@@ -42,6 +48,14 @@ pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
 /// Message of the Normal event after a successful sync. sample-controller:
 /// `MessageResourceSynced`.
 pub const MESSAGE_RESOURCE_SYNCED: &str = "Foo synced successfully";
+/// Reason of the Warning event and the `Stalled` condition of a Foo whose name is too long for
+/// the label value it becomes.
+pub const INVALID_NAME: &str = "InvalidName";
+/// The condition a Foo that can never be synced carries (kstatus's `Stalled`).
+pub const STALLED: &str = "Stalled";
+/// The longest label value (apimachinery `validation.LabelValueMaxLength`): a Foo's name is the
+/// value of its Deployment's `controller` label.
+pub const LABEL_VALUE_MAX_LENGTH: usize = 63;
 /// How many times a status write is tried when it keeps hitting conflicts (client-go's
 /// `retry.DefaultRetry`).
 pub const STATUS_ATTEMPTS: u32 = DEFAULT_RETRY.steps;
@@ -59,10 +73,15 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
         tracing::error!(%key, "foo has an empty spec.deploymentName, nothing to do");
         return Ok(Action::Done);
     }
+    if foo.name().len() > LABEL_VALUE_MAX_LENGTH {
+        return stall(client, key, &foo).await;
+    }
 
+    let mut changed = false;
     let deployment = match client.deployment(namespace, deployment_name) {
         Some(existing) => existing.as_ref().clone(),
         None => {
+            changed = true;
             tracing::info!(%key, deployment = deployment_name, "creating deployment");
             client
                 .create_deployment(&new_deployment(&foo))
@@ -88,6 +107,7 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
     let deployment = match foo.spec.replicas {
         Some(wanted) if Some(wanted) != current_replicas => {
             tracing::info!(%key, deployment = deployment_name, wanted, current = ?current_replicas, "updating deployment replicas");
+            changed = true;
             let mut scaled = deployment;
             scaled.spec.get_or_insert_with(Default::default).replicas = Some(wanted);
             client.update_deployment(&scaled).await.map_err(|source| {
@@ -102,24 +122,6 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
         _ => deployment,
     };
 
-    update_foo_status(client, key, &foo, &deployment).await?;
-    client.record_event(
-        &foo,
-        EventType::Normal,
-        SUCCESS_SYNCED,
-        MESSAGE_RESOURCE_SYNCED,
-    );
-    Ok(Action::Done)
-}
-
-/// Writes `status.availableReplicas` from `deployment`, retrying conflicts on a fresh read
-/// ([`retry_on_conflict`]). sample-controller: `updateFooStatus`.
-async fn update_foo_status<C: SyncClient>(
-    client: &C,
-    key: &ObjectKey,
-    foo: &Foo,
-    deployment: &Deployment,
-) -> Result<(), SyncError> {
     let available = deployment
         .status
         .as_ref()
@@ -127,9 +129,59 @@ async fn update_foo_status<C: SyncClient>(
         .unwrap_or(0);
     let wanted = FooStatus {
         available_replicas: available,
+        conditions: Vec::new(),
     };
+    changed |= update_foo_status(client, key, &foo, wanted).await?;
+    if changed {
+        client.record_event(
+            &foo,
+            EventType::Normal,
+            SUCCESS_SYNCED,
+            MESSAGE_RESOURCE_SYNCED,
+        );
+    }
+    Ok(Action::Done)
+}
+
+/// A Foo that can never be synced: `Stalled` in its status and a Warning event naming the field
+/// and the limit, both once (an unchanged condition is not written again), and no retry (the
+/// name cannot change; the Foo must be re-created).
+async fn stall<C: SyncClient>(client: &C, key: &ObjectKey, foo: &Foo) -> Result<Action, SyncError> {
+    let message = format!(
+        "Foo {key}: metadata.name is {} characters long, but it becomes the value of the \
+         Deployment's controller label, which takes at most {LABEL_VALUE_MAX_LENGTH}: \
+         re-create the Foo with a shorter name",
+        foo.name().len()
+    );
+    tracing::warn!(%key, "{message}");
+    let wanted = FooStatus {
+        available_replicas: 0,
+        conditions: vec![Condition {
+            type_: STALLED.to_string(),
+            status: "True".to_string(),
+            reason: INVALID_NAME.to_string(),
+            message: message.clone(),
+            observed_generation: foo.metadata.generation,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        }],
+    };
+    if update_foo_status(client, key, foo, wanted).await? {
+        client.record_event(foo, EventType::Warning, INVALID_NAME, &message);
+    }
+    Ok(Action::Done)
+}
+
+/// Writes `wanted` as the Foo's status unless it already holds it (a condition that is
+/// already there keeps its `lastTransitionTime`), retrying conflicts on a fresh read
+/// ([`retry_on_conflict`]). Returns whether it wrote. sample-controller: `updateFooStatus`.
+async fn update_foo_status<C: SyncClient>(
+    client: &C,
+    key: &ObjectKey,
+    foo: &Foo,
+    wanted: FooStatus,
+) -> Result<bool, SyncError> {
     let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
-        let wanted = wanted.clone();
+        let mut wanted = wanted.clone();
         async move {
             let current = if attempt == 0 {
                 foo.clone()
@@ -138,7 +190,7 @@ async fn update_foo_status<C: SyncClient>(
                 match client.get_foo(foo.namespace(), foo.name()).await {
                     Ok(Some(fresh)) => fresh,
                     // Deleted meanwhile: nothing left to report on.
-                    Ok(None) => return Ok(()),
+                    Ok(None) => return Ok(false),
                     Err(source) => {
                         return Err(SyncError::GetFoo {
                             foo: key.to_string(),
@@ -147,14 +199,15 @@ async fn update_foo_status<C: SyncClient>(
                     }
                 }
             };
+            keep_transition_times(current.status.as_ref(), &mut wanted);
             if current.status.as_ref() == Some(&wanted) {
-                return Ok(());
+                return Ok(false);
             }
             let mut updated = current;
             updated.status = Some(wanted);
             match client.update_foo_status(&updated).await {
-                Ok(_) => Ok(()),
-                Err(kube_client::Error::Api(status)) if status.code == 404 => Ok(()),
+                Ok(_) => Ok(true),
+                Err(kube_client::Error::Api(status)) if status.code == 404 => Ok(false),
                 Err(source) => Err(SyncError::UpdateStatus {
                     foo: key.to_string(),
                     source,
@@ -172,6 +225,21 @@ async fn update_foo_status<C: SyncClient>(
     })
 }
 
+/// Gives each condition of `wanted` that `current` already holds with the same status the
+/// `lastTransitionTime` it has there (apimachinery `meta.SetStatusCondition`).
+fn keep_transition_times(current: Option<&FooStatus>, wanted: &mut FooStatus) {
+    let Some(current) = current else { return };
+    for condition in &mut wanted.conditions {
+        if let Some(old) = current
+            .conditions
+            .iter()
+            .find(|old| old.type_ == condition.type_ && old.status == condition.status)
+        {
+            condition.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! sample-controller's controller_test.go, ported: its fake clientsets become
@@ -180,7 +248,7 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
     use kube_client::core::Status;
     use parking_lot::Mutex;
 
@@ -366,12 +434,52 @@ mod tests {
         let mut foo = new_foo("test", Some(1));
         foo.status = Some(FooStatus {
             available_replicas: 1,
+            ..Default::default()
         });
         let d = with_available(new_deployment(&foo), 1);
         let fake = FakeClient::with_foo(foo).with_deployment(d);
         sync_handler(&fake, &key("default/test")).await.unwrap();
         assert!(fake.writes().is_empty(), "{:#?}", fake.writes());
-        assert_eq!(fake.events()[0].1, "Synced");
+        assert!(
+            fake.events().is_empty(),
+            "an unchanged resync records no Synced event: {:?}",
+            fake.events()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_too_long_for_a_label_value_stalls_the_foo_once_with_a_warning_and_no_retry() {
+        let name = "n".repeat(LABEL_VALUE_MAX_LENGTH + 1);
+        let fake = FakeClient::with_foo(new_foo(&name, Some(1)));
+        let key = key(&format!("default/{name}"));
+        assert_eq!(sync_handler(&fake, &key).await.unwrap(), Action::Done);
+        let writes = fake.writes();
+        assert_eq!(writes.len(), 1, "no Deployment is tried: {writes:#?}");
+        let Write::UpdateFooStatus(stalled) = &writes[0] else {
+            panic!("{writes:#?}")
+        };
+        let conditions = &stalled.status.as_ref().unwrap().conditions;
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(
+            (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+            (STALLED, "True")
+        );
+        assert_eq!(conditions[0].reason, INVALID_NAME);
+        let events = fake.events();
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].0, events[0].1.as_str()), (EventType::Warning, INVALID_NAME));
+        for said in [&conditions[0].message, &events[0].2] {
+            assert!(
+                said.contains("metadata.name is 64 characters") && said.contains("at most 63"),
+                "names the field and the limit: {said}"
+            );
+        }
+
+        // The next sync finds the condition in place: no write, no second event.
+        let again = FakeClient::with_foo(stalled.clone());
+        assert_eq!(sync_handler(&again, &key).await.unwrap(), Action::Done);
+        assert!(again.writes().is_empty(), "{:#?}", again.writes());
+        assert!(again.events().is_empty(), "{:?}", again.events());
     }
 
     // sample-controller: TestUpdateDeployment
@@ -504,7 +612,8 @@ mod tests {
         assert_eq!(
             second.status,
             Some(FooStatus {
-                available_replicas: 1
+                available_replicas: 1,
+                ..Default::default()
             })
         );
     }

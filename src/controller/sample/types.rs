@@ -7,7 +7,7 @@
 //! The schema the apiserver enforces (replicas 1..=10, deploymentName required) lives in
 //! `crds/foo.yaml`; this type accepts whatever the apiserver stored.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -47,12 +47,16 @@ pub struct FooSpec {
 }
 
 /// Foo's status (`FooStatus`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FooStatus {
     /// The owned Deployment's `status.availableReplicas`.
     #[serde(default)]
     pub available_replicas: i32,
+    /// Beyond sample-controller: `Stalled` (kstatus's condition for what only a person can fix)
+    /// when the Foo can never be synced, naming the field and the limit; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 impl Foo {
@@ -132,6 +136,7 @@ mod tests {
         );
         foo.status = Some(FooStatus {
             available_replicas: 1,
+            ..Default::default()
         });
         let json = serde_json::to_value(&foo).unwrap();
         assert_eq!(json["apiVersion"], "samplecontroller.k8s.io/v1alpha1");

@@ -4,7 +4,9 @@
 //!
 //! Differences from controller101 on purpose:
 //! - The status goes through the status subresource (`PUT .../status`), never `Update` of the
-//!   whole object; a 409 Conflict is retried on a fresh GET ([`write_status`]).
+//!   whole object; after a 409 Conflict the status is recomputed from a fresh GET (its
+//!   conditions and their transition times against the fresh object's), or not written at all
+//!   if the fresh object has a newer spec ([`write_status`]).
 //! - The finalizer is added and removed by a merge patch of `metadata.finalizers` carrying the
 //!   `resourceVersion` it was computed from, so a concurrent change of the list is a 409 that is
 //!   retried, not a lost update ([`set_finalizer`]).
@@ -119,20 +121,32 @@ pub trait VmApi: Send + Sync + 'static {
     ) -> impl Future<Output = Result<VirtualMachine, ApiError>> + Send;
 }
 
-/// Writes `status` to the VM, re-reading it after a conflict. `Ok(None)`: the VM is gone.
+/// Writes the status `status_of` computes for the VM, re-reading the VM and computing the
+/// status again from the fresh copy after a conflict. `Ok(None)`: nothing was written, because
+/// the VM is gone or because its spec changed since `vm` was read (a status computed for the
+/// old spec would report on a spec the VM no longer has; the change's own watch event
+/// reconciles the VM again).
 pub async fn write_status<A: VmApi>(
     api: &A,
     vm: &VirtualMachine,
-    status: VirtualMachineStatus,
+    status_of: impl Fn(&VirtualMachine) -> VirtualMachineStatus + Sync,
     ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
+    let status_of = &status_of;
     let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
-        let status = status.clone();
         async move {
             let Some(mut current) = current_or_fresh(api, vm, attempt).await? else {
                 return Ok(None);
             };
-            current.status = Some(status);
+            if current.metadata.generation != vm.metadata.generation {
+                tracing::debug!(
+                    vm = %vm.key(),
+                    "the spec changed since the status was computed; not writing it"
+                );
+                return Ok(None);
+            }
+            current.status = Some(status_of(&current));
+
             fence(ctx, vm, "status update")?;
             match api.replace_status(&current).await {
                 Ok(updated) => {

@@ -10,7 +10,11 @@
 //! As in `ScaledValue`, a value that is not a whole number of the target unit rounds up
 //! (`0.0001` CPU is 1 m). Arithmetic is exact (integers, u128) and overflow is an error.
 //!
-//! Invariant: every `Ok` value is > 0; a VM asking for zero CPU or memory is refused.
+//! Invariant: every `Ok` value is > 0 and at most the limit ([`MAX_CPU_MILLIS`],
+//! [`MAX_MEMORY_BYTES`]): a VM asking for zero, or for more than the engines take, is refused
+//! here, with the field and the limit named, before any engine is asked (a request the engine
+//! cannot represent is not a transient engine error to retry). The CRD carries the same
+//! limits, so the apiserver refuses such a VM in the first place.
 
 use thiserror::Error;
 
@@ -52,11 +56,13 @@ pub enum QuantityError {
         /// The quantity as written.
         value: String,
     },
-    #[error("{value:?} is too large")]
-    /// Too large for the engine's 64-bit fields.
+    #[error("{value:?} is more than {limit}")]
+    /// More than the engines can take ([`MAX_CPU_MILLIS`], [`MAX_MEMORY_BYTES`]).
     TooLarge {
         /// The quantity as written.
         value: String,
+        /// The most this resource takes, and why.
+        limit: &'static str,
     },
 }
 
@@ -87,6 +93,31 @@ pub enum SpecError {
     },
 }
 
+/// The most CPU a VM may ask for, in millicores: what the Docker API's `NanoCpus` (an int64
+/// of nano-cores) holds, about 9.2 billion cores. `crds/virtualmachine.yaml` refuses more.
+pub const MAX_CPU_MILLIS: u64 = i64::MAX as u64 / 1_000_000;
+/// The most memory a VM may ask for, in bytes: 1 EiB, more than any machine has and well
+/// inside what the Docker API's `Memory` (an int64) holds. (Not `i64::MAX` itself: a CRD rule
+/// `quantity(self).compareTo(quantity('9223372036854775807')) <= 0` let `8Ei` through on
+/// Kubernetes 1.36.3, so the CRD could not say that limit.)
+/// `crds/virtualmachine.yaml` refuses more.
+pub const MAX_MEMORY_BYTES: u64 = 1 << 60;
+
+/// The most a resource takes, in its engine unit, and how an error says it.
+struct Limit {
+    max: u64,
+    text: &'static str,
+}
+
+const CPU_LIMIT: Limit = Limit {
+    max: MAX_CPU_MILLIS,
+    text: "9223372036854m, the most the Docker API's NanoCpus field holds",
+};
+const MEMORY_LIMIT: Limit = Limit {
+    max: MAX_MEMORY_BYTES,
+    text: "1Ei (1152921504606846976 bytes)",
+};
+
 const CPU_SUFFIXES: &str = "m, k, M, G or none";
 const MEMORY_SUFFIXES: &str = "k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or none";
 
@@ -112,7 +143,7 @@ pub fn resources_of(vm: &VirtualMachine) -> Result<Resources, SpecError> {
 
 /// CPU in millicores: `"2"` -> 2000, `"500m"` -> 500, `"0.25"` -> 250.
 pub fn parse_cpu_millis(value: &str) -> Result<u64, QuantityError> {
-    let (number, suffix) = split_number(value)?;
+    let (number, suffix) = split_number(value, &CPU_LIMIT)?;
     // Multiplier to millicores, as a (numerator) power of ten.
     let scale: u128 = match suffix {
         "m" => 1,
@@ -122,12 +153,12 @@ pub fn parse_cpu_millis(value: &str) -> Result<u64, QuantityError> {
         "G" => 1_000_000_000_000,
         _ => return Err(unknown_suffix(value, suffix, CPU_SUFFIXES)),
     };
-    to_units(value, number, scale)
+    to_units(value, number, scale, &CPU_LIMIT)
 }
 
 /// Memory in bytes: `"4G"` -> 4 000 000 000, `"4Gi"` -> 4 294 967 296.
 pub fn parse_memory_bytes(value: &str) -> Result<u64, QuantityError> {
-    let (number, suffix) = split_number(value)?;
+    let (number, suffix) = split_number(value, &MEMORY_LIMIT)?;
     let scale: u128 = match suffix {
         "" => 1,
         "k" => 10u128.pow(3),
@@ -144,7 +175,7 @@ pub fn parse_memory_bytes(value: &str) -> Result<u64, QuantityError> {
         "Ei" => 1 << 60,
         _ => return Err(unknown_suffix(value, suffix, MEMORY_SUFFIXES)),
     };
-    to_units(value, number, scale)
+    to_units(value, number, scale, &MEMORY_LIMIT)
 }
 
 /// A decimal number as `digits / 10^fraction_len`.
@@ -153,7 +184,7 @@ struct Decimal {
     fraction_len: u32,
 }
 
-fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
+fn split_number<'a>(value: &'a str, limit: &Limit) -> Result<(Decimal, &'a str), QuantityError> {
     let malformed = |problem| QuantityError::Malformed {
         value: value.to_string(),
         problem,
@@ -183,6 +214,7 @@ fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
             .and_then(|d| d.checked_add(u128::from(c as u8 - b'0')))
             .ok_or_else(|| QuantityError::TooLarge {
                 value: value.to_string(),
+                limit: limit.text,
             })?;
     }
     let fraction_len =
@@ -199,9 +231,15 @@ fn split_number(value: &str) -> Result<(Decimal, &str), QuantityError> {
     ))
 }
 
-fn to_units(value: &str, number: Decimal, scale: u128) -> Result<u64, QuantityError> {
+fn to_units(
+    value: &str,
+    number: Decimal,
+    scale: u128,
+    limit: &Limit,
+) -> Result<u64, QuantityError> {
     let too_large = || QuantityError::TooLarge {
         value: value.to_string(),
+        limit: limit.text,
     };
     let scaled = number.digits.checked_mul(scale).ok_or_else(too_large)?;
     let divisor = 10u128.pow(number.fraction_len);
@@ -211,7 +249,10 @@ fn to_units(value: &str, number: Decimal, scale: u128) -> Result<u64, QuantityEr
             value: value.to_string(),
         });
     }
-    u64::try_from(units).map_err(|_| too_large())
+    u64::try_from(units)
+        .ok()
+        .filter(|&units| units <= limit.max)
+        .ok_or_else(too_large)
 }
 
 fn unknown_suffix(value: &str, suffix: &str, allowed: &'static str) -> QuantityError {
@@ -300,6 +341,23 @@ mod tests {
         ));
         assert!(matches!(
             parse_memory_bytes("100000000000000E"),
+            Err(QuantityError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn quantities_up_to_the_engine_limits_are_taken_and_more_is_refused_naming_the_limit() {
+        assert_eq!(parse_cpu_millis("9223372036854m"), Ok(MAX_CPU_MILLIS));
+        assert_eq!(parse_cpu_millis("9223372036"), Ok(9_223_372_036_000));
+        let err = parse_cpu_millis("9223372037").unwrap_err();
+        assert!(matches!(err, QuantityError::TooLarge { .. }));
+        assert!(err.to_string().contains("NanoCpus"), "{err}");
+        assert_eq!(parse_memory_bytes("1Ei"), Ok(MAX_MEMORY_BYTES));
+        assert_eq!(parse_memory_bytes("1152921504606846976"), Ok(MAX_MEMORY_BYTES));
+        let err = parse_memory_bytes("1152921504606846977").unwrap_err();
+        assert!(err.to_string().contains("more than 1Ei"), "{err}");
+        assert!(matches!(
+            parse_memory_bytes("8Ei"),
             Err(QuantityError::TooLarge { .. })
         ));
     }

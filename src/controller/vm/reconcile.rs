@@ -74,7 +74,7 @@ pub const CRASH_BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// The longest wait before restarting a server that keeps exiting.
 pub const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// After this many exits in a row the VM's phase is `CrashLoopBackOff` (before: `Failed`).
-pub const CRASH_LOOP_AFTER: u32 = 3;
+pub const CRASH_LOOP_AFTER: i32 = 3;
 /// A server that has run this long since its last start has its restart count reset.
 pub const CRASH_RESET_AFTER: Duration = Duration::from_secs(600);
 
@@ -98,9 +98,9 @@ impl Default for ReconcilerConfig {
 
 /// The wait before restarting a server that has been restarted `restarts` times in a row:
 /// [`CRASH_BACKOFF_BASE`] doubled per restart, at most [`CRASH_BACKOFF_MAX`].
-pub fn crash_backoff(restarts: u32) -> Duration {
+pub fn crash_backoff(restarts: i32) -> Duration {
     CRASH_BACKOFF_BASE
-        .saturating_mul(1u32 << restarts.min(16))
+        .saturating_mul(1u32 << restarts.clamp(0, 16))
         .min(CRASH_BACKOFF_MAX)
 }
 
@@ -370,7 +370,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         vm: &VirtualMachine,
         server: &str,
         status: &DriverServerStatus,
-        restarts: u32,
+        restarts: i32,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
         if status.exited() {
@@ -403,7 +403,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             "VirtualMachine {}: server {server} {}; starting it again (restart {})",
             vm.key(),
             exit_text(status),
-            restarts + 1
+            restarts.saturating_add(1)
         );
         info!(vm = %vm.key(), "{message}");
         self.event(ctx, vm, EventType::Normal, "Restarting", &message);
@@ -411,7 +411,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             Started::Server(started) => started,
             Started::Handled(action) => return Ok(action),
         };
-        self.after_start(vm, server, &started, restarts + 1, ctx)
+        self.after_start(vm, server, &started, restarts.saturating_add(1), ctx)
             .await
     }
 
@@ -423,12 +423,12 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         vm: &VirtualMachine,
         server: &str,
         status: &DriverServerStatus,
-        restarts: u32,
+        restarts: i32,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
         let at = k8s_openapi::jiff::Timestamp::now();
         let (due, wait) = restart_due(status, restarts, at).unwrap_or((at, Duration::ZERO));
-        let phase = if restarts + 1 >= CRASH_LOOP_AFTER {
+        let phase = if restarts.saturating_add(1) >= CRASH_LOOP_AFTER {
             Phase::CrashLoopBackOff
         } else {
             Phase::Failed
@@ -436,7 +436,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         let reason = format!(
             "server {server} {}; exit {} in a row; restarting it at {due:.0}",
             exit_text(status),
-            restarts + 1
+            restarts.saturating_add(1)
         );
         let unchanged = vm
             .status
@@ -589,7 +589,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         &self,
         vm: &VirtualMachine,
         server: &DriverServerStatus,
-        restarts: u32,
+        restarts: i32,
         ctx: &ReconcileContext,
     ) -> Result<Action, ReconcileError> {
         let ran_long_enough = server.started_at.is_some_and(|started| {
@@ -691,7 +691,15 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         // dropped it); `write_status` checks again before each attempt.
         super::api::fence(ctx, vm, "status update")?;
         debug!(vm = %vm.key(), phase = %status.phase, reason = %status.reason, "writing status");
-        let written = write_status(&self.api, vm, status, ctx).await?;
+        // After a conflict, the conditions are derived again from the fresh object.
+        let written = write_status(
+            &self.api,
+            vm,
+            |current| with_conditions(current, status.clone()),
+            ctx,
+        )
+        .await?;
+
         if written.is_some()
             && let Some((event_type, reason, message)) = transition
         {
@@ -750,7 +758,7 @@ fn limits_match(server: &DriverServerStatus, wanted: &Resources) -> bool {
 }
 
 /// The VM's restarts so far ([`VirtualMachineStatus::restarts`]).
-fn restarts_of(vm: &VirtualMachine) -> u32 {
+fn restarts_of(vm: &VirtualMachine) -> i32 {
     vm.status.as_ref().map_or(0, |s| s.restarts)
 }
 
@@ -758,7 +766,7 @@ fn restarts_of(vm: &VirtualMachine) -> u32 {
 /// from now))` if its restart is still ahead, `None` if it is due.
 fn restart_due(
     status: &DriverServerStatus,
-    restarts: u32,
+    restarts: i32,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Option<(k8s_openapi::jiff::Timestamp, Duration)> {
     let stopped = status.finished_at.unwrap_or(now);

@@ -81,8 +81,10 @@ pub struct VirtualMachineStatus {
     pub server: Option<ServerStatus>,
     /// Restarts of the server after it exited, since it last ran
     /// [`super::reconcile::CRASH_RESET_AFTER`] without exiting (a pod's `restartCount`).
+    /// An `int32`, as the CRD says: the apiserver checks the schema's bounds, not its
+    /// `format`, so the type is as wide as the CRD allows and no wider.
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub restarts: u32,
+    pub restarts: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// When the status last changed in a way a user sees.
     pub last_update_time: Option<Time>,
@@ -145,7 +147,7 @@ pub enum Phase {
     Unknown,
 }
 
-fn is_zero(n: &u32) -> bool {
+fn is_zero(n: &i32) -> bool {
     *n == 0
 }
 

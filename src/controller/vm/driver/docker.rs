@@ -377,8 +377,10 @@ impl Driver for DockerDriver {
             .ok()
             .and_then(|m| m.checked_mul(1_000_000));
         let memory = i64::try_from(spec.memory_bytes).ok();
+        // quantity.rs refuses such a spec before any driver sees it; said again here because
+        // retrying a spec the API cannot represent never helps.
         let (Some(nano_cpus), Some(memory)) = (nano_cpus, memory) else {
-            return Err(DriverError::Engine {
+            return Err(DriverError::Refused {
                 engine: self.engine.clone(),
                 operation: "create",
                 server: spec.name.clone(),

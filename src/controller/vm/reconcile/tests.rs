@@ -280,7 +280,8 @@ async fn a_server_that_ran_ten_minutes_has_its_restarts_reset_and_the_backoff_is
     assert_eq!(crash_backoff(0), Duration::from_secs(10));
     assert_eq!(crash_backoff(4), Duration::from_secs(160));
     assert_eq!(crash_backoff(5), CRASH_BACKOFF_MAX);
-    assert_eq!(crash_backoff(u32::MAX), CRASH_BACKOFF_MAX);
+    assert_eq!(crash_backoff(i32::MAX), CRASH_BACKOFF_MAX);
+    assert_eq!(crash_backoff(-1), CRASH_BACKOFF_BASE);
 }
 
 #[tokio::test]
@@ -434,7 +435,58 @@ async fn status_conflicts_are_retried_on_fresh_data() {
 }
 
 #[tokio::test]
+async fn after_a_status_conflict_the_conditions_are_derived_from_the_fresh_object() {
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    let active = f.api.object(&key).unwrap();
+    let ready_since = |vm: &VirtualMachine| {
+        let status = vm.status.as_ref().unwrap();
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        ready.unwrap().last_transition_time.clone()
+    };
+    let became_ready = ready_since(&active);
+    // An informer that has not seen that write: its copy has no status yet, so the status
+    // computed from it says Ready became True now.
+    let mut stale = active.clone();
+    stale.status = None;
+    stale.metadata.resource_version = Some("1".into());
+    f.api.freeze_cache(&key, stale);
+    std::thread::sleep(Duration::from_millis(20));
+    let writes = f.api.status_writes();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    assert_eq!(f.api.status_writes(), writes + 1, "written once, after the conflict");
+    let written = f.api.object(&key).unwrap();
+    assert_eq!(
+        ready_since(&written),
+        became_ready,
+        "Ready was already True on the fresh object: its transition time stays"
+    );
+}
+
+#[tokio::test]
+async fn a_status_computed_for_a_spec_that_changed_meanwhile_is_not_written() {
+    let f = VmFixture::new();
+    let key = f.create_vm();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
+    // The user edits the spec; the informer has not seen it, nor the last status write.
+    let mut stale = f.api.object(&key).unwrap();
+    f.api.replace_spec(stale.clone());
+    let edited = f.api.object(&key).unwrap();
+    stale.status = None;
+    f.api.freeze_cache(&key, stale);
+
+    let writes = f.api.status_writes();
+    assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
+    assert_eq!(f.api.status_writes(), writes, "nothing written for the old spec");
+    let now = f.api.object(&key).unwrap();
+    assert_eq!(now.status, edited.status);
+    assert_eq!(now.metadata.generation, Some(2));
+}
+
+#[tokio::test]
 async fn endless_conflicts_give_up_and_go_back_to_the_rate_limiter() {
+
     let f = VmFixture::new();
     let key = f.create_vm();
     f.api.inject_conflicts(1000);

@@ -69,7 +69,9 @@ pub struct QemuDriverConfig {
 }
 
 /// `$KUBELOOP_QEMU_STATE_DIR`, else `/var/lib/kubeloop/qemu` for root, else
-/// `$XDG_STATE_HOME/kubeloop/qemu` (`~/.local/state/kubeloop/qemu`).
+/// `$XDG_STATE_HOME/kubeloop/qemu` (`~/.local/state/kubeloop/qemu`). Empty when none of these
+/// is set ([`StateRoot::new`] then says so): never a fixed place under `/tmp`, which another
+/// local user could create first.
 pub fn default_state_dir() -> PathBuf {
     if let Some(dir) = env_path("KUBELOOP_QEMU_STATE_DIR") {
         return dir;
@@ -80,8 +82,9 @@ pub fn default_state_dir() -> PathBuf {
     }
     env_path("XDG_STATE_HOME")
         .or_else(|| env_path("HOME").map(|h| h.join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-        .join("kubeloop/qemu")
+        .map(|state| state.join("kubeloop/qemu"))
+        .unwrap_or_default()
+
 }
 
 /// `$KUBELOOP_QEMU_CACHE`, else `$KUBELOOP_CACHE/qemu`, else `~/.cache/kubeloop/qemu` (where

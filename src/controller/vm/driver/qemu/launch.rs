@@ -114,14 +114,13 @@ echo "$code $(date +%s)" > exit.tmp && mv exit.tmp exit
 /// shell has exited (QEMU is then starting; wait for its QMP socket).
 pub async fn spawn_detached(spec: &LaunchSpec, dir: &ServerDir) -> std::io::Result<()> {
     let args = qemu_args(spec, &dir.path);
-    std::fs::write(
-        dir.file("cmdline"),
-        std::iter::once(spec.qemu_binary.display().to_string())
-            .chain(args.iter().cloned())
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\n",
-    )?;
+    let cmdline = std::iter::once(spec.qemu_binary.display().to_string())
+        .chain(args.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    super::state::write_private(&dir.file("cmdline"), cmdline.as_bytes())?;
+
     // The outer shell starts the monitor in the background and exits: the monitor is
     // re-parented to init and is nobody's zombie here.
     let outer = format!(
@@ -139,14 +138,18 @@ pub async fn spawn_detached(spec: &LaunchSpec, dir: &ServerDir) -> std::io::Resu
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: setsid(2) is async-signal-safe; it only makes the child a session leader, so a
-    // signal to the controller's process group or terminal never reaches the VM.
+    // SAFETY: setsid(2) and umask(2) are async-signal-safe. setsid makes the child a session
+    // leader, so a signal to the controller's process group or terminal never reaches the VM;
+    // umask 077 makes what the monitor and QEMU create (logs, `exit`, the QMP and console
+    // sockets) the user's alone.
     unsafe {
         command.pre_exec(|| {
             libc::setsid();
+            libc::umask(0o077);
             Ok(())
         });
     }
+
     let status = command.status().await?;
     if status.success() {
         Ok(())

@@ -25,10 +25,21 @@
 //!   have, and `vm.json` then says which VM it is.
 //! - Liveness is QEMU's lock on `qemu.pid` (`fcntl(F_GETLK)` names the holder's pid), so a pid
 //!   reused by another process after QEMU died is never taken for the VM.
+//! - Private: QMP is full control of a VM and the console a root shell in its guest, so the
+//!   root is a directory of this process's user with mode 0700 (one of its own with a looser
+//!   mode is tightened; one of another user's, or reached through another user's symlink, is
+//!   refused), server directories are 0700, the files the driver writes 0600 and never
+//!   written through a symlink, and QEMU and its monitor run with umask 077
+//!   (`launch.rs`), so its sockets and logs are the user's alone.
+//! - An id names a directory only if it is `<namespace>_<name>_<uid>` in the characters
+//!   Kubernetes names have (no `/`, no leading `.`) and the `vm.json` inside belongs to that
+//!   uid: an id read from a status that anyone with status rights may write cannot lead
+//!   outside the root.
 
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::jiff::Timestamp;
@@ -97,11 +108,23 @@ pub struct Exit {
 }
 
 impl StateRoot {
-    /// The root `root` (created if missing). Fails if it cannot be created or if it is so long
-    /// that a socket inside a server directory would not fit a unix socket path.
+    /// The root `root` (created if missing, mode 0700). Fails if it cannot be created, if it
+    /// belongs to another user (see the module docs), or if it is so long that a socket inside
+    /// a server directory would not fit a unix socket path.
     pub fn new(root: PathBuf) -> io::Result<Self> {
-        fs::create_dir_all(&root)?;
+        if root.as_os_str().is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no QEMU state directory: neither HOME nor XDG_STATE_HOME is set; give one \
+                 (--qemu-state-dir or KUBELOOP_QEMU_STATE_DIR)",
+            ));
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)?;
         let root = root.canonicalize()?;
+        make_private(&root)?;
         let fixed = root.as_os_str().len() + 1 + 1 + LONGEST_SOCKET.len() + 1 + UID_LEN;
         let prefix_max = SOCKET_PATH_MAX.saturating_sub(fixed);
         if prefix_max < 8 {
@@ -139,15 +162,17 @@ impl StateRoot {
         }
     }
 
-    /// The server directory named `id`, if it exists.
+    /// The server directory named `id`, if it exists and its `vm.json` is of the uid the id
+    /// ends with.
     pub fn by_id(&self, id: &str) -> Option<ServerDir> {
         let (_, uid) = parse_id(id)?;
-        let path = self.root.join(id);
-        path.join("vm.json").is_file().then(|| ServerDir {
+        let dir = ServerDir {
             id: id.to_string(),
-            path,
+            path: self.root.join(id),
             uid: uid.to_string(),
-        })
+        };
+        let record = dir.record().ok()?;
+        (record.uid == uid).then_some(dir)
     }
 
     /// Every server directory (those being created or removed left out).
@@ -199,7 +224,7 @@ impl StateRoot {
         let staging = self
             .root
             .join(format!(".creating-{}-{}", dir.id, uuid::Uuid::new_v4()));
-        fs::create_dir(&staging)?;
+        fs::DirBuilder::new().mode(0o700).create(&staging)?;
         let written = write_atomic(&staging.join("vm.json"), &record_json(record)?)
             .and_then(|()| fs::rename(&staging, &dir.path));
         match written {
@@ -325,7 +350,7 @@ impl ServerDir {
             .map(|log| contains(&log, line.as_bytes()))
             .unwrap_or(false);
         if seen {
-            let _ = fs::write(self.file("ready"), b"");
+            let _ = write_private(&self.file("ready"), b"");
         }
         seen
     }
@@ -358,12 +383,20 @@ impl ServerDir {
     }
 }
 
-/// Splits a directory name `<prefix>_<uid>` (the uid has no `_`).
+/// Splits a directory name `<prefix>_<uid>` (the uid has no `_`). The prefix must be a
+/// `<namespace>_<name>` (cut short or not): lower-case letters, digits, `-`, `.` and one `_`,
+/// starting with a letter or digit; so no id is a path of more than one component.
 pub fn parse_id(id: &str) -> Option<(&str, &str)> {
     let (prefix, uid) = id.rsplit_once('_')?;
-    let valid = !prefix.is_empty()
-        && !uid.is_empty()
-        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let valid = prefix
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && prefix.bytes().filter(|&b| b == b'_').count() <= 1
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b))
+        && valid_uid(uid);
     valid.then_some((prefix, uid))
 }
 
@@ -390,14 +423,49 @@ fn record_json(record: &VmRecord) -> io::Result<Vec<u8>> {
     serde_json::to_vec_pretty(record).map_err(io::Error::other)
 }
 
-/// Writes `path` whole or not at all (a temp file renamed over it).
+/// Writes `path` whole or not at all (a private temp file renamed over it).
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
+    write_private(&tmp, contents)?;
+    fs::File::open(&tmp)?.sync_all()?;
     fs::rename(&tmp, path)
 }
+
+/// Writes `path` (created with mode 0600, or truncated), never through a symlink.
+pub fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(contents)
+}
+
+/// Checks that `root` (canonical) is a directory of this process's user and makes its mode
+/// 0700; refuses one of another user's, whose owner could reach the VMs' sockets.
+fn make_private(root: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(root)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "QEMU state directory {} belongs to uid {}, not to this process's uid {me}: \
+                 its owner could reach the VMs' control sockets; give a directory of your own",
+                root.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 
 /// `remove_dir_all`, retried: the monitor shell may still write its `exit` file into a
 /// directory being removed.
@@ -540,5 +608,93 @@ mod tests {
             "a stale pidfile is not a live QEMU"
         );
         // A live holder is QEMU itself: tests/vm_qemu.rs.
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::symlink_metadata(path).unwrap().mode() & 0o777
+    }
+
+    #[test]
+    fn the_root_server_directories_and_written_files_are_the_users_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(tmp.path().join("a/qemu")).unwrap();
+        assert_eq!(mode(root.path()), 0o700);
+        let dir = root.dir_for("ns", "vm", UID);
+        root.create(&dir, &record("ns", "vm", UID)).unwrap();
+        assert_eq!(mode(&dir.path), 0o700);
+        assert_eq!(mode(&dir.file("vm.json")), 0o600);
+        write_private(&dir.file("cmdline"), b"qemu\n").unwrap();
+        assert_eq!(mode(&dir.file("cmdline")), 0o600);
+
+        // A root of the user's own with a looser mode is tightened.
+        let loose = tmp.path().join("loose");
+        fs::create_dir(&loose).unwrap();
+        fs::set_permissions(&loose, fs::Permissions::from_mode(0o755)).unwrap();
+        StateRoot::new(loose.clone()).unwrap();
+        assert_eq!(mode(&loose), 0o700);
+    }
+
+    #[test]
+    fn a_root_of_another_user_is_refused_and_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let theirs = tmp.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+        // SAFETY: geteuid has no preconditions; chown(2) of a directory this test made.
+        let other = if unsafe { libc::geteuid() } == 0 {
+            let path = std::ffi::CString::new(theirs.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::chown(path.as_ptr(), 4242, 4242) }, 0);
+            theirs.clone()
+        } else {
+            // Not root: a directory of root's stands in for another user's.
+            PathBuf::from("/")
+        };
+        let before = mode(&other);
+        let err = StateRoot::new(other.clone()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("belongs to uid"), "{err}");
+        assert_eq!(mode(&other), before, "not changed");
+
+        // Nor through a symlink of the user's own pointing at it.
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert!(StateRoot::new(link).is_err());
+    }
+
+    #[test]
+    fn no_state_directory_is_an_error_saying_what_to_set() {
+        let err = StateRoot::new(PathBuf::new()).unwrap_err();
+        assert!(err.to_string().contains("--qemu-state-dir"), "{err}");
+    }
+
+    #[test]
+    fn ids_that_are_not_a_namespace_name_and_uid_name_no_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(tmp.path().join("qemu")).unwrap();
+        let dir = root.dir_for("ns", "vm.a-1", UID);
+        root.create(&dir, &record("ns", "vm.a-1", UID)).unwrap();
+        assert!(root.by_id(&dir.id).is_some());
+        for bad in [
+            format!("../qemu/ns_vm.a-1_{UID}"),
+            format!("ns/../ns_vm.a-1_{UID}"),
+            format!(".hidden_{UID}"),
+            format!("a_b_c_{UID}"),
+            format!("NS_vm_{UID}"),
+            format!("ns_vm.a-1_{UID}/"),
+            "ns_vm_not a uid".to_string(),
+        ] {
+            assert_eq!(parse_id(&bad), None, "{bad}");
+            assert!(root.by_id(&bad).is_none(), "{bad}");
+        }
+        // A directory whose vm.json is of another uid is not that id's.
+        let other = "11111111-2222-3333-4444-555555555555";
+        let forged = root.root.join(format!("ns_vm_{other}"));
+        fs::create_dir(&forged).unwrap();
+        write_private(
+            &forged.join("vm.json"),
+            &record_json(&record("ns", "vm", UID)).unwrap(),
+        )
+        .unwrap();
+        assert!(root.by_id(&format!("ns_vm_{other}")).is_none());
     }
 }
