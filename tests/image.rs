@@ -3,8 +3,10 @@
 //! filesystem (and no tmpfs added), no capabilities and no privilege escalation; a
 //! ServiceAccount token from the TokenRequest API, the cluster's CA and the namespace are
 //! mounted at the standard path, and `KUBERNETES_SERVICE_HOST`/`PORT` are set, so the
-//! controllers take the in-cluster configuration path, with deploy/'s RBAC. Host networking
-//! stands in for the pod network (the apiserver listens on 127.0.0.1).
+//! controllers take the in-cluster configuration path, with deploy/'s RBAC. Each does its work,
+//! answers its probes, and its metrics endpoint (HTTPS, TokenReview + SubjectAccessReview)
+//! refuses an anonymous scrape and answers a metrics reader's. Host networking stands in for
+//! the pod network (the apiserver listens on 127.0.0.1).
 //!
 //! `hack/test` builds the image first (`hack/build-image`); `$KUBELOOP_IMAGE` names it.
 
@@ -14,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
+use kubeloop::testenv::{self, Cluster};
 
 /// The namespace of each controller's ServiceAccount (deploy/00-namespace.yaml).
 fn namespace_of(sa: &str) -> &'static str {
@@ -71,6 +73,8 @@ fn install(cluster: &Cluster) {
                 "deploy/sample-controller-rbac.yaml",
                 "-f",
                 "deploy/vm-controller-rbac.yaml",
+                "-f",
+                "deploy/metrics-rbac.yaml",
             ],
         );
         kubectl(
@@ -106,14 +110,20 @@ impl Pod {
     /// `podman run` options (the engine socket).
     fn run(cluster: &Cluster, sa: &str, extra: &[&str], args: &[&str]) -> Self {
         let image = image();
-        podman(&["image", "exists", &image]).unwrap_or_else(|_| {
-            panic!("no image {image}: run hack/build-image (hack/test does)")
-        });
+        podman(&["image", "exists", &image])
+            .unwrap_or_else(|_| panic!("no image {image}: run hack/build-image (hack/test does)"));
         // What the kubelet projects into every pod: a bound token, the CA, the namespace.
         let secrets = tempfile::tempdir().unwrap();
         let token = kubectl(
             cluster,
-            &["create", "token", sa, "-n", namespace_of(sa), "--duration=1h"],
+            &[
+                "create",
+                "token",
+                sa,
+                "-n",
+                namespace_of(sa),
+                "--duration=1h",
+            ],
         );
         let files = [
             ("token", token.trim().as_bytes().to_vec()),
@@ -227,6 +237,55 @@ fn assert_runs_as_a_restricted_pod(pod: &Pod) {
     assert_eq!(pod.inspect("{{.EffectiveCaps}}"), "[]", "no capabilities");
 }
 
+/// `curl` of `https://<addr>/metrics` (the self-signed certificate made at start, so `-k`),
+/// with `token` as a Bearer token if given: the HTTP status.
+fn scrape(addr: &str, token: Option<&str>) -> u16 {
+    let mut curl = Command::new("curl");
+    curl.args([
+        "-sk",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ]);
+    if let Some(token) = token {
+        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = curl
+        .arg(format!("https://{addr}/metrics"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+/// The metrics endpoint of `pod` refuses an anonymous scrape (401) and answers one with the
+/// token of a ServiceAccount bound to deploy/'s `kubeloop:metrics-reader` (200).
+async fn metrics_need_a_reader_token(cluster: &Cluster, pod: &Pod, metrics: &str) {
+    let ns = cluster.new_namespace("image-scraper").await.unwrap();
+    kubectl(cluster, &["create", "serviceaccount", "scraper", "-n", &ns]);
+    kubectl(
+        cluster,
+        &[
+            "create",
+            "clusterrolebinding",
+            &format!("{ns}-metrics-reader"),
+            "--clusterrole=kubeloop:metrics-reader",
+            &format!("--serviceaccount={ns}:scraper"),
+        ],
+    );
+    let token = kubectl(cluster, &["create", "token", "scraper", "-n", &ns]);
+    pod.wait(
+        "the metrics server to refuse an anonymous scrape",
+        WAIT,
+        || (scrape(metrics, None) == 401).then_some(()),
+    );
+    pod.wait("a metrics reader's scrape to be answered", WAIT, || {
+        (scrape(metrics, Some(token.trim())) == 200).then_some(())
+    });
+}
+
 fn probes_answer(pod: &Pod, probes: &str) {
     for path in ["/healthz", "/readyz"] {
         pod.wait(&format!("{path} to answer 200"), WAIT, || {
@@ -260,6 +319,7 @@ async fn the_sample_controller_image_runs_as_a_pod_with_in_cluster_configuration
     );
     assert_runs_as_a_restricted_pod(&pod);
     probes_answer(&pod, &probes);
+    metrics_need_a_reader_token(cluster, &pod, &metrics).await;
 
     // Its work: the Foo gets its Deployment, and the Deployment's Pods on the kwok node make
     // it available.
@@ -339,6 +399,7 @@ async fn the_vm_controller_image_runs_as_a_pod_on_the_engine_socket_through_its_
     );
     assert_runs_as_a_restricted_pod(&pod);
     probes_answer(&pod, &probes);
+    metrics_need_a_reader_token(cluster, &pod, &metrics).await;
 
     let vm = "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {name: pod-vm}\nspec: {resource: {cpu: 100m, memory: 32Mi}}\n";
     cluster
@@ -360,7 +421,10 @@ async fn the_vm_controller_image_runs_as_a_pod_on_the_engine_socket_through_its_
         (phase == "Active").then_some(())
     });
     // Deleting it goes through the finalizer: the container goes, then the VM.
-    kubectl(cluster, &["delete", "vm", "pod-vm", "-n", &ns, "--wait=false"]);
+    kubectl(
+        cluster,
+        &["delete", "vm", "pod-vm", "-n", &ns, "--wait=false"],
+    );
     pod.wait("the VM to be finalized and gone", WAIT, || {
         let left = cluster
             .kubectl(&["get", "vm", "-n", &ns, "-o", "name"])

@@ -120,7 +120,14 @@ fn replace_verbs(
 fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
     let token = kubectl(
         cluster,
-        &["create", "token", sa, "-n", namespace_of(sa), "--duration=1h"],
+        &[
+            "create",
+            "token",
+            sa,
+            "-n",
+            namespace_of(sa),
+            "--duration=1h",
+        ],
     );
     let server = kubectl(
         cluster,
@@ -1179,24 +1186,45 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
     let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
     assert!(refusal.contains(why), "{refusal}");
     let refusal = kubectl_as(cluster, &kubeconfig, &create).unwrap_err();
-    assert!(refusal.contains(why) && refusal.contains("stray"), "{refusal}");
+    assert!(
+        refusal.contains(why) && refusal.contains("stray"),
+        "{refusal}"
+    );
 
     // A Deployment of someone else's: the account may not update it either.
     kubectl(
         cluster,
         &["create", "deployment", "theirs", "--image=nginx", "-n", &ns],
     );
-    let theirs = kubectl(cluster, &["get", "deployment", "theirs", "-n", &ns, "-o", "json"]);
+    let theirs = kubectl(
+        cluster,
+        &["get", "deployment", "theirs", "-n", &ns, "-o", "json"],
+    );
     let mut edited: serde_json::Value = serde_json::from_str(&theirs).unwrap();
     edited["spec"]["replicas"] = serde_json::json!(0);
     let path = dir.join("theirs.json");
     std::fs::write(&path, edited.to_string()).unwrap();
-    let refusal =
-        kubectl_as(cluster, &kubeconfig, &["replace", "-f", path.to_str().unwrap()]).unwrap_err();
-    assert!(refusal.contains(why) && refusal.contains("theirs"), "{refusal}");
+    let refusal = kubectl_as(
+        cluster,
+        &kubeconfig,
+        &["replace", "-f", path.to_str().unwrap()],
+    )
+    .unwrap_err();
+    assert!(
+        refusal.contains(why) && refusal.contains("theirs"),
+        "{refusal}"
+    );
     let replicas = kubectl(
         cluster,
-        &["get", "deployment", "theirs", "-n", &ns, "-o", "jsonpath={.spec.replicas}"],
+        &[
+            "get",
+            "deployment",
+            "theirs",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
     );
     assert_eq!(replicas, "1", "left as it was");
     let _ = std::fs::remove_dir_all(dir);
@@ -1283,7 +1311,10 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     let mut dry_run = delete_other.to_vec();
     dry_run.push("--dry-run=server");
     let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
-    assert!(refusal.contains(why) && refusal.contains(&other), "{refusal}");
+    assert!(
+        refusal.contains(why) && refusal.contains(&other),
+        "{refusal}"
+    );
     let refusal = kubectl_as(cluster, &kubeconfig, &delete_other).unwrap_err();
     assert!(refusal.contains(why), "{refusal}");
     // Nor may it take one over by labelling it as the ring's (RBAC lets it update).
@@ -1295,13 +1326,21 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     taken["metadata"]["labels"] = serde_json::json!({"kubeloop.dev/ring": "x"});
     let path = dir.join("taken.json");
     std::fs::write(&path, taken.to_string()).unwrap();
-    let refusal =
-        kubectl_as(cluster, &kubeconfig, &["replace", "-f", path.to_str().unwrap()]).unwrap_err();
+    let refusal = kubectl_as(
+        cluster,
+        &kubeconfig,
+        &["replace", "-f", path.to_str().unwrap()],
+    )
+    .unwrap_err();
     assert!(refusal.contains(why), "{refusal}");
     assert!(try_kubectl(cluster, &["get", "lease", &other, "-n", VM_NS]).is_some());
 
-    kubectl_as(cluster, &kubeconfig, &["delete", "lease", &ring, "-n", VM_NS])
-        .expect("a ring Lease may be deleted");
+    kubectl_as(
+        cluster,
+        &kubeconfig,
+        &["delete", "lease", &ring, "-n", VM_NS],
+    )
+    .expect("a ring Lease may be deleted");
     kubectl(cluster, &["delete", "lease", &other, "-n", VM_NS]);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -1326,10 +1365,16 @@ async fn pod_security_restricted_holds_where_the_controllers_allow_it() {
         "the sample controller's pod meets restricted: {}",
         sample.stderr
     );
-    let vm = cluster.kubectl(&["apply", "--dry-run=server", "-f", "deploy/vm-controller.yaml"]);
+    let vm = cluster.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "deploy/vm-controller.yaml",
+    ]);
     assert!(vm.success, "{}", vm.stderr);
     assert!(
-        vm.stderr.contains("would violate PodSecurity \"restricted:latest\"")
+        vm.stderr
+            .contains("would violate PodSecurity \"restricted:latest\"")
             && vm.stderr.contains("hostPath"),
         "the VM controller's namespace warns about its hostPath: {}",
         vm.stderr
@@ -1341,7 +1386,9 @@ async fn pod_security_restricted_holds_where_the_controllers_allow_it() {
     let refused = cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&pod));
     assert!(!refused.success, "{}", refused.stdout);
     assert!(
-        refused.stderr.contains("violates PodSecurity \"restricted:latest\""),
+        refused
+            .stderr
+            .contains("violates PodSecurity \"restricted:latest\""),
         "{}",
         refused.stderr
     );

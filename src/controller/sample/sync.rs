@@ -467,7 +467,10 @@ mod tests {
         assert_eq!(conditions[0].reason, INVALID_NAME);
         let events = fake.events();
         assert_eq!(events.len(), 1);
-        assert_eq!((events[0].0, events[0].1.as_str()), (EventType::Warning, INVALID_NAME));
+        assert_eq!(
+            (events[0].0, events[0].1.as_str()),
+            (EventType::Warning, INVALID_NAME)
+        );
         for said in [&conditions[0].message, &events[0].2] {
             assert!(
                 said.contains("metadata.name is 64 characters") && said.contains("at most 63"),

@@ -133,40 +133,38 @@ pub async fn write_status<A: VmApi>(
     ctx: &ReconcileContext,
 ) -> Result<Option<VirtualMachine>, ApiError> {
     let status_of = &status_of;
-    let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
-        async move {
-            let Some(mut current) = current_or_fresh(api, vm, attempt).await? else {
-                return Ok(None);
-            };
-            if current.metadata.generation != vm.metadata.generation {
-                tracing::debug!(
-                    vm = %vm.key(),
-                    "the spec changed since the status was computed; not writing it"
-                );
-                return Ok(None);
-            }
-            current.status = Some(status_of(&current));
+    let written = retry_on_conflict(DEFAULT_RETRY, |attempt| async move {
+        let Some(mut current) = current_or_fresh(api, vm, attempt).await? else {
+            return Ok(None);
+        };
+        if current.metadata.generation != vm.metadata.generation {
+            tracing::debug!(
+                vm = %vm.key(),
+                "the spec changed since the status was computed; not writing it"
+            );
+            return Ok(None);
+        }
+        current.status = Some(status_of(&current));
 
-            fence(ctx, vm, "status update")?;
-            match api.replace_status(&current).await {
-                Ok(updated) => {
-                    crate::trace::status_written(
-                        &vm.key(),
-                        "VirtualMachine",
-                        &current.metadata,
-                        &updated.metadata,
-                        || {
-                            format!(
-                                "phase {}",
-                                updated.status.as_ref().map_or("", |s| s.phase.as_str())
-                            )
-                        },
-                    );
-                    Ok(Some(updated))
-                }
-                Err(ApiError::NotFound { .. }) => Ok(None),
-                Err(other) => Err(other),
+        fence(ctx, vm, "status update")?;
+        match api.replace_status(&current).await {
+            Ok(updated) => {
+                crate::trace::status_written(
+                    &vm.key(),
+                    "VirtualMachine",
+                    &current.metadata,
+                    &updated.metadata,
+                    || {
+                        format!(
+                            "phase {}",
+                            updated.status.as_ref().map_or("", |s| s.phase.as_str())
+                        )
+                    },
+                );
+                Ok(Some(updated))
             }
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(other) => Err(other),
         }
     })
     .await;

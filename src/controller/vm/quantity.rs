@@ -353,7 +353,10 @@ mod tests {
         assert!(matches!(err, QuantityError::TooLarge { .. }));
         assert!(err.to_string().contains("NanoCpus"), "{err}");
         assert_eq!(parse_memory_bytes("1Ei"), Ok(MAX_MEMORY_BYTES));
-        assert_eq!(parse_memory_bytes("1152921504606846976"), Ok(MAX_MEMORY_BYTES));
+        assert_eq!(
+            parse_memory_bytes("1152921504606846976"),
+            Ok(MAX_MEMORY_BYTES)
+        );
         let err = parse_memory_bytes("1152921504606846977").unwrap_err();
         assert!(err.to_string().contains("more than 1Ei"), "{err}");
         assert!(matches!(

@@ -455,7 +455,11 @@ async fn after_a_status_conflict_the_conditions_are_derived_from_the_fresh_objec
     std::thread::sleep(Duration::from_millis(20));
     let writes = f.api.status_writes();
     assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
-    assert_eq!(f.api.status_writes(), writes + 1, "written once, after the conflict");
+    assert_eq!(
+        f.api.status_writes(),
+        writes + 1,
+        "written once, after the conflict"
+    );
     let written = f.api.object(&key).unwrap();
     assert_eq!(
         ready_since(&written),
@@ -478,7 +482,11 @@ async fn a_status_computed_for_a_spec_that_changed_meanwhile_is_not_written() {
 
     let writes = f.api.status_writes();
     assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
-    assert_eq!(f.api.status_writes(), writes, "nothing written for the old spec");
+    assert_eq!(
+        f.api.status_writes(),
+        writes,
+        "nothing written for the old spec"
+    );
     let now = f.api.object(&key).unwrap();
     assert_eq!(now.status, edited.status);
     assert_eq!(now.metadata.generation, Some(2));
@@ -486,7 +494,6 @@ async fn a_status_computed_for_a_spec_that_changed_meanwhile_is_not_written() {
 
 #[tokio::test]
 async fn endless_conflicts_give_up_and_go_back_to_the_rate_limiter() {
-
     let f = VmFixture::new();
     let key = f.create_vm();
     f.api.inject_conflicts(1000);

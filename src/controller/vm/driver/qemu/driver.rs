@@ -84,7 +84,6 @@ pub fn default_state_dir() -> PathBuf {
         .or_else(|| env_path("HOME").map(|h| h.join(".local/state")))
         .map(|state| state.join("kubeloop/qemu"))
         .unwrap_or_default()
-
 }
 
 /// `$KUBELOOP_QEMU_CACHE`, else `$KUBELOOP_CACHE/qemu`, else `~/.cache/kubeloop/qemu` (where

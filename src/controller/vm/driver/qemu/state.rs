@@ -466,7 +466,6 @@ fn make_private(root: &Path) -> io::Result<()> {
     Ok(())
 }
 
-
 /// `remove_dir_all`, retried: the monitor shell may still write its `exit` file into a
 /// directory being removed.
 fn remove_tree(path: &Path) -> io::Result<()> {
