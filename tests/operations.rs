@@ -1,6 +1,6 @@
 //! Operations, checked against the real local control plane (RBAC on, service-account tokens
 //! signed by the apiserver's key):
-//! - deploy/ passes `kubectl apply --dry-run=server`, and every flag its Deployments pass is one
+//! - deploy/ passes `kubectl apply --server-side --dry-run=server`, and every flag its Deployments pass is one
 //!   the binary accepts;
 //! - each controller runs as its ServiceAccount from deploy/, with a token from the
 //!   TokenRequest API (`kubectl create token`), and does its job with exactly those rights;
@@ -291,7 +291,17 @@ fn foo_yaml(name: &str, replicas: u32) -> String {
 async fn deploy_manifests_pass_a_server_side_dry_run() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let out = kubectl(cluster, &["apply", "--dry-run=server", "-f", "deploy/"]);
+    let out = kubectl(
+        cluster,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=kubeloop-deploy",
+            "--dry-run=server",
+            "-f",
+            "deploy/",
+        ],
+    );
     for object in [
         "namespace/kubeloop-system",
         "serviceaccount/sample-controller",
