@@ -357,8 +357,8 @@ async fn the_sample_controller_image_runs_as_a_pod_with_in_cluster_configuration
     assert_eq!(owner, "Foo");
     let logs = pod.logs();
     assert!(
-        !logs.contains("kubeconfig"),
-        "no kubeconfig in a pod; the in-cluster path was taken:\n{logs}"
+        logs.contains("source=in-cluster service account"),
+        "the in-cluster configuration path was taken:\n{logs}"
     );
 }
 
