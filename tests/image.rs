@@ -178,6 +178,34 @@ impl Pod {
         }
     }
 
+    /// Runs `kubeloop <args> --namespace ns` with metrics and probes on free loopback ports,
+    /// as [`Pod::run`]; checks the pod's security settings, that its probes answer and that its
+    /// metrics need a reader's token.
+    async fn run_controller(
+        cluster: &Cluster,
+        sa: &str,
+        extra: &[&str],
+        args: &[&str],
+        ns: &str,
+    ) -> Self {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let probes = format!("127.0.0.1:{}", free_port());
+        let mut all = args.to_vec();
+        all.extend([
+            "--namespace",
+            ns,
+            "--metrics-bind-address",
+            &metrics,
+            "--health-probe-bind-address",
+            &probes,
+        ]);
+        let pod = Pod::run(cluster, sa, extra, &all);
+        assert_runs_as_a_restricted_pod(&pod);
+        probes_answer(&pod, &probes);
+        metrics_need_a_reader_token(cluster, &pod, &metrics).await;
+        pod
+    }
+
     fn logs(&self) -> String {
         let out = Command::new("podman")
             .args(["logs", &self.name])
@@ -212,6 +240,15 @@ impl Drop for Pod {
     fn drop(&mut self) {
         let _ = podman(&["rm", "-f", "-t", "5", &self.name]);
     }
+}
+
+/// `kubectl get <what> -n ns -o jsonpath=<path>`; `None` if kubectl fails.
+fn field(cluster: &Cluster, ns: &str, what: &[&str], path: &str) -> Option<String> {
+    let jsonpath = format!("jsonpath={path}");
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    args.extend(["-n", ns, "-o", &jsonpath]);
+    cluster.kubectl(&args).result().ok()
 }
 
 /// A plain HTTP GET; (status, body).
@@ -299,27 +336,14 @@ async fn the_sample_controller_image_runs_as_a_pod_with_in_cluster_configuration
     let cluster = testenv::shared_full().await;
     install(cluster);
     let ns = cluster.new_namespace("image-sample").await.unwrap();
-    let (metrics, probes) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let pod = Pod::run(
+    let pod = Pod::run_controller(
         cluster,
         "sample-controller",
         &[],
-        &[
-            "sample-controller",
-            "--namespace",
-            &ns,
-            "--metrics-bind-address",
-            &metrics,
-            "--health-probe-bind-address",
-            &probes,
-        ],
-    );
-    assert_runs_as_a_restricted_pod(&pod);
-    probes_answer(&pod, &probes);
-    metrics_need_a_reader_token(cluster, &pod, &metrics).await;
+        &["sample-controller"],
+        &ns,
+    )
+    .await;
 
     // Its work: the Foo gets its Deployment, and the Deployment's Pods on the kwok node make
     // it available.
@@ -328,33 +352,16 @@ async fn the_sample_controller_image_runs_as_a_pod_with_in_cluster_configuration
         .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(foo))
         .ok();
     pod.wait("the Foo's status to show 1 available replica", WAIT, || {
-        let available = cluster
-            .kubectl(&[
-                "get",
-                "foo",
-                "web",
-                "-n",
-                &ns,
-                "-o",
-                "jsonpath={.status.availableReplicas}",
-            ])
-            .result()
-            .ok()?;
+        let available = field(cluster, &ns, &["foo", "web"], "{.status.availableReplicas}")?;
         (available == "1").then_some(())
     });
-    let owner = kubectl(
+    let owner = field(
         cluster,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-n",
-            &ns,
-            "-o",
-            "jsonpath={.metadata.ownerReferences[0].kind}",
-        ],
+        &ns,
+        &["deployment", "web"],
+        "{.metadata.ownerReferences[0].kind}",
     );
-    assert_eq!(owner, "Foo");
+    assert_eq!(owner.as_deref(), Some("Foo"));
     let logs = pod.logs();
     assert!(
         logs.contains("source=in-cluster service account"),
@@ -371,53 +378,28 @@ async fn the_vm_controller_image_runs_as_a_pod_on_the_engine_socket_through_its_
         "no engine socket at {ENGINE_SOCKET}: run hack/setup-podman (hack/test does)"
     );
     let ns = cluster.new_namespace("image-vm").await.unwrap();
-    let probes = format!("127.0.0.1:{}", free_port());
-    let metrics = format!("127.0.0.1:{}", free_port());
     let socket = format!("{ENGINE_SOCKET}:{ENGINE_SOCKET}");
-    let pod = Pod::run(
-        cluster,
+    let engine = [
+        "--volume",
+        &socket,
+        "--group-add",
+        ENGINE_GID,
+        "--env",
+        "DOCKER_HOST=unix:///run/kubeloop/podman.sock",
+    ];
+    let args = [
         "vm-controller",
-        &[
-            "--volume",
-            &socket,
-            "--group-add",
-            ENGINE_GID,
-            "--env",
-            "DOCKER_HOST=unix:///run/kubeloop/podman.sock",
-        ],
-        &[
-            "vm-controller",
-            "--vm-driver=docker",
-            "--leader-elect=false",
-            "--namespace",
-            &ns,
-            "--metrics-bind-address",
-            &metrics,
-            "--health-probe-bind-address",
-            &probes,
-        ],
-    );
-    assert_runs_as_a_restricted_pod(&pod);
-    probes_answer(&pod, &probes);
-    metrics_need_a_reader_token(cluster, &pod, &metrics).await;
+        "--vm-driver=docker",
+        "--leader-elect=false",
+    ];
+    let pod = Pod::run_controller(cluster, "vm-controller", &engine, &args, &ns).await;
 
     let vm = "apiVersion: cloudnative.tw/v1alpha1\nkind: VirtualMachine\nmetadata: {name: pod-vm}\nspec: {resource: {cpu: 100m, memory: 32Mi}}\n";
     cluster
         .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(vm))
         .ok();
     pod.wait("the VM to be Active", WAIT, || {
-        let phase = cluster
-            .kubectl(&[
-                "get",
-                "vm",
-                "pod-vm",
-                "-n",
-                &ns,
-                "-o",
-                "jsonpath={.status.phase}",
-            ])
-            .result()
-            .ok()?;
+        let phase = field(cluster, &ns, &["vm", "pod-vm"], "{.status.phase}")?;
         (phase == "Active").then_some(())
     });
     // Deleting it goes through the finalizer: the container goes, then the VM.
@@ -426,10 +408,7 @@ async fn the_vm_controller_image_runs_as_a_pod_on_the_engine_socket_through_its_
         &["delete", "vm", "pod-vm", "-n", &ns, "--wait=false"],
     );
     pod.wait("the VM to be finalized and gone", WAIT, || {
-        let left = cluster
-            .kubectl(&["get", "vm", "-n", &ns, "-o", "name"])
-            .result()
-            .ok()?;
+        let left = field(cluster, &ns, &["vm"], "{.items[*].metadata.name}")?;
         left.trim().is_empty().then_some(())
     });
     let containers = podman(&[

@@ -620,18 +620,41 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
 async fn the_sample_controller_without_deployments_create_names_the_missing_right() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
+    let edit = replace_verbs(
+        "sample-controller-rbac.yaml",
+        r#"verbs: ["list", "watch", "create", "update"]"#,
+        r#"verbs: ["list", "watch", "update"]"#,
+    );
+    let needles = ["forbidden", "cannot create resource", "deployments"];
+    let (sa, ns, line) =
+        sample_controller_missing_a_right(cluster, "-no-create", edit, &needles).await;
+    assert!(line.contains(&sa), "the error names the identity: {line}");
+    assert!(
+        line.contains(&format!("key={ns}/web")),
+        "the error line carries the Foo's key: {line}"
+    );
+}
+
+/// Runs the sample controller as a variant of deploy/'s ServiceAccount (`<sa><suffix>`, its
+/// RBAC passed through `edit`) in a fresh namespace with one Foo, and waits for the log line
+/// with every one of `needles`. Returns the account, the namespace and the line.
+async fn sample_controller_missing_a_right(
+    cluster: &Cluster,
+    suffix: &str,
+    edit: impl Fn(String) -> String,
+    needles: &[&str],
+) -> (String, String, String) {
     let (sa, dir, kubeconfig) = restricted_identity(
         cluster,
         "sample-controller-rbac.yaml",
         "sample-controller",
-        "-no-create",
-        replace_verbs(
-            "sample-controller-rbac.yaml",
-            r#"verbs: ["list", "watch", "create", "update"]"#,
-            r#"verbs: ["list", "watch", "update"]"#,
-        ),
+        suffix,
+        edit,
     );
-    let ns = cluster.new_namespace("ops-sample-403").await.unwrap();
+    let ns = cluster
+        .new_namespace(&format!("ops-sample{suffix}"))
+        .await
+        .unwrap();
     let mut controller = Controller::start(&[
         "sample-controller",
         "--kubeconfig",
@@ -644,17 +667,10 @@ async fn the_sample_controller_without_deployments_create_names_the_missing_righ
         &["apply", "-n", &ns, "-f", "-"],
         Some(&foo_yaml("web", 1)),
     );
-    let line = controller.wait_for_line(
-        &["forbidden", "cannot create resource", "deployments"],
-        Duration::from_secs(30),
-    );
-    assert!(line.contains(&sa), "the error names the identity: {line}");
-    assert!(
-        line.contains(&format!("key={ns}/web")),
-        "the error line carries the Foo's key: {line}"
-    );
+    let line = controller.wait_for_line(needles, Duration::from_secs(30));
     eprintln!("the controller said: {line}");
     let _ = std::fs::remove_dir_all(dir);
+    (sa, ns, line)
 }
 
 /// Without watch on foos the informer cannot sync (its streaming list is a watch, and so is
@@ -1248,36 +1264,13 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
 async fn the_sample_controller_without_foos_finalizers_names_the_missing_right() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let (_, dir, kubeconfig) = restricted_identity(
-        cluster,
+    let edit = replace_verbs(
         "sample-controller-rbac.yaml",
-        "sample-controller",
-        "-no-finalizers",
-        replace_verbs(
-            "sample-controller-rbac.yaml",
-            "    resources: [\"foos/finalizers\"]\n    verbs: [\"update\"]\n",
-            "    resources: [\"foos/finalizers\"]\n    verbs: [\"get\"]\n",
-        ),
+        "    resources: [\"foos/finalizers\"]\n    verbs: [\"update\"]\n",
+        "    resources: [\"foos/finalizers\"]\n    verbs: [\"get\"]\n",
     );
-    let ns = cluster.new_namespace("ops-sample-fin").await.unwrap();
-    let mut controller = Controller::start(&[
-        "sample-controller",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--namespace",
-        &ns,
-    ]);
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "-"],
-        Some(&foo_yaml("web", 1)),
-    );
-    let line = controller.wait_for_line(
-        &["forbidden", "blockOwnerDeletion", "deployments"],
-        Duration::from_secs(30),
-    );
-    eprintln!("the controller said: {line}");
-    let _ = std::fs::remove_dir_all(dir);
+    let needles = ["forbidden", "blockOwnerDeletion", "deployments"];
+    sample_controller_missing_a_right(cluster, "-no-finalizers", edit, &needles).await;
 }
 
 /// The sharded VM controller's Role reaches every Lease of its namespace (ring Lease names
