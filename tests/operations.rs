@@ -63,6 +63,20 @@ fn install_crds_and_namespace(cluster: &Cluster) {
     });
 }
 
+/// deploy/'s RBAC and admission policy for the sample controller's ServiceAccount.
+fn apply_sample_controller_rights(cluster: &Cluster) {
+    kubectl(
+        cluster,
+        &[
+            "apply",
+            "-f",
+            "deploy/sample-controller-rbac.yaml",
+            "-f",
+            "deploy/sample-controller-admission.yaml",
+        ],
+    );
+}
+
 fn deploy_file(name: &str) -> String {
     std::fs::read_to_string(Path::new(ROOT).join("deploy").join(name)).unwrap()
 }
@@ -415,16 +429,7 @@ fn every_flag_in_the_deployments_is_one_the_binary_accepts() {
 async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    kubectl(
-        cluster,
-        &[
-            "apply",
-            "-f",
-            "deploy/sample-controller-rbac.yaml",
-            "-f",
-            "deploy/sample-controller-admission.yaml",
-        ],
-    );
+    apply_sample_controller_rights(cluster);
     let ns = cluster.new_namespace("ops-sample").await.unwrap();
     let dir = tempdir("sample");
     let kubeconfig = service_account_kubeconfig(cluster, "sample-controller", &dir);
@@ -1191,16 +1196,7 @@ fn refused_once_active(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> S
 async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    kubectl(
-        cluster,
-        &[
-            "apply",
-            "-f",
-            "deploy/sample-controller-rbac.yaml",
-            "-f",
-            "deploy/sample-controller-admission.yaml",
-        ],
-    );
+    apply_sample_controller_rights(cluster);
     let ns = cluster.new_namespace("ops-sample-vap").await.unwrap();
     let dir = tempdir("sample-vap");
     let kubeconfig = service_account_kubeconfig(cluster, "sample-controller", &dir);

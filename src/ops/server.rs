@@ -340,6 +340,16 @@ mod tests {
         }
     }
 
+    /// A probes-only server with `limits` on a free loopback port, and its stop token.
+    async fn start_probes(limits: ServerLimits) -> (OpsServer, CancellationToken) {
+        let stop = CancellationToken::new();
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let server = OpsServer::start(addr, probes_only(limits), stop.clone())
+            .await
+            .unwrap();
+        (server, stop)
+    }
+
     /// Reads until the server closes the connection (EOF or reset).
     async fn closed_by_server(stream: &mut tokio::net::TcpStream) {
         let mut sink = Vec::new();
@@ -352,14 +362,7 @@ mod tests {
             read_header_timeout: std::time::Duration::from_millis(300),
             ..Default::default()
         };
-        let stop = CancellationToken::new();
-        let server = OpsServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            probes_only(limits),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (server, stop) = start_probes(limits).await;
         let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
         slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
             .await
@@ -382,14 +385,7 @@ mod tests {
             idle_timeout: std::time::Duration::from_millis(300),
             ..Default::default()
         };
-        let stop = CancellationToken::new();
-        let server = OpsServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            probes_only(limits),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (server, stop) = start_probes(limits).await;
         let mut silent = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
         tokio::time::timeout(
             std::time::Duration::from_secs(20),
@@ -407,14 +403,7 @@ mod tests {
             read_header_timeout: std::time::Duration::from_secs(600),
             ..Default::default()
         };
-        let stop = CancellationToken::new();
-        let server = OpsServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            probes_only(limits),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (server, stop) = start_probes(limits).await;
         let mut holder = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
         holder
             .write_all(b"GET /healthz HTTP/1.1\r\n")
@@ -442,14 +431,7 @@ mod tests {
             max_header_bytes: 16 * 1024,
             ..Default::default()
         };
-        let stop = CancellationToken::new();
-        let server = OpsServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            probes_only(limits),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (server, stop) = start_probes(limits).await;
         let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
         let big = "a".repeat(32 * 1024);
         let request = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
@@ -468,14 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_probe_server_serves_no_trace_and_no_metrics() {
-        let stop = CancellationToken::new();
-        let server = OpsServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            probes_only(ServerLimits::default()),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (server, stop) = start_probes(ServerLimits::default()).await;
         assert_eq!(get(server.addr(), "/debug/trace").await.0, 404);
         assert_eq!(get(server.addr(), "/metrics").await.0, 404);
         assert_eq!(get(server.addr(), "/healthz").await.0, 200);
