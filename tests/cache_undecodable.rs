@@ -18,7 +18,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cache_common::eventually;
+use cache_common::{create_crd_and_wait_served, eventually};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -83,7 +83,6 @@ const TYPE: &str = "test.kubeloop.dev/v1/gadgets";
 const RUN_LABEL: &str = "test.kubeloop.dev/run";
 
 async fn ensure_gadget_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "metadata": {"name": "gadgets.test.kubeloop.dev"},
         "spec": {
@@ -106,36 +105,7 @@ async fn ensure_gadget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube_client::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating the Gadget CRD: {e}"),
-    }
-    eventually(
-        "the Gadget CRD to be Established and served",
-        Duration::from_secs(60),
-        || async {
-            let crd = crds
-                .get("gadgets.test.kubeloop.dev")
-                .await
-                .map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if !established {
-                return Err("not established".into());
-            }
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &gadget_resource());
-            api.list(&Default::default())
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
+    create_crd_and_wait_served(client, &crd).await;
 }
 
 fn gadget_resource() -> ApiResource {
