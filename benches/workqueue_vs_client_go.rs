@@ -377,10 +377,7 @@ fn pq_priorities_batch() -> f64 {
 
 /// Workers that get and done until the sentinel comes out, then shut the queue down; each
 /// returns how many items it was handed (the sentinel not counted).
-fn pq_workers(
-    q: &PriorityQueue<ObjectKey>,
-    workers: usize,
-) -> Vec<tokio::task::JoinHandle<u64>> {
+fn pq_workers(q: &PriorityQueue<ObjectKey>, workers: usize) -> Vec<tokio::task::JoinHandle<u64>> {
     (0..workers)
         .map(|_| {
             let q = q.clone();

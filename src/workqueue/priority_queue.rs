@@ -77,7 +77,11 @@ pub struct AddOpts {
 /// use kubeloop::workqueue::{AddOpts, LOW_PRIORITY, PriorityQueue};
 /// let queue = PriorityQueue::new();
 /// // The initial list: every existing object, at low priority.
-/// queue.add_with_opts(AddOpts { priority: Some(LOW_PRIORITY), ..AddOpts::default() }, ["default/old"]);
+/// let low = AddOpts {
+///     priority: Some(LOW_PRIORITY),
+///     ..AddOpts::default()
+/// };
+/// queue.add_with_opts(low, ["default/old"]);
 /// // A user's edit comes later but goes first.
 /// queue.add("default/edited");
 /// assert_eq!(queue.get().await, Some(("default/edited", 0)));

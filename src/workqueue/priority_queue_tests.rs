@@ -11,8 +11,7 @@
 //!   `hack/bench-vs-client-go` runs their workloads side by side with controller-runtime's
 //!   queue (`pq/...` rows).
 //! - The `btreeInteractionValidator` and the non-positive-tick check of `newQueue`: they
-//!   guard controller-runtime's btree and ticker calls, which this queue does not have; the
-//!   invariants of `priority_state.rs` take their place (checked by `assert_consistent`).
+//!   guard controller-runtime's btree and ticker calls, which this queue does not have.
 //! - `TestHighPriorityItemsAreReturnedBeforeLowPriorityItemMultipleTimes` with
 //!   `after=-1s`: a Rust `Duration` cannot be negative; its 0 and 1 s cases are ported.
 //! - `TestFuzzPriorityQueue` uses gofuzz for random options and strings; it is ported with a
@@ -115,13 +114,6 @@ async fn settle() {
     }
 }
 
-/// Checks the state's invariants that can be seen from outside.
-fn assert_consistent<T>(q: &PriorityQueue<T>) {
-    q.shared.inspect(|s| {
-        assert!(s.tracked() >= s.processing());
-    });
-}
-
 // controller-runtime: "returns an item"
 #[tokio::test(start_paused = true)]
 async fn returns_an_item() {
@@ -188,7 +180,8 @@ async fn de_duplicates_items() {
     q.add_with_opts(AddOpts::default(), ["foo"]);
     q.add_with_opts(AddOpts::default(), ["foo"]);
     assert_eq!(q.len(), 1);
-    q.shared.inspect(|s| assert_eq!(s.processing(), 0, "nothing locked"));
+    q.shared
+        .inspect(|s| assert_eq!(s.processing(), 0, "nothing locked"));
     let seen = m.scrape();
     assert_eq!((seen.depth, seen.adds), (depth([(0, 1)]), 1));
 }
@@ -201,7 +194,11 @@ async fn enqueues_a_locked_item() {
     assert_eq!(q.len(), 1);
     assert_eq!(q.get().await, Some(("foo", 0)));
     q.add_with_opts(AddOpts::default(), ["foo"]);
-    assert_eq!(q.len(), 1, "a locked item that was re-added counts as ready");
+    assert_eq!(
+        q.len(),
+        1,
+        "a locked item that was re-added counts as ready"
+    );
     q.done(&"foo");
     assert_eq!(q.get().await, Some(("foo", 0)));
     let seen = m.scrape();
@@ -316,7 +313,8 @@ async fn returns_many_items() {
         }
     }
     assert_eq!(q.len(), 0);
-    q.shared.inspect(|s| assert_eq!((s.tracked(), s.processing()), (0, 0)));
+    q.shared
+        .inspect(|s| assert_eq!((s.tracked(), s.processing()), (0, 0)));
 }
 
 // controller-runtime: "updates metrics correctly for an item that gets initially added with
@@ -395,7 +393,8 @@ fn fuzz_priority_queue() {
     // key -> the highest priority asked for since it was last handed out. Held across the
     // add (producers) and across the get (consumers), as in controller-runtime's test.
     let in_queue: Arc<tokio::sync::Mutex<HashMap<u32, i32>>> = Arc::default();
-    let handed_out: Arc<Vec<AtomicBool>> = Arc::new((0..64).map(|_| AtomicBool::new(false)).collect());
+    let handed_out: Arc<Vec<AtomicBool>> =
+        Arc::new((0..64).map(|_| AtomicBool::new(false)).collect());
     let m = Arc::new(m);
     std::thread::scope(|s| {
         for p in 0..10u64 {
@@ -450,7 +449,7 @@ fn fuzz_priority_queue() {
                     .unwrap();
                 rt.block_on(async {
                     loop {
-                        let (item, priority) = {
+                        let item = {
                             let mut in_queue = in_queue.lock().await;
                             if in_queue.is_empty() {
                                 return;
@@ -458,9 +457,8 @@ fn fuzz_priority_queue() {
                             let (item, priority) = q.get().await.unwrap();
                             let expected = in_queue.remove(&item);
                             assert_eq!(Some(priority), expected, "priority of {item}");
-                            (item, priority)
+                            item
                         };
-                        let _ = priority;
                         assert!(
                             !handed_out[item as usize].swap(true, Ordering::SeqCst),
                             "item {item} handed out more than once"
@@ -477,7 +475,8 @@ fn fuzz_priority_queue() {
             });
         }
     });
-    assert_consistent(&q);
+    q.shared
+        .inspect(|s| assert_eq!(s.processing(), 0, "every item handed out was done"));
 }
 
 /// controller-runtime's `TestHighPriorityItemsAreReturnedBeforeLowPriorityItemMultipleTimes`,
@@ -512,7 +511,10 @@ async fn high_priority_items_first(after_by: Duration) {
     for (name, p) in levels {
         for i in 0..ITEMS_PER_PRIORITY {
             let (key, priority) = q.get().await.unwrap();
-            assert_eq!((key.as_str(), priority), (format!("{name}-{i}").as_str(), p));
+            assert_eq!(
+                (key.as_str(), priority),
+                (format!("{name}-{i}").as_str(), p)
+            );
         }
     }
     let seen = m.scrape();
@@ -700,8 +702,7 @@ async fn items_are_included_in_len_and_metrics_once_they_are_ready() {
 // controller-runtime:
 // TestMetricsAreUpdatedForItemWhoseRequeueAfterExpiredThatGetsAddedAgainWithoutRequeueAfter
 #[tokio::test(start_paused = true)]
-async fn metrics_are_updated_for_an_item_whose_after_expired_that_gets_added_again_without_after()
-{
+async fn metrics_are_updated_for_an_item_whose_after_expired_that_gets_added_again_without_after() {
     let (q, m) = new_queue();
     q.add_with_opts(after(ms(50)), ["foo"]);
     settle().await;
@@ -778,7 +779,8 @@ async fn priority_survives_a_requeue_while_processing_and_the_item_comes_back_on
     q.done(&"a");
     q.done(&"b");
     assert_eq!(q.len(), 0);
-    q.shared.inspect(|s| assert_eq!(s.tracked(), 0, "finished items are forgotten"));
+    q.shared
+        .inspect(|s| assert_eq!(s.tracked(), 0, "finished items are forgotten"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -867,7 +869,8 @@ async fn a_burst_of_adds_wakes_each_parked_get_once() {
         .collect();
     settle().await;
     q.add_with_opts(AddOpts::default(), 0..10);
-    q.shared.inspect(|s| assert_eq!((s.parked(), s.wakeups()), (0, 4)));
+    q.shared
+        .inspect(|s| assert_eq!((s.parked(), s.wakeups()), (0, 4)));
     let mut got: Vec<u32> = Vec::new();
     for g in getters {
         got.push(g.await.unwrap().unwrap().0);
@@ -891,7 +894,9 @@ async fn depth_labels_are_bounded_and_every_series_returns_to_zero() {
         .filter(|l| l.starts_with(r#"workqueue_depth{name="test""#))
         .collect();
     assert_eq!(series.len(), MAX_PRIORITY_LABELS + 1, "{series:#?}");
-    assert!(text.contains(r#"workqueue_depth{name="test",priority="exceeded_cardinality_limit"} 10"#));
+    assert!(
+        text.contains(r#"workqueue_depth{name="test",priority="exceeded_cardinality_limit"} 10"#)
+    );
     for _ in 0..n {
         let (item, _) = q.get().await.unwrap();
         q.done(&item);
@@ -926,8 +931,14 @@ async fn a_plain_queue_depth_has_no_priority_label() {
     pq.add_with_opts(prio(-100), [1]);
     let mut text = String::new();
     encode(&mut text, &registry).unwrap();
-    assert!(text.contains("workqueue_depth{name=\"plain\"} 1\n"), "{text}");
-    assert!(text.contains("workqueue_depth{name=\"pq\",priority=\"-100\"} 1\n"), "{text}");
+    assert!(
+        text.contains("workqueue_depth{name=\"plain\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("workqueue_depth{name=\"pq\",priority=\"-100\"} 1\n"),
+        "{text}"
+    );
 }
 
 /// Producers add with random priorities and delays, workers re-add what they process, on 4

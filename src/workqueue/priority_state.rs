@@ -239,7 +239,8 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         }
         let hooks = self.hooks();
         let mut wake = Wakeups::default();
-        let mut unused = Vec::new();
+        // Keys the queue had already, dropped after unlocking (no allocation for the first).
+        let mut unused: (Option<T>, Vec<T>) = (None, Vec::new());
         let mut earliest = false;
         let mut delayed = false;
         let now = state.now();
@@ -255,7 +256,13 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
             };
             let (e, u) = state.add(hash, add.item, add.priority, ready_at, hooks, &mut wake);
             earliest |= e;
-            unused.extend(u);
+            if let Some(u) = u {
+                if unused.0.is_none() {
+                    unused.0 = Some(u);
+                } else {
+                    unused.1.push(u);
+                }
+            }
         }
         if delayed {
             ensure_timer(self, &mut state);
@@ -373,7 +380,10 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         let mut wake = Wakeups::default();
         let now = state.now();
         state.promote_ready(now, self.hooks(), &mut wake);
-        let next = state.waiting.peek().map(|w| w.ready_at.instant(state.epoch));
+        let next = state
+            .waiting
+            .peek()
+            .map(|w| w.ready_at.instant(state.epoch));
         drop(state);
         wake.wake_all();
         Some(next)
@@ -514,7 +524,7 @@ impl<T> PriorityState<T> {
 
     /// Whether the delaying heap has entries and no timer task is alive to move them.
     pub(crate) fn needs_timer(&self) -> bool {
-        !self.waiting.is_empty() && !self.timer.as_ref().is_some_and(|t| !t.is_finished())
+        !self.waiting.is_empty() && self.timer.as_ref().is_none_or(|t| t.is_finished())
     }
 
     pub(crate) fn set_timer(&mut self, timer: tokio::task::JoinHandle<()>) {
@@ -579,7 +589,8 @@ impl<T> PriorityState<T> {
             return &self.depth[i].1;
         }
         if self.depth.len() < MAX_PRIORITY_LABELS {
-            self.depth.push((priority, hooks.depth_gauge(Some(priority))));
+            self.depth
+                .push((priority, hooks.depth_gauge(Some(priority))));
             return &self.depth.last().expect("just pushed").1;
         }
         self.depth_overflow
@@ -859,9 +870,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
 impl Lines {
     /// The line of `priority`, created if missing.
     fn line(&mut self, priority: i32) -> &mut VecDeque<(u64, u32)> {
-        let found = self
-            .lines
-            .binary_search_by(|l| priority.cmp(&l.priority));
+        let found = self.lines.binary_search_by(|l| priority.cmp(&l.priority));
         let at = match found {
             Ok(at) => at,
             Err(mut at) => {
