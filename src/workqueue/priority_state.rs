@@ -243,12 +243,14 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         let mut unused: (Option<T>, Vec<T>) = (None, Vec::new());
         let mut earliest = false;
         let mut delayed = false;
-        let now = state.now();
+        // Read the clock only for a delayed add, once.
+        let mut now = None;
         for (hash, add) in adds {
             let ready_at = if add.after.is_zero() {
                 None
             } else {
                 delayed = true;
+                let now = *now.get_or_insert_with(|| state.now());
                 if let Some(h) = hooks {
                     h.retry();
                 }
