@@ -6,7 +6,8 @@
 //! dedup queue, and `priority_queue.rs` and `metrics.rs` are faces over it.
 //!
 //! This module is a leaf like `state.rs`: it imports only the lock shim (`sync.rs`) and
-//! `state.rs`'s time stamps, heap entries and wake-up list.
+//! `state.rs`'s time stamps, heap entries and wake-up list, so `tests/workqueue_loom.rs`
+//! compiles it against loom's `Mutex` next to `state.rs` and model-checks its hand-offs.
 //!
 //! Layout:
 //! - Every tracked item lives in a slot of `slots`; `index` maps a key to its slot, hashed
