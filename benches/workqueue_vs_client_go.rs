@@ -15,13 +15,18 @@
 //! - `&'static str` (lines `RESULT`): the exact analogue of a Go `string`, a pointer and a
 //!   length whose copy neither allocates nor counts references.
 //!
+//! The priority-queue workloads (`pq/...`, lines `RESULT_PQ_KEY`) run kubeloop's
+//! [`PriorityQueue`] with [`ObjectKey`] keys against controller-runtime's priority queue
+//! (`hack/go/bench-workqueue/pq.go`, whose keys have `reconcile.Request`'s shape), with the
+//! same sentinel ending and the same final `len` (see that file).
+//!
 //! Output: one line per workload and key type, `<label> <workload> <ops per second>`, the
 //! median of `KUBELOOP_BENCH_RUNS` runs (default 5), or the best with
 //! `KUBELOOP_BENCH_STAT=best`; the dedup workload adds a `HANDED_OUT...` line, and each key
 //! type a `FLOOR... <ns>` line: one uncontended lock/unlock of the queue's mutex type plus one
 //! lookup in the queue's hash table type, the physical limit of a locked queue. Run with
 //! `cargo bench --bench workqueue_vs_client_go`; `KUBELOOP_BENCH_ONLY=<substring>` picks
-//! workloads and `KUBELOOP_BENCH_KEYS=key,string,arc,static` key types.
+//! workloads and `KUBELOOP_BENCH_KEYS=key,string,arc,static,pq` key types (`pq`: the priority-queue rows).
 
 // The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
 // scripts and the release build turn on).
@@ -36,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use kubeloop::runtime::ObjectKey;
 use kubeloop::workqueue::{
-    DelayingQueue, Queue, RateLimitingQueue, default_controller_rate_limiter,
+    AddOpts, DelayingQueue, LOW_PRIORITY, PriorityQueue, Queue, QueueConfig, RateLimitingQueue,
+    default_controller_rate_limiter,
 };
 
 /// A key type the workloads run with.
@@ -114,12 +120,15 @@ fn keys<K: Key>(n: usize) -> Arc<Vec<K>> {
 }
 
 fn main() {
-    // `KUBELOOP_BENCH_KEYS=key,string,arc,static` picks key types (all by default), to profile
+    // `KUBELOOP_BENCH_KEYS=key,string,arc,static,pq` picks key types (all by default), to profile
     // one.
     let picked = std::env::var("KUBELOOP_BENCH_KEYS").unwrap_or_default();
     let wants = |name: &str| picked.is_empty() || picked.split(',').any(|k| k == name);
     if wants("key") {
         run_all::<ObjectKey>();
+    }
+    if wants("pq") {
+        run_pq();
     }
     if wants("string") {
         run_all::<String>();
@@ -231,6 +240,272 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
+}
+
+/// How many runs, and whether the best (not the median) is reported: the environment's say.
+fn runs_and_stat() -> (usize, bool) {
+    let runs = std::env::var("KUBELOOP_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let best = std::env::var("KUBELOOP_BENCH_STAT").is_ok_and(|s| s == "best");
+    (runs, best)
+}
+
+/// The priority-queue workloads (`pq/...`), kubeloop's [`PriorityQueue<ObjectKey>`] against
+/// controller-runtime's priority queue (`hack/go/bench-workqueue/pq.go`).
+fn run_pq() {
+    let (runs, best) = runs_and_stat();
+    let only: Option<String> = std::env::var("KUBELOOP_BENCH_ONLY").ok();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = std::env::var("KUBELOOP_BENCH_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        builder.worker_threads(n);
+    }
+    let rt = builder.enable_all().build().unwrap();
+    let counted = |name: &str, f: &mut dyn FnMut() -> (f64, Option<u64>)| {
+        let name = format!("pq/{name}");
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            return;
+        }
+        let mut results: Vec<(f64, Option<u64>)> = (0..runs).map(|_| f()).collect();
+        results.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (ops, handed_out) = if best {
+            results[results.len() - 1]
+        } else {
+            results[results.len() / 2]
+        };
+        println!("RESULT_PQ_KEY {name} {ops:.0}");
+        if let Some(handed_out) = handed_out {
+            println!("HANDED_OUT_PQ_KEY {name} {handed_out}");
+        }
+    };
+    let report = |name: &str, f: &mut dyn FnMut() -> f64| counted(name, &mut || (f(), None));
+    report("single/add-get-done", &mut pq_single_add_get_done);
+    report("single/batch-1000", &mut pq_single_batch);
+    report(
+        "priorities/batch-1000-half-low-100-raised",
+        &mut pq_priorities_batch,
+    );
+    for (p, w) in [(1, 1), (2, 2), (4, 4), (16, 16)] {
+        report(&format!("contended/{p}x{w}"), &mut || {
+            rt.block_on(pq_contended(p, w))
+        });
+    }
+    counted("dedup/4x4-100-keys", &mut || {
+        let (ops, handed_out) = rt.block_on(pq_dedup());
+        (ops, Some(handed_out))
+    });
+    report("delaying/add-after-10k", &mut pq_add_after);
+    report("rate-limited/add-10k-default", &mut pq_rate_limited_add);
+}
+
+/// Below every priority the workloads use: the sentinel comes out last.
+const SENTINEL_PRIORITY: i32 = -1000;
+
+static SENTINEL: LazyLock<ObjectKey> = LazyLock::new(|| ObjectKey::parse("sentinel").unwrap());
+
+fn pq_single_add_get_done() -> f64 {
+    const N: usize = 1_000_000;
+    let k = keys::<ObjectKey>(1000);
+    on_current_thread(false, async {
+        let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+        let start = Instant::now();
+        for i in 0..N {
+            q.add(k[i % 1000].clone());
+            let (item, _) = q.get().await.unwrap();
+            q.done(&item);
+        }
+        N as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+fn pq_single_batch() -> f64 {
+    const ROUNDS: usize = 200;
+    let k = keys::<ObjectKey>(1000);
+    on_current_thread(false, async {
+        let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            for key in k.iter() {
+                q.add(key.clone());
+            }
+            for _ in 0..k.len() {
+                let (item, _) = q.get().await.unwrap();
+                q.done(&item);
+            }
+        }
+        (ROUNDS * 1000) as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// A startup in miniature (see pq.go's `pqPrioritiesBatch`).
+fn pq_priorities_batch() -> f64 {
+    const ROUNDS: usize = 200;
+    let k = keys::<ObjectKey>(1000);
+    let low = AddOpts {
+        priority: Some(LOW_PRIORITY),
+        ..AddOpts::default()
+    };
+    on_current_thread(false, async {
+        let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            for (i, key) in k.iter().enumerate() {
+                if i % 2 == 0 {
+                    q.add_with_opts(low, [key.clone()]);
+                } else {
+                    q.add(key.clone());
+                }
+            }
+            for i in (0..200).step_by(2) {
+                q.add(k[i].clone());
+            }
+            let mut last = i32::MAX;
+            for _ in 0..k.len() {
+                let (item, priority) = q.get().await.unwrap();
+                assert!(priority <= last, "priority order broken");
+                last = priority;
+                q.done(&item);
+            }
+        }
+        (ROUNDS * 1000) as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// Workers that get and done until the sentinel comes out, then shut the queue down; each
+/// returns how many items it was handed (the sentinel not counted).
+fn pq_workers(q: &PriorityQueue<ObjectKey>, workers: usize) -> Vec<tokio::task::JoinHandle<u64>> {
+    (0..workers)
+        .map(|_| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut handed_out = 0;
+                while let Some((item, _)) = q.get().await {
+                    q.done(&item);
+                    if item == *SENTINEL {
+                        q.shutdown();
+                        break;
+                    }
+                    handed_out += 1;
+                }
+                handed_out
+            })
+        })
+        .collect()
+}
+
+fn add_sentinel(q: &PriorityQueue<ObjectKey>) {
+    q.add_with_opts(
+        AddOpts {
+            priority: Some(SENTINEL_PRIORITY),
+            ..AddOpts::default()
+        },
+        [SENTINEL.clone()],
+    );
+}
+
+async fn pq_contended(p: usize, w: usize) -> f64 {
+    const N: usize = 200_000;
+    let k = keys::<ObjectKey>(N);
+    let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+    let start = Instant::now();
+    let workers = pq_workers(&q, w);
+    let producers: Vec<_> = (0..p)
+        .map(|i| {
+            let q = q.clone();
+            let k = k.clone();
+            tokio::spawn(async move {
+                for (n, j) in (i..N).step_by(p).enumerate() {
+                    q.add(k[j].clone());
+                    pace(n).await;
+                }
+            })
+        })
+        .collect();
+    for t in producers {
+        t.await.unwrap();
+    }
+    add_sentinel(&q);
+    let mut handed_out = 0;
+    for t in workers {
+        handed_out += t.await.unwrap();
+    }
+    assert_eq!(handed_out, N as u64, "every key handed out");
+    N as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn pq_dedup() -> (f64, u64) {
+    const PRODUCERS: usize = 4;
+    const WORKERS: usize = 4;
+    const ADDS_EACH: usize = 100_000;
+    let k = keys::<ObjectKey>(100);
+    let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+    let start = Instant::now();
+    let workers = pq_workers(&q, WORKERS);
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|i| {
+            let q = q.clone();
+            let k = k.clone();
+            tokio::spawn(async move {
+                for j in 0..ADDS_EACH {
+                    q.add(k[(i * 7 + j) % 100].clone());
+                    pace(j).await;
+                }
+            })
+        })
+        .collect();
+    for t in producers {
+        t.await.unwrap();
+    }
+    add_sentinel(&q);
+    let mut handed_out = 0;
+    for t in workers {
+        handed_out += t.await.unwrap();
+    }
+    let calls = (PRODUCERS * ADDS_EACH) as f64 + 2.0 * handed_out as f64;
+    (calls / start.elapsed().as_secs_f64(), handed_out)
+}
+
+fn pq_add_after() -> f64 {
+    const N: usize = 10_000;
+    let k = keys::<ObjectKey>(N);
+    on_current_thread(false, async {
+        let q: PriorityQueue<ObjectKey> = PriorityQueue::new();
+        let mut rng = Lcg(42);
+        let start = Instant::now();
+        for key in k.iter() {
+            q.add_after(key.clone(), Duration::from_millis(1 + rng.next() % 600_000));
+        }
+        assert_eq!(q.len(), 0, "a delayed item is ready");
+        let ops = N as f64 / start.elapsed().as_secs_f64();
+        q.shutdown();
+        ops
+    })
+}
+
+fn pq_rate_limited_add() -> f64 {
+    const N: usize = 10_000;
+    let k = keys::<ObjectKey>(N);
+    on_current_thread(false, async {
+        let q: PriorityQueue<ObjectKey> =
+            PriorityQueue::with_config(default_controller_rate_limiter(), QueueConfig::default());
+        let start = Instant::now();
+        for key in k.iter() {
+            q.add_rate_limited(key.clone());
+        }
+        q.len();
+        let elapsed = start.elapsed();
+        assert_eq!(
+            q.num_requeues(&k[0]),
+            1,
+            "rate limiter did not count the add"
+        );
+        q.shutdown();
+        N as f64 / elapsed.as_secs_f64()
+    })
 }
 
 /// Runs `f` on a fresh current-thread runtime (optionally on paused time).

@@ -14,6 +14,10 @@
 //! - a `get` that is woken and then cancelled passes the wake-up on;
 //! - `shutdown` wakes every parked `get`;
 //! - the queue ends with nothing tracked and nothing parked.
+//!
+//! `src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
+//! `state.rs`'s stamps) is compiled here too and checked for the same promises, plus: a
+//! higher priority added concurrently is never lost.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +46,11 @@ mod sync {
 #[allow(dead_code)]
 mod state;
 
+#[path = "../src/workqueue/priority_state.rs"]
+#[allow(dead_code)]
+mod priority_state;
+
+use priority_state::{Add, PriorityShared, PriorityState};
 use state::Shared;
 
 fn queue() -> Arc<Shared<u32>> {
@@ -190,5 +199,121 @@ fn done_requeues_for_a_parked_get() {
         assert_eq!(getter.join().unwrap(), Some(5));
         q.done(&5);
         assert_empty(&q);
+    });
+}
+
+fn priority_queue() -> Arc<PriorityShared<u32>> {
+    Arc::new(PriorityShared::new(None))
+}
+
+/// The priority queue's timer hook: no delays in these models, so nothing to start.
+fn no_timer(_: &Arc<PriorityShared<u32>>, _: &mut PriorityState<u32>) {}
+
+fn padd(q: &Arc<PriorityShared<u32>>, item: u32, priority: i32) {
+    let add = Add {
+        item,
+        priority,
+        after: std::time::Duration::ZERO,
+    };
+    q.add([(q.hash(&item), add)], no_timer);
+}
+
+fn assert_priority_empty(q: &PriorityShared<u32>) {
+    q.inspect(|s| {
+        assert_eq!(s.tracked(), 0, "items left tracked");
+        assert_eq!(s.parked(), 0, "gets left parked");
+        assert_eq!(s.processing(), 0);
+    });
+}
+
+#[test]
+fn priority_queue_an_add_reaches_a_parked_get() {
+    model(|| {
+        let q = priority_queue();
+        let getter = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get(None)))
+        };
+        padd(&q, 7, -100);
+        assert_eq!(getter.join().unwrap(), Some((7, -100)));
+        q.done(&7);
+        assert_priority_empty(&q);
+    });
+}
+
+#[test]
+fn priority_queue_two_workers_never_hold_one_item_and_a_readd_comes_back() {
+    model(|| {
+        let q = priority_queue();
+        padd(&q, 1, 0);
+        let busy = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, busy) = (q.clone(), busy.clone());
+                thread::spawn(move || {
+                    let (item, _) = loom::future::block_on(q.get(None)).expect("not shut down");
+                    assert!(
+                        !busy.swap(true, Ordering::SeqCst),
+                        "item handed to two workers at once"
+                    );
+                    padd(&q, item, 5); // ready while processing: comes back after done
+                    busy.store(false, Ordering::SeqCst);
+                    q.done(&item);
+                    item
+                })
+            })
+            .collect();
+        let handled: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_eq!(handled, vec![1, 1]);
+        let last = loom::future::block_on(q.get(None));
+        assert_eq!(last, Some((1, 5)), "the re-add kept its priority");
+        q.done(&1);
+        assert_priority_empty(&q);
+    });
+}
+
+#[test]
+fn priority_queue_a_cancelled_get_passes_its_wake_up_on() {
+    model(|| {
+        let q = priority_queue();
+        let canceller = {
+            let q = q.clone();
+            thread::spawn(move || {
+                let mut get = q.get(None);
+                if let Poll::Ready(Some((item, priority))) = poll_once(&mut get) {
+                    q.done(&item);
+                    padd(&q, item, priority);
+                }
+                drop(get);
+            })
+        };
+        let getter = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get(None)))
+        };
+        padd(&q, 3, 2);
+        canceller.join().unwrap();
+        assert_eq!(getter.join().unwrap(), Some((3, 2)));
+        q.done(&3);
+        assert_priority_empty(&q);
+    });
+}
+
+#[test]
+fn priority_queue_concurrent_adds_keep_the_highest_priority() {
+    model(|| {
+        let q = priority_queue();
+        let low = {
+            let q = q.clone();
+            thread::spawn(move || padd(&q, 9, -100))
+        };
+        padd(&q, 9, 10);
+        low.join().unwrap();
+        q.inspect(|s| assert_eq!(s.tracked(), 1, "one item"));
+        assert_eq!(loom::future::block_on(q.get(None)), Some((9, 10)));
+        q.done(&9);
+        q.shutdown(false);
+        assert_eq!(loom::future::block_on(q.get(None)), None);
+        assert_priority_empty(&q);
     });
 }

@@ -9,6 +9,13 @@
 //! 1e-8 s up to 10 s, as component-base's source has them (`10e-9` is 1e-8, not 1e-9: the
 //! buckets are 1e-8 * 10^k).
 //!
+//! A priority queue (`priority_queue.rs`, controller-runtime's `priorityqueue`) reports the
+//! same families, and its depth by priority: `workqueue_depth{name, priority}`, as
+//! controller-runtime's `NewDepthMetricWithPriority` does; the other queues' depth series
+//! carry no `priority` label. The number of priority labels per queue is bounded (see
+//! `priority_state.rs`): after 25 distinct priorities, further ones share the label
+//! `exceeded_cardinality_limit`.
+//!
 //! What differs on purpose:
 //! - A [`MetricsProvider`] is a set of prometheus-client metric families that a caller
 //!   registers in its own [`Registry`]; [`MetricsProvider::global`] plays client-go's global
@@ -23,7 +30,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -31,6 +38,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::priority_state::{PRIORITY_LABEL_OVERFLOW, PriorityHooks, PriorityShared};
 use super::state::{Hooks, Shared, Stamp};
 
 /// How often a named queue refreshes its unfinished-work gauges. client-go:
@@ -58,7 +66,7 @@ pub const UNFINISHED_WORK_UPDATE_PERIOD: Duration = Duration::from_millis(500);
 /// ```
 #[derive(Clone, Debug)]
 pub struct MetricsProvider {
-    depth: Family<NameLabel, Gauge>,
+    depth: Family<DepthLabels, Gauge>,
     adds: Family<NameLabel, Counter>,
     queue_duration: Family<NameLabel, Histogram, fn() -> Histogram>,
     work_duration: Family<NameLabel, Histogram, fn() -> Histogram>,
@@ -71,6 +79,26 @@ pub struct MetricsProvider {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NameLabel {
     name: String,
+}
+
+/// The labels of `workqueue_depth`: `name`, and `priority` for a priority queue's series only
+/// (controller-runtime gives plain queues `priority=""`; an absent label is the same to
+/// Prometheus, and keeps the plain queues' series as client-go names them).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct DepthLabels {
+    name: String,
+    priority: Option<String>,
+}
+
+impl EncodeLabelSet for DepthLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel;
+        ("name", self.name.as_str()).encode(encoder.encode_label())?;
+        if let Some(priority) = &self.priority {
+            ("priority", priority.as_str()).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 /// One named queue's series, resolved once at construction so the hot path touches atomics
@@ -176,7 +204,10 @@ impl QueueMetrics {
             name: name.to_owned(),
         };
         Some(QueueMetrics {
-            depth: p.depth.get_or_create_owned(&label),
+            depth: p.depth.get_or_create_owned(&DepthLabels {
+                name: name.to_owned(),
+                priority: None,
+            }),
             adds: p.adds.get_or_create_owned(&label),
             queue_duration: p.queue_duration.get_or_create_owned(&label),
             work_duration: p.work_duration.get_or_create_owned(&label),
@@ -232,11 +263,109 @@ impl Hooks for QueueMetrics {
     }
 }
 
+/// A queue whose unfinished-work gauges a task refreshes.
+pub(super) trait UnfinishedWork {
+    /// Sets the gauges; false once the queue is shutting down.
+    fn update_unfinished_work(&self) -> bool;
+}
+
+impl<T: Hash + Eq + Clone> UnfinishedWork for Shared<T> {
+    fn update_unfinished_work(&self) -> bool {
+        Shared::update_unfinished_work(self)
+    }
+}
+
+impl<T: Hash + Eq + Clone> UnfinishedWork for PriorityShared<T> {
+    fn update_unfinished_work(&self) -> bool {
+        PriorityShared::update_unfinished_work(self)
+    }
+}
+
+/// A named priority queue's series: those of [`QueueMetrics`] but the depth, which goes by
+/// priority, plus its retries (controller-runtime's `queueMetrics` counts them itself).
+pub(super) struct PriorityQueueMetrics {
+    name: String,
+    depth: Family<DepthLabels, Gauge>,
+    adds: Counter,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+    unfinished_work: Gauge<f64, AtomicU64>,
+    longest_running_processor: Gauge<f64, AtomicU64>,
+    retries: Counter,
+}
+
+impl PriorityQueueMetrics {
+    /// The series for a priority queue called `name`, or `None` when `name` is empty.
+    pub(super) fn for_queue(provider: Option<&MetricsProvider>, name: &str) -> Option<Self> {
+        if name.is_empty() {
+            return None;
+        }
+        let p = provider.unwrap_or_else(|| MetricsProvider::global());
+        let label = NameLabel {
+            name: name.to_owned(),
+        };
+        Some(PriorityQueueMetrics {
+            name: name.to_owned(),
+            depth: p.depth.clone(),
+            adds: p.adds.get_or_create_owned(&label),
+            queue_duration: p.queue_duration.get_or_create_owned(&label),
+            work_duration: p.work_duration.get_or_create_owned(&label),
+            unfinished_work: p.unfinished_work.get_or_create_owned(&label),
+            longest_running_processor: p.longest_running_processor.get_or_create_owned(&label),
+            retries: p.retries.get_or_create_owned(&label),
+        })
+    }
+}
+
+impl PriorityHooks for PriorityQueueMetrics {
+    fn added(&self, added_at: &mut Option<Stamp>, epoch: Instant) {
+        self.adds.inc();
+        if added_at.is_none() {
+            *added_at = Some(Stamp::at(epoch, Instant::now()));
+        }
+    }
+
+    fn got(&self, added_at: &mut Option<Stamp>, started_at: &mut Option<Stamp>, epoch: Instant) {
+        let now = Stamp::at(epoch, Instant::now());
+        *started_at = Some(now);
+        if let Some(added) = added_at.take() {
+            self.queue_duration.observe(added.secs_until(now));
+        }
+    }
+
+    fn finished(&self, started_at: &mut Option<Stamp>, epoch: Instant) {
+        if let Some(start) = started_at.take() {
+            self.work_duration
+                .observe(start.secs_until(Stamp::at(epoch, Instant::now())));
+        }
+    }
+
+    fn unfinished(&self, total: f64, longest: f64) {
+        self.unfinished_work.set(total);
+        self.longest_running_processor.set(longest);
+    }
+
+    fn retry(&self) {
+        self.retries.inc();
+    }
+
+    fn depth_gauge(&self, priority: Option<i32>) -> Gauge {
+        let priority = match priority {
+            Some(p) => p.to_string(),
+            None => PRIORITY_LABEL_OVERFLOW.to_owned(),
+        };
+        self.depth.get_or_create_owned(&DepthLabels {
+            name: self.name.clone(),
+            priority: Some(priority),
+        })
+    }
+}
+
 /// Starts the task refreshing the unfinished-work gauges every
 /// [`UNFINISHED_WORK_UPDATE_PERIOD`], if a tokio runtime is current. It ends at shutdown or when
 /// the queue is dropped. client-go: `updateUnfinishedWorkLoop`.
-pub(super) fn spawn_unfinished_work_updater<T: Hash + Eq + Clone + Send + 'static>(
-    shared: &Arc<Shared<T>>,
+pub(super) fn spawn_unfinished_work_updater<Q: UnfinishedWork + Send + Sync + 'static>(
+    shared: &Arc<Q>,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;

@@ -1,25 +1,34 @@
-//! client-go's `util/workqueue`: dedup queue, delaying queue, rate limiters, rate-limiting queue.
+//! client-go's `util/workqueue`: dedup queue, delaying queue, rate limiters, rate-limiting
+//! queue; and controller-runtime's priority queue.
 //!
-//! | kubeloop                          | client-go `util/workqueue`            |
-//! |-----------------------------------|---------------------------------------|
-//! | [`Queue`] (`queue.rs`)            | `Typed[T]`, `queue.go`                |
-//! | [`DelayingQueue`]                 | `delayingType[T]`, `delaying_queue.go`|
-//! | [`RateLimiter`] and its kinds     | `default_rate_limiters.go`            |
-//! | [`RateLimitingQueue`]             | `rateLimitingType[T]`                 |
-//! | [`MetricsProvider`] (`metrics.rs`)| `metrics.go` + component-base's names |
+//! | kubeloop                               | client-go `util/workqueue` / controller-runtime     |
+//! |----------------------------------------|-----------------------------------------------------|
+//! | [`Queue`] (`queue.rs`)                 | `Typed[T]`, `queue.go`                              |
+//! | [`DelayingQueue`]                      | `delayingType[T]`, `delaying_queue.go`              |
+//! | [`RateLimiter`] and its kinds          | `default_rate_limiters.go`                          |
+//! | [`RateLimitingQueue`]                  | `rateLimitingType[T]`                               |
+//! | [`MetricsProvider`] (`metrics.rs`)     | `metrics.go` + component-base's names               |
+//! | [`PriorityQueue`], [`AddOpts`]         | controller-runtime `pkg/controller/priorityqueue`   |
+//! | [`LOW_PRIORITY`], [`priority_on_add`], [`priority_on_update`] (`low_priority.rs`) | controller-runtime `handler.LowPriority`, `WithLowPriorityWhenUnchanged` |
 //!
 //! A controller's usual loop: informer handlers `add` keys; workers `get` a key, reconcile it,
 //! then `forget` it on success or `add_rate_limited` it on failure, and always `done` it.
 //! An item is never handed to two workers at once, and an item added while being processed
-//! is processed again afterwards, once.
+//! is processed again afterwards, once. The priority queue keeps these promises and hands out
+//! the highest-priority ready item first.
 //!
-//! All three queue types keep their state behind one lock, including the delaying queue's
-//! heap of not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. That
-//! state and every transition on it live in `state.rs`, a leaf module (it imports only the
-//! lock shim `sync.rs`); `queue.rs`, `delaying_queue.rs` and `metrics.rs` are faces over it.
+//! Every queue type keeps its state behind one lock, including the waiting heap of
+//! not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. The dedup,
+//! delaying and rate-limiting queues' state and every transition on it live in `state.rs`,
+//! the priority queue's in `priority_state.rs`: leaf modules (they import only the lock shim
+//! `sync.rs`, and `priority_state.rs` `state.rs`'s time stamps); the other files are faces
+//! over them.
 
 mod delaying_queue;
+mod low_priority;
 mod metrics;
+mod priority_queue;
+mod priority_state;
 mod queue;
 mod rate_limiters;
 mod rate_limiting_queue;
@@ -27,7 +36,9 @@ mod state;
 mod sync;
 
 pub use delaying_queue::DelayingQueue;
+pub use low_priority::{LOW_PRIORITY, priority_on_add, priority_on_update};
 pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD};
+pub use priority_queue::{AddOpts, PriorityQueue};
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiters::{
     BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,

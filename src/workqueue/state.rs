@@ -133,11 +133,11 @@ struct Slot<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Stamp(NonZeroU64);
 
-/// An entry of the delaying heap.
-struct Waiting {
-    ready_at: Stamp,
-    seq: u64,
-    slot: u32,
+/// An entry of the delaying heap (the priority queue's too).
+pub(crate) struct Waiting {
+    pub(crate) ready_at: Stamp,
+    pub(crate) seq: u64,
+    pub(crate) slot: u32,
 }
 
 /// The future of `get`. Registered in `State::parked` while it waits; dropping it (a
@@ -813,7 +813,7 @@ impl<T> fmt::Debug for State<T> {
 }
 
 impl Wakeups {
-    fn push(&mut self, waker: Option<Waker>) {
+    pub(crate) fn push(&mut self, waker: Option<Waker>) {
         let Some(waker) = waker else { return };
         if self.first.is_none() {
             self.first = Some(waker);
@@ -822,7 +822,7 @@ impl Wakeups {
         }
     }
 
-    fn wake_all(self) {
+    pub(crate) fn wake_all(self) {
         if let Some(w) = self.first {
             w.wake();
         }
@@ -833,7 +833,7 @@ impl Wakeups {
 }
 
 /// The longest delay `add_after` honours; longer ones are cut to this.
-const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+pub(crate) const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 impl Stamp {
     /// `t` as a stamp of a queue whose epoch is `epoch` (saturating at both ends).
@@ -844,13 +844,13 @@ impl Stamp {
     }
 
     /// This stamp plus `d` (saturating).
-    fn after(self, d: Duration) -> Stamp {
+    pub(crate) fn after(self, d: Duration) -> Stamp {
         let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Stamp(self.0.saturating_add(nanos))
     }
 
     /// Back to an `Instant`, for `sleep_until`.
-    fn instant(self, epoch: Instant) -> Instant {
+    pub(crate) fn instant(self, epoch: Instant) -> Instant {
         epoch + Duration::from_nanos(self.0.get() - 1)
     }
 

@@ -30,6 +30,7 @@ var (
 	runs = flag.Int("runs", 5, "repetitions per workload")
 	stat = flag.String("stat", "median", "which run to report: median or best")
 	only = flag.String("only", "", "run only the workloads whose name contains this")
+	pq   = flag.Bool("pq", true, "also run the priority-queue workloads (pq.go)")
 )
 
 func main() {
@@ -43,6 +44,9 @@ func main() {
 	reportCounted("dedup/4x4-100-keys", dedup)
 	report("delaying/add-after-drain-10k", addAfterDrain)
 	report("rate-limited/add-10k-default", rateLimitedAdd)
+	if *pq {
+		runPQ()
+	}
 }
 
 // report prints the median (or best) ops/s of *runs runs of f.
@@ -57,23 +61,29 @@ func reportCounted(name string, f func() (float64, int64)) {
 	if !strings.Contains(name, *only) {
 		return
 	}
+	ops, handedOut := pick(*runs, f)
+	fmt.Printf("RESULT %s %.0f\n", name, ops)
+	if handedOut >= 0 {
+		fmt.Printf("HANDED_OUT %s %d\n", name, handedOut)
+	}
+}
+
+// pick runs f n times and returns the median (or with -stat best, the best) run.
+func pick(n int, f func() (float64, int64)) (float64, int64) {
 	type run struct {
 		ops       float64
 		handedOut int64
 	}
-	results := make([]run, *runs)
+	results := make([]run, n)
 	for i := range results {
 		results[i].ops, results[i].handedOut = f()
 	}
 	sort.Slice(results, func(i, j int) bool { return results[i].ops < results[j].ops })
-	pick := results[len(results)/2]
+	p := results[len(results)/2]
 	if *stat == "best" {
-		pick = results[len(results)-1]
+		p = results[len(results)-1]
 	}
-	fmt.Printf("RESULT %s %.0f\n", name, pick.ops)
-	if pick.handedOut >= 0 {
-		fmt.Printf("HANDED_OUT %s %d\n", name, pick.handedOut)
-	}
+	return p.ops, p.handedOut
 }
 
 // pace is how many adds a producer makes between two yields.
