@@ -27,7 +27,7 @@
 //! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]                          | `thread_safe_store.go`                             |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
-//! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`] | `store.go` (keys) and the reflector's `Store`  |
+//! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | `store.go` (keys) and the reflector's `Store`; controller-runtime's `TransformStripManagedFields` |
 //! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
@@ -124,6 +124,7 @@ pub use shared_informer::{
 pub use store::{
     KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, default_key_func,
     meta_namespace_key, object_key, resource_version, split_meta_namespace_key,
+    strip_managed_fields,
 };
 pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
