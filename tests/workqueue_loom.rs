@@ -42,6 +42,10 @@ mod sync {
     }
 }
 
+#[path = "../src/workqueue/parked.rs"]
+#[allow(dead_code)]
+mod parked;
+
 #[path = "../src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;

@@ -27,6 +27,7 @@
 mod delaying_queue;
 mod low_priority;
 mod metrics;
+mod parked;
 mod priority_queue;
 mod priority_state;
 mod queue;

@@ -54,6 +54,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::parked::Parked;
 use super::state::{FOREVER, Stamp, Waiting, Wakeups};
 use super::sync::Mutex;
 
@@ -107,10 +108,8 @@ pub(crate) struct PriorityState<T> {
     processing: usize,
     shutting_down: bool,
     drain: bool,
-    parked: VecDeque<(u64, Waker)>,
-    next_ticket: u64,
-    #[cfg(test)]
-    wakeups: usize,
+    /// Parked `get` calls.
+    parked: Parked,
     epoch: Instant,
     waiting: BinaryHeap<Waiting>,
     next_seq: u64,
@@ -196,10 +195,7 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
                 processing: 0,
                 shutting_down: false,
                 drain: false,
-                parked: VecDeque::new(),
-                next_ticket: 0,
-                #[cfg(test)]
-                wakeups: 0,
+                parked: Parked::default(),
                 epoch: Instant::now(),
                 waiting: BinaryHeap::new(),
                 next_seq: 0,
@@ -348,7 +344,7 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         let (parked, dropped) = state.begin_shutdown();
         drop(state);
         drop(dropped);
-        for (_, w) in parked {
+        for w in parked {
             w.wake();
         }
         self.drained.notify_waiters();
@@ -441,7 +437,7 @@ impl<T: Hash + Eq + Clone> Future for PriorityGet<'_, T> {
         // `GetWithPriority` returns shutdown at once).
         let outcome = if state.shutting_down {
             if let Some(ticket) = this.ticket.take() {
-                state.unpark(ticket);
+                state.parked.unpark(ticket);
             }
             Poll::Ready(None)
         } else {
@@ -451,14 +447,14 @@ impl<T: Hash + Eq + Clone> Future for PriorityGet<'_, T> {
             }
             if let Some(item) = state.take(shared.hooks()) {
                 if let Some(ticket) = this.ticket.take() {
-                    state.unpark(ticket);
+                    state.parked.unpark(ticket);
                 }
                 Poll::Ready(Some(item))
             } else {
                 match this.ticket {
-                    Some(ticket) if state.update_waker(ticket, cx.waker()) => {}
+                    Some(ticket) if state.parked.update_waker(ticket, cx.waker()) => {}
                     _ => {
-                        this.ticket = Some(state.park(cx.waker().clone()));
+                        this.ticket = Some(state.parked.park(cx.waker().clone()));
                         if let Some(on_park) = this.on_park {
                             on_park(shared, &mut state);
                         }
@@ -479,14 +475,14 @@ impl<T> Drop for PriorityGet<'_, T> {
             return;
         };
         let mut state = self.shared.state.lock();
-        if state.unpark(ticket) {
+        if state.parked.unpark(ticket) {
             return;
         }
         // Woken for an item and never took it: pass the wake-up on.
         let wake = if state.ready.len == 0 {
             None
         } else {
-            state.wake_one()
+            state.parked.wake_one()
         };
         drop(state);
         if let Some(w) = wake {
@@ -517,7 +513,7 @@ impl<T> PriorityState<T> {
     /// Wake-ups sent to parked `get` calls so far.
     #[cfg(test)]
     pub(crate) fn wakeups(&self) -> usize {
-        self.wakeups
+        self.parked.wakeups()
     }
 
     /// Entries in the delaying heap, superseded ones included.
@@ -542,45 +538,6 @@ impl<T> PriorityState<T> {
         let order = self.next_order;
         self.next_order += 1;
         order
-    }
-
-    fn park(&mut self, waker: Waker) -> u64 {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.parked.push_back((ticket, waker));
-        ticket
-    }
-
-    fn update_waker(&mut self, ticket: u64, waker: &Waker) -> bool {
-        match self.parked.binary_search_by_key(&ticket, |(t, _)| *t) {
-            Ok(i) => {
-                let slot = &mut self.parked[i].1;
-                if !slot.will_wake(waker) {
-                    *slot = waker.clone();
-                }
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    fn unpark(&mut self, ticket: u64) -> bool {
-        match self.parked.binary_search_by_key(&ticket, |(t, _)| *t) {
-            Ok(i) => {
-                self.parked.remove(i);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    fn wake_one(&mut self) -> Option<Waker> {
-        let (_, waker) = self.parked.pop_front()?;
-        #[cfg(test)]
-        {
-            self.wakeups += 1;
-        }
-        Some(waker)
     }
 
     /// The depth series of `priority`, created on first use; beyond
@@ -670,7 +627,7 @@ impl<T> PriorityState<T> {
         self.depth_inc(priority, hooks);
         if !processing {
             self.ready.insert(priority, order, i);
-            wake.push(self.wake_one());
+            wake.push(self.parked.wake_one());
         }
     }
 
@@ -710,7 +667,7 @@ impl<T> PriorityState<T> {
 
     /// Marks the queue shutting down and drops the waiting items. Returns the parked `get`
     /// calls to wake and the keys of forgotten items, both for after unlocking.
-    fn begin_shutdown(&mut self) -> (VecDeque<(u64, Waker)>, Vec<T>) {
+    fn begin_shutdown(&mut self) -> (Vec<Waker>, Vec<T>) {
         self.shutting_down = true;
         let mut dropped = Vec::new();
         if !self.waiting.is_empty() {
@@ -730,11 +687,7 @@ impl<T> PriorityState<T> {
                 }
             }
         }
-        #[cfg(test)]
-        {
-            self.wakeups += self.parked.len();
-        }
-        (std::mem::take(&mut self.parked), dropped)
+        (self.parked.take_all(), dropped)
     }
 }
 
@@ -860,7 +813,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
         if slot.dirty {
             let (priority, order) = (slot.priority, slot.order);
             self.ready.insert(priority, order, i);
-            wake = self.wake_one();
+            wake = self.parked.wake_one();
         } else if slot.ready_at.is_none() {
             entry.remove();
             forgotten = self.vacate(i);

@@ -52,6 +52,7 @@ use hashbrown::hash_table::Entry;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::parked::Parked;
 use super::sync::Mutex;
 
 /// What a queue reports to its metrics. `metrics.rs` implements it for a named queue; an
@@ -94,12 +95,8 @@ pub(crate) struct State<T> {
     shutting_down: bool,
     /// `shutdown_with_drain` is waiting; `shutdown` clears it to stop that wait.
     drain: bool,
-    /// Parked `get` calls, by ticket, oldest first.
-    parked: VecDeque<(u64, Waker)>,
-    next_ticket: u64,
-    /// Wake-ups sent to parked `get` calls (for tests).
-    #[cfg(test)]
-    wakeups: usize,
+    /// Parked `get` calls.
+    parked: Parked,
     /// Time zero of this queue's [`Stamp`]s.
     epoch: Instant,
     /// The delaying queue's items that are not ready yet (empty for a plain queue).
@@ -185,10 +182,7 @@ impl<T: Hash + Eq + Clone> Shared<T> {
                 processing: 0,
                 shutting_down: false,
                 drain: false,
-                parked: VecDeque::new(),
-                next_ticket: 0,
-                #[cfg(test)]
-                wakeups: 0,
+                parked: Parked::default(),
                 epoch: Instant::now(),
                 waiting: BinaryHeap::new(),
                 next_seq: 0,
@@ -293,7 +287,7 @@ impl<T: Hash + Eq + Clone> Shared<T> {
         let (parked, dropped) = state.begin_shutdown();
         drop(state);
         drop(dropped);
-        for (_, w) in parked {
+        for w in parked {
             w.wake();
         }
         self.drained.notify_waiters();
@@ -409,21 +403,21 @@ impl<T: Hash + Eq + Clone> Future for Get<'_, T> {
         }
         let outcome = if let Some(item) = state.take(shared.hooks()) {
             if let Some(ticket) = this.ticket.take() {
-                state.unpark(ticket);
+                state.parked.unpark(ticket);
             }
             Poll::Ready(Some(item))
         } else if state.shutting_down {
             if let Some(ticket) = this.ticket.take() {
-                state.unpark(ticket);
+                state.parked.unpark(ticket);
             }
             Poll::Ready(None)
         } else {
             match this.ticket {
                 // Still parked (a spurious poll): keep our place, refresh the waker.
-                Some(ticket) if state.update_waker(ticket, cx.waker()) => {}
+                Some(ticket) if state.parked.update_waker(ticket, cx.waker()) => {}
                 // First park, or woken and the item went to someone else: park again.
                 _ => {
-                    this.ticket = Some(state.park(cx.waker().clone()));
+                    this.ticket = Some(state.parked.park(cx.waker().clone()));
                     if let Some(on_park) = this.on_park {
                         on_park(shared, &mut state);
                     }
@@ -445,14 +439,14 @@ impl<T> Drop for Get<'_, T> {
             return;
         };
         let mut state = self.shared.state.lock();
-        if state.unpark(ticket) {
+        if state.parked.unpark(ticket) {
             return;
         }
         // We were woken for an item and never took it: pass the wake-up on.
         let wake = if state.line.is_empty() {
             None
         } else {
-            state.wake_one()
+            state.parked.wake_one()
         };
         drop(state);
         if let Some(w) = wake {
@@ -489,7 +483,7 @@ impl<T> State<T> {
     /// Wake-ups sent to parked `get` calls so far.
     #[cfg(test)]
     pub(crate) fn wakeups(&self) -> usize {
-        self.wakeups
+        self.parked.wakeups()
     }
 
     /// Whether a timer task for the delaying heap is alive.
@@ -509,50 +503,6 @@ impl<T> State<T> {
     /// The current time as a [`Stamp`] of this queue.
     fn now(&self) -> Stamp {
         Stamp::at(self.epoch, Instant::now())
-    }
-
-    /// Registers a parked `get`; returns its ticket.
-    fn park(&mut self, waker: Waker) -> u64 {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.parked.push_back((ticket, waker));
-        ticket
-    }
-
-    /// Replaces the waker of a still-parked `get`. Returns false if it is not parked (it was
-    /// woken).
-    fn update_waker(&mut self, ticket: u64, waker: &Waker) -> bool {
-        match self.parked.binary_search_by_key(&ticket, |(t, _)| *t) {
-            Ok(i) => {
-                let slot = &mut self.parked[i].1;
-                if !slot.will_wake(waker) {
-                    *slot = waker.clone();
-                }
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Removes a parked `get`. Returns false if it was not parked (it was woken).
-    fn unpark(&mut self, ticket: u64) -> bool {
-        match self.parked.binary_search_by_key(&ticket, |(t, _)| *t) {
-            Ok(i) => {
-                self.parked.remove(i);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Takes the oldest parked `get`'s waker, to wake after unlocking.
-    fn wake_one(&mut self) -> Option<Waker> {
-        let (_, waker) = self.parked.pop_front()?;
-        #[cfg(test)]
-        {
-            self.wakeups += 1;
-        }
-        Some(waker)
     }
 
     /// The earliest time in the delaying heap (possibly of a superseded entry, which only
@@ -636,7 +586,7 @@ impl<T> State<T> {
             return None;
         }
         self.line.push_back(i);
-        self.wake_one()
+        self.parked.wake_one()
     }
 }
 
@@ -706,7 +656,7 @@ impl<T: Hash + Eq + Clone> State<T> {
         let mut forgotten = None;
         if slot.dirty {
             self.line.push_back(i);
-            wake = self.wake_one();
+            wake = self.parked.wake_one();
         } else if slot.ready.is_none() {
             entry.remove();
             forgotten = self.vacate(i);
@@ -717,7 +667,7 @@ impl<T: Hash + Eq + Clone> State<T> {
     /// Marks the queue shutting down and drops the delaying heap (client-go's waiting loop
     /// exits on shutdown and its pending items are never added). Returns the parked `get`
     /// calls to wake and the keys of forgotten items, both for after unlocking.
-    fn begin_shutdown(&mut self) -> (VecDeque<(u64, Waker)>, Vec<T>) {
+    fn begin_shutdown(&mut self) -> (Vec<Waker>, Vec<T>) {
         self.shutting_down = true;
         let mut dropped = Vec::new();
         if !self.waiting.is_empty() {
@@ -737,11 +687,7 @@ impl<T: Hash + Eq + Clone> State<T> {
                 }
             }
         }
-        #[cfg(test)]
-        {
-            self.wakeups += self.parked.len();
-        }
-        (std::mem::take(&mut self.parked), dropped)
+        (self.parked.take_all(), dropped)
     }
 
     /// Records that `item` should be added at `ready_at` unless an earlier time is set.
