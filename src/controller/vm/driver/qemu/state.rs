@@ -163,16 +163,23 @@ impl StateRoot {
     }
 
     /// The server directory named `id`, if it exists and its `vm.json` is of the uid the id
-    /// ends with.
+    /// ends with (an id may come from a status anyone with status rights can write).
     pub fn by_id(&self, id: &str) -> Option<ServerDir> {
-        let (_, uid) = parse_id(id)?;
-        let dir = ServerDir {
-            id: id.to_string(),
-            path: self.root.join(id),
-            uid: uid.to_string(),
-        };
+        let dir = self.present(id)?;
         let record = dir.record().ok()?;
-        (record.uid == uid).then_some(dir)
+        (record.uid == dir.uid).then_some(dir)
+    }
+
+    /// The directory `id` if its name is a server id and it holds a `vm.json` (one stat, no
+    /// read: for listing the root, whose entries only this user can make).
+    fn present(&self, id: &str) -> Option<ServerDir> {
+        let (_, uid) = parse_id(id)?;
+        let path = self.root.join(id);
+        path.join("vm.json").is_file().then(|| ServerDir {
+            id: id.to_string(),
+            path,
+            uid: uid.to_string(),
+        })
     }
 
     /// Every server directory (those being created or removed left out).
@@ -186,7 +193,7 @@ impl StateRoot {
             if id.starts_with('.') || !entry.file_type()?.is_dir() {
                 continue;
             }
-            if let Some(dir) = self.by_id(&id) {
+            if let Some(dir) = self.present(&id) {
                 dirs.push(dir);
             }
         }
