@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::metrics::QueueMetrics;
 use super::queue::{Queue, QueueConfig};
@@ -176,9 +177,22 @@ fn ensure_timer<T: Hash + Eq + Clone + Send + 'static>(
     state.set_timer(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
 }
 
-/// Sleeps until the earliest ready time, adds what is ready, repeats. Ends when the queue
+/// A queue whose delayed items the timer task moves when their time comes: this queue's
+/// [`Shared`] and the priority queue's.
+pub(super) trait PromoteReady {
+    /// Moves what is ready; `None` once shutting down, else the next ready time, if any.
+    fn promote_ready(&self) -> Option<Option<Instant>>;
+}
+
+impl<T: Hash + Eq + Clone> PromoteReady for Shared<T> {
+    fn promote_ready(&self) -> Option<Option<Instant>> {
+        Shared::promote_ready(self)
+    }
+}
+
+/// Sleeps until the earliest ready time, moves what is ready, repeats. Ends when the queue
 /// shuts down or every handle to it is dropped.
-async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notify>) {
+pub(super) async fn run_timer<Q: PromoteReady>(queue: Weak<Q>, wake: Arc<Notify>) {
     loop {
         let next = {
             let Some(shared) = queue.upgrade() else {
@@ -203,7 +217,6 @@ async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<Shared<T>>, wake: Arc<Notif
 
 #[cfg(test)]
 mod tests {
-    use tokio::time::Instant;
 
     use super::*;
 

@@ -40,11 +40,12 @@
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::time::Instant;
 
+use super::delaying_queue::{PromoteReady, run_timer};
 use super::metrics::PriorityQueueMetrics;
 use super::priority_state::{
     Add, PriorityHooks, PriorityItemStatus, PriorityShared, PriorityState,
@@ -339,28 +340,9 @@ fn ensure_timer<T: Hash + Eq + Clone + Send + 'static>(
     state.set_timer(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
 }
 
-/// Sleeps until the earliest ready time, moves what is ready, repeats. Ends at shutdown or
-/// when every handle to the queue is dropped.
-async fn run_timer<T: Hash + Eq + Clone>(queue: Weak<PriorityShared<T>>, wake: Arc<Notify>) {
-    loop {
-        let next = {
-            let Some(shared) = queue.upgrade() else {
-                return;
-            };
-            let Some(next) = shared.promote_ready() else {
-                return;
-            };
-            next
-        };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = wake.notified() => {}
-                }
-            }
-            None => wake.notified().await,
-        }
+impl<T: Hash + Eq + Clone> PromoteReady for PriorityShared<T> {
+    fn promote_ready(&self) -> Option<Option<Instant>> {
+        PriorityShared::promote_ready(self)
     }
 }
 
