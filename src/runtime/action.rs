@@ -12,11 +12,22 @@ pub enum Action {
     /// Nothing more to do until the next event for this key.
     Done,
     /// Look at this key again after this long (for example to refresh observed state that no
-    /// watch event reports). The backoff is reset first, as for [`Action::Done`].
+    /// watch event reports), at the priority it was queued with. The backoff is reset first,
+    /// as for [`Action::Done`].
     RequeueAfter(Duration),
+    /// [`Action::RequeueAfter`] at this priority instead (on the priority queue; higher goes
+    /// first, see [`crate::workqueue::LOW_PRIORITY`]). controller-runtime:
+    /// `reconcile.Result{RequeueAfter, Priority}`.
+    RequeueWithPriority {
+        /// How long until the key is looked at again.
+        after: Duration,
+        /// Its priority in the queue from then on.
+        priority: i32,
+    },
 }
 
-/// What a failed reconcile asks of the queue; returned by the error policy.
+/// What a failed reconcile asks of the queue; returned by the error policy. A retried key
+/// keeps the priority it was queued with (controller-runtime's `reconcileHandler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorAction {
     /// Retry with the queue's rate limiter (client-go's `AddRateLimited`; the default).

@@ -8,7 +8,12 @@
 //! client-go's: informers whose event handlers enqueue `namespace/name` keys into one
 //! rate-limited queue, and N workers calling the reconcile with a key.
 //!
-//! Event handlers the builder registers:
+//! The queue is controller-runtime's priority queue unless [`Controller::plain_queue`] asks
+//! for client-go's rate-limiting queue.
+//!
+//! Event handlers the builder registers (on the priority queue, adds from the informer's
+//! initial list and updates with an unchanged resourceVersion go in at low priority, as
+//! controller-runtime's builder does with `WithLowPriorityWhenUnchanged`):
 //! - primary: add, update (resyncs included, unless an update filter says otherwise) and
 //!   delete (tombstones included, unless [`Controller::enqueue_deletes`] is off) enqueue the
 //!   object's own key;
@@ -25,8 +30,9 @@ use kube_client::Resource;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ReconcileContext;
-use super::handlers::{add_all, enqueue, key_of_deleted, owned_handler};
+use super::handlers::{add_all, enqueue, key_of_deleted, owned_handler, update_priority};
 use super::key::ObjectKey;
+use super::queue::ControllerQueue;
 use super::sharding::{RingStore, ShardRing, Sharding};
 use super::terms::LeaderTask;
 use crate::cache::{
@@ -35,7 +41,8 @@ use crate::cache::{
 };
 use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
 use crate::workqueue::{
-    MetricsProvider, QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter,
+    MetricsProvider, PriorityQueue, QueueConfig, RateLimiter, RateLimitingQueue,
+    default_controller_rate_limiter, priority_on_add,
 };
 
 /// A controller, declared; run it with [`Controller::run`].
@@ -66,6 +73,8 @@ pub struct ControllerOptions {
     pub queue_metrics: Option<MetricsProvider>,
     /// The queue's rate limiter (`None`: client-go's `DefaultControllerRateLimiter`).
     pub rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    /// client-go's rate-limiting queue instead of the priority queue (the default, `false`).
+    pub plain_queue: bool,
     /// Workers of the requeue lane ([`Controller::requeue_lane`]); 0: no lane, timed requeues
     /// go back to the controller's queue as in client-go.
     pub requeue_workers: usize,
@@ -77,6 +86,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("workers", &self.workers)
             .field("queue_name", &self.queue_name)
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
+            .field("plain_queue", &self.plain_queue)
             .field("requeue_workers", &self.requeue_workers)
             .finish()
     }
@@ -86,7 +96,7 @@ impl std::fmt::Debug for ControllerOptions {
 pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 pub(super) type Registration =
-    Box<dyn FnOnce(&RateLimitingQueue<ObjectKey>) -> Result<(), InformerError> + Send + Sync>;
+    Box<dyn FnOnce(&ControllerQueue) -> Result<(), InformerError> + Send + Sync>;
 
 /// Leader election, with the lock type erased.
 pub(super) struct LeaderElection {
@@ -113,6 +123,7 @@ impl<K: CacheObject> Controller<K> {
                 queue_name: name.clone(),
                 queue_metrics: None,
                 rate_limiter: None,
+                plain_queue: false,
                 requeue_workers: 0,
             },
             name,
@@ -157,10 +168,15 @@ impl<K: CacheObject> Controller<K> {
             let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue.clone());
             informer.add_event_handler(
                 ResourceEventHandlerFuncs::new()
-                    .on_add(move |obj: &Arc<W>, _| add_all(&q_add, m_add(obj)))
-                    .on_update(move |_: &Arc<W>, new: &Arc<W>| add_all(&q_update, m_update(new)))
+                    .on_add(move |obj: &Arc<W>, initial: bool| {
+                        add_all(&q_add, m_add(obj), priority_on_add(initial))
+                    })
+                    .on_update(move |old: &Arc<W>, new: &Arc<W>| {
+                        let priority = update_priority(old.as_ref(), new.as_ref());
+                        add_all(&q_update, m_update(new), priority)
+                    })
                     .on_delete(move |deleted: &DeletedObject<W>| {
-                        add_all(&q_delete, m_delete(deleted.object()))
+                        add_all(&q_delete, m_delete(deleted.object()), None)
                     }),
             )?;
             Ok(())
@@ -220,6 +236,14 @@ impl<K: CacheObject> Controller<K> {
     /// The queue's rate limiter.
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
         self.options.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Serve keys first in, first out from client-go's rate-limiting queue instead of the
+    /// priority queue (the default since controller-runtime v0.23). With the priority queue,
+    /// the keys of the initial list and of resyncs wait behind new objects and edits.
+    pub fn plain_queue(mut self) -> Self {
+        self.options.plain_queue = true;
         self
     }
 
@@ -283,21 +307,29 @@ impl<K: CacheObject> Controller<K> {
         self.primary.lister()
     }
 
-    /// The queue the runtime will use.
-    pub(super) fn make_queue(&mut self) -> RateLimitingQueue<ObjectKey> {
+    /// The queue the runtime will use: the priority queue unless the plain one was asked for,
+    /// with the controller's rate limiter (default: client-go's `DefaultControllerRateLimiter`,
+    /// as sample-controller uses; controller-runtime's own default is the per-item part alone).
+    pub(super) fn make_queue(&mut self) -> ControllerQueue {
         let config = QueueConfig {
             name: self.options.queue_name.clone(),
             metrics_provider: self.options.queue_metrics.clone(),
         };
-        match self.options.rate_limiter.take() {
-            Some(limiter) => RateLimitingQueue::with_config(limiter, config),
-            None => RateLimitingQueue::with_config(default_controller_rate_limiter(), config),
+        let limiter = self
+            .options
+            .rate_limiter
+            .take()
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        if self.options.plain_queue {
+            RateLimitingQueue::with_config(limiter, config).into()
+        } else {
+            PriorityQueue::with_config(limiter, config).into()
         }
     }
 
-    /// The requeue lane's queue: named `<queue name>_requeue` in the metrics; its limiter is
-    /// never asked (failures go to the controller's queue).
-    pub(super) fn make_requeue_queue(&self) -> RateLimitingQueue<ObjectKey> {
+    /// The requeue lane's queue, of the same kind: named `<queue name>_requeue` in the
+    /// metrics; its limiter is never asked (failures go to the controller's queue).
+    pub(super) fn make_requeue_queue(&self) -> ControllerQueue {
         let name = match self.options.queue_name.as_str() {
             "" => String::new(),
             main => format!("{main}_requeue"),
@@ -306,21 +338,26 @@ impl<K: CacheObject> Controller<K> {
             name,
             metrics_provider: self.options.queue_metrics.clone(),
         };
-        RateLimitingQueue::with_config(default_controller_rate_limiter(), config)
+        let unused = default_controller_rate_limiter();
+        if self.options.plain_queue {
+            RateLimitingQueue::with_config(unused, config).into()
+        } else {
+            PriorityQueue::with_config(unused, config).into()
+        }
     }
 
     /// The primary's handlers.
-    pub(super) fn primary_handler(
-        &self,
-        queue: &RateLimitingQueue<ObjectKey>,
-    ) -> ResourceEventHandlerFuncs<K> {
+    pub(super) fn primary_handler(&self, queue: &ControllerQueue) -> ResourceEventHandlerFuncs<K> {
         let (q_add, q_update) = (queue.clone(), queue.clone());
         let filter = self.update_filter.clone();
         let handler = ResourceEventHandlerFuncs::new()
-            .on_add(move |obj: &Arc<K>, _| enqueue(&q_add, obj.as_ref()))
+            .on_add(move |obj: &Arc<K>, initial: bool| {
+                enqueue(&q_add, obj.as_ref(), priority_on_add(initial))
+            })
             .on_update(move |old: &Arc<K>, new: &Arc<K>| {
                 if filter.as_ref().is_none_or(|f| f(old, new)) {
-                    enqueue(&q_update, new.as_ref());
+                    let priority = update_priority(old.as_ref(), new.as_ref());
+                    enqueue(&q_update, new.as_ref(), priority);
                 }
             });
         if !self.enqueue_deletes {

@@ -9,6 +9,12 @@
 //! - owned: the key of the object's controller ownerReference, if it names the primary kind
 //!   and group and that object is in the primary cache ([`owned_handler`]); resyncs (the same
 //!   resourceVersion twice) are ignored.
+//!
+//! Priorities (controller-runtime v0.24.1 `handler.WithLowPriorityWhenUnchanged`, which its
+//! builder puts on every handler): an add from the informer's initial list and an update whose
+//! resourceVersion did not change (a resync) are queued at [`LOW_PRIORITY`]
+//! ([`priority_on_add`], [`priority_on_update`]); everything else at the default. On the plain
+//! queue priorities are ignored.
 
 use std::sync::Arc;
 
@@ -17,10 +23,13 @@ use kube_client::Resource;
 use kube_client::core::ObjectMeta;
 
 use super::key::ObjectKey;
+use super::queue::ControllerQueue;
 use crate::cache::{
     CacheObject, DeletedObject, Lister, ResourceEventHandlerFuncs, resource_version,
 };
-use crate::workqueue::RateLimitingQueue;
+#[cfg(doc)]
+use crate::workqueue::LOW_PRIORITY;
+use crate::workqueue::{priority_on_add, priority_on_update};
 
 /// The cache key (`namespace/name`) of an object, logged and `None` if it has no name.
 pub fn key_of<K: Resource>(obj: &K) -> Option<ObjectKey> {
@@ -49,22 +58,37 @@ pub fn key_of_deleted<K: Resource>(deleted: &DeletedObject<K>) -> Option<ObjectK
     }
 }
 
-/// Adds the key of `obj` to `queue`. sample-controller: `enqueueFoo`.
-pub fn enqueue<K: Resource>(queue: &RateLimitingQueue<ObjectKey>, obj: &K) {
+/// Adds the key of `obj` to `queue` at `priority` (`None`: the default). sample-controller:
+/// `enqueueFoo`.
+pub fn enqueue<K: Resource>(queue: &ControllerQueue, obj: &K, priority: Option<i32>) {
     if let Some(key) = key_of(obj) {
-        queue.add(key);
+        queue.add_with_priority(key, priority);
     }
 }
 
+/// The priority of an update from `old` to `new`: low if its resourceVersion did not change.
+pub(crate) fn update_priority<K: Resource>(old: &K, new: &K) -> Option<i32> {
+    priority_on_update(Some(resource_version(old)), Some(resource_version(new)))
+}
+
 /// Event handlers that enqueue the object's own key on add, update (resyncs included) and
-/// delete (tombstones included): what sample-controller registers on the Foo informer.
+/// delete (tombstones included): what sample-controller registers on the Foo informer. Adds
+/// from the initial list and resyncs go in at low priority.
 pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(
-    queue: RateLimitingQueue<ObjectKey>,
+    queue: ControllerQueue,
 ) -> ResourceEventHandlerFuncs<K> {
     let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
     ResourceEventHandlerFuncs::new()
-        .on_add(move |obj: &Arc<K>, _| enqueue(&q_add, obj.as_ref()))
-        .on_update(move |_old: &Arc<K>, new: &Arc<K>| enqueue(&q_update, new.as_ref()))
+        .on_add(move |obj: &Arc<K>, initial: bool| {
+            enqueue(&q_add, obj.as_ref(), priority_on_add(initial))
+        })
+        .on_update(move |old: &Arc<K>, new: &Arc<K>| {
+            enqueue(
+                &q_update,
+                new.as_ref(),
+                update_priority(old.as_ref(), new.as_ref()),
+            )
+        })
         .on_delete(move |deleted: &DeletedObject<K>| {
             if let Some(key) = key_of_deleted(deleted) {
                 q_delete.add(key);
@@ -72,9 +96,9 @@ pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(
         })
 }
 
-pub(crate) fn add_all(queue: &RateLimitingQueue<ObjectKey>, keys: Vec<ObjectKey>) {
+pub(crate) fn add_all(queue: &ControllerQueue, keys: Vec<ObjectKey>, priority: Option<i32>) {
     for key in keys {
-        queue.add(key);
+        queue.add_with_priority(key, priority);
     }
 }
 
@@ -82,7 +106,7 @@ pub(crate) fn add_all(queue: &RateLimitingQueue<ObjectKey>, keys: Vec<ObjectKey>
 /// sample-controller: `handleObject`.
 pub(crate) fn owned_handler<K, C>(
     primary: Lister<K>,
-    queue: RateLimitingQueue<ObjectKey>,
+    queue: ControllerQueue,
     controller: String,
 ) -> ResourceEventHandlerFuncs<C>
 where
@@ -108,9 +132,9 @@ where
     let (o_add, o_update, o_delete) = (owner_of.clone(), owner_of.clone(), owner_of);
     let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
     ResourceEventHandlerFuncs::new()
-        .on_add(move |obj: &Arc<C>, _| {
+        .on_add(move |obj: &Arc<C>, initial: bool| {
             if let Some(key) = o_add(obj.meta()) {
-                q_add.add(key);
+                q_add.add_with_priority(key, priority_on_add(initial));
             }
         })
         .on_update(move |old: &Arc<C>, new: &Arc<C>| {
@@ -157,7 +181,9 @@ mod tests {
 
     use super::*;
     use crate::cache::{DeletedFinalStateUnknown, ResourceEventHandler};
-    use crate::workqueue::ItemExponentialFailureRateLimiter;
+    use crate::workqueue::{
+        ItemExponentialFailureRateLimiter, LOW_PRIORITY, PriorityQueue, RateLimitingQueue,
+    };
 
     fn cm(ns: &str, name: &str) -> Arc<ConfigMap> {
         Arc::new(ConfigMap {
@@ -170,11 +196,12 @@ mod tests {
         })
     }
 
-    fn queue() -> RateLimitingQueue<ObjectKey> {
+    fn queue() -> ControllerQueue {
         RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
             Duration::from_millis(5),
             Duration::from_secs(10),
         ))
+        .into()
     }
 
     #[test]
@@ -191,9 +218,9 @@ mod tests {
     #[test]
     fn an_object_without_a_name_is_not_enqueued() {
         let q = queue();
-        enqueue(&q, &ConfigMap::default());
+        enqueue(&q, &ConfigMap::default(), None);
         assert_eq!(q.len(), 0);
-        enqueue(&q, cm("ns", "a").as_ref());
+        enqueue(&q, cm("ns", "a").as_ref(), None);
         assert_eq!(q.len(), 1);
     }
 
@@ -210,5 +237,41 @@ mod tests {
         }));
         h.on_add(&cm("ns", "a"), false);
         assert_eq!(q.len(), 3, "ns/a, ns/b, ns/c with ns/a deduplicated");
+    }
+
+    fn with_rv(obj: Arc<ConfigMap>, rv: &str) -> Arc<ConfigMap> {
+        let mut obj = obj.as_ref().clone();
+        obj.metadata.resource_version = Some(rv.into());
+        Arc::new(obj)
+    }
+
+    #[tokio::test]
+    async fn initial_list_adds_and_resyncs_are_queued_behind_new_objects_and_edits() {
+        let q = ControllerQueue::from(PriorityQueue::new());
+        let handler = enqueue_handler::<ConfigMap>(q.clone());
+        let h: &dyn ResourceEventHandler<ConfigMap> = &handler;
+        h.on_add(&with_rv(cm("ns", "listed"), "1"), true);
+        h.on_update(
+            &with_rv(cm("ns", "resynced"), "2"),
+            &with_rv(cm("ns", "resynced"), "2"),
+        );
+        h.on_add(&with_rv(cm("ns", "new"), "3"), false);
+        h.on_update(
+            &with_rv(cm("ns", "edited"), "2"),
+            &with_rv(cm("ns", "edited"), "4"),
+        );
+        let mut order = Vec::new();
+        while let Some((key, priority)) = futures::FutureExt::now_or_never(q.get()).flatten() {
+            order.push((key.to_string(), priority));
+        }
+        assert_eq!(
+            order,
+            [
+                ("ns/new".to_string(), 0),
+                ("ns/edited".to_string(), 0),
+                ("ns/listed".to_string(), LOW_PRIORITY),
+                ("ns/resynced".to_string(), LOW_PRIORITY),
+            ]
+        );
     }
 }

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::key::ObjectKey;
-use crate::workqueue::RateLimitingQueue;
+use super::queue::ControllerQueue;
 
 /// Which queue a worker takes keys from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +70,8 @@ impl Drop for Claim {
 /// The controller's queue and, with a requeue lane, the lane's queue: shut down together.
 #[derive(Clone)]
 pub(crate) struct Queues {
-    pub main: RateLimitingQueue<ObjectKey>,
-    pub requeue: Option<RateLimitingQueue<ObjectKey>>,
+    pub main: ControllerQueue,
+    pub requeue: Option<ControllerQueue>,
 }
 
 impl Queues {

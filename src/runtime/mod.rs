@@ -23,6 +23,7 @@
 //! | `retry.rs` | [`retry_on_conflict`], [`on_error`], [`RetryBackoff`] | client-go `util/retry` |
 //! | `reconcile_metrics.rs`, `shard_metrics.rs` | [`ReconcileMetrics`], [`ShardMetrics`] | controller-runtime `pkg/internal/controller/metrics` |
 //! | `leadership.rs` | [`Term`] and the gate between leadership and workers | `leaderelection.RunOrDie` + the manager's leader-only runnables, with a fence |
+//! | `queue.rs` | [`ControllerQueue`]: the priority queue (default) or the plain one | controller-runtime `priorityqueue.PriorityQueue`, client-go `TypedRateLimitingInterface` |
 //! | `lanes.rs` | the controller's queue and the requeue lane | (none: knative's two-lane queue is the nearest) |
 //! | `worker.rs` | the worker loop, [`run_workers`] | sample-controller `runWorker` / `processNextWorkItem`; controller-runtime `reconcileHandler` |
 //! | `terms.rs` | what a term starts and ends (gate, parked keys, leader tasks) | controller-runtime `LeaderElectionRunnable` |
@@ -80,6 +81,7 @@ mod handlers;
 mod key;
 mod lanes;
 mod leadership;
+mod queue;
 mod reconcile_metrics;
 mod retry;
 mod run;
@@ -94,6 +96,7 @@ pub use context::{NotEntitled, ReconcileContext};
 pub use handlers::{controller_of, enqueue, enqueue_handler, key_of, key_of_deleted, refers_to};
 pub use key::{ObjectKey, shard_of};
 pub use leadership::Term;
+pub use queue::ControllerQueue;
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use retry::{
     Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, RetryBackoff, on_error, retry_on_conflict,

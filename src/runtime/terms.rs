@@ -14,10 +14,9 @@ use futures::future::BoxFuture;
 use tracing::{info, warn};
 
 use super::context::ReconcileContext;
-use super::key::ObjectKey;
 use super::leadership::{Gate, Term};
+use super::queue::ControllerQueue;
 use crate::leaderelection::LeaderCallbacks;
-use crate::workqueue::RateLimitingQueue;
 
 /// A task that runs only while this process leads (controller-runtime's
 /// `LeaderElectionRunnable`), started with each term and ended before the term's fence.
@@ -31,7 +30,7 @@ pub(crate) struct LeaderTask {
 pub(crate) struct ShardTerms {
     pub shard: u32,
     pub gate: Arc<Gate>,
-    pub queue: RateLimitingQueue<ObjectKey>,
+    pub queue: ControllerQueue,
     pub leader_tasks: Option<Arc<Vec<LeaderTask>>>,
 }
 

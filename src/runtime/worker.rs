@@ -3,11 +3,12 @@
 //! `reconcileHandler` (`pkg/internal/controller/controller.go`).
 //!
 //! Each worker loops: wait until the gate (`leadership.rs`) has a live term -> `get` a
-//! key -> ask the gate for the key's term (a key of a shard this process does not hold is
-//! parked) -> reconcile it inside the term -> on `Ok(Action::Done)` `forget` it, on
-//! `Ok(Action::RequeueAfter(d))` `forget` it and `add_after(key, d)` (to the requeue lane if
-//! there is one), on `Err` do what the error policy says ([`ErrorAction`]) -> always `done`
-//! it. A worker stops when `get` returns `None`, i.e. once the queue is shut down and drained,
+//! key and its priority -> ask the gate for the key's term (a key of a shard this process does
+//! not hold is parked) -> reconcile it inside the term -> on `Ok(Action::Done)` `forget` it,
+//! on `Ok(Action::RequeueAfter(d))` `forget` it and `add_after(key, d)` (to the requeue lane
+//! if there is one), on `Err` do what the error policy says ([`ErrorAction`]) -> always `done`
+//! it. Every key put back keeps the priority it was taken with, unless the reconcile asked for
+//! another ([`Action::RequeueWithPriority`]), as controller-runtime's `reconcileHandler` does. A worker stops when `get` returns `None`, i.e. once the queue is shut down and drained,
 //! or when the gate closes. [`run_workers`] is the same loop without informers or leadership.
 //!
 //! Invariants:
@@ -37,9 +38,9 @@ use super::context::ReconcileContext;
 use super::key::ObjectKey;
 use super::lanes::{BusyKeys, Lane};
 use super::leadership::{Dispatch, Gate, GateWatch, Term};
+use super::queue::ControllerQueue;
 use super::reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 use crate::trace::Stage;
-use crate::workqueue::RateLimitingQueue;
 
 /// How [`run_workers`] runs.
 #[derive(Debug, Clone)]
@@ -64,10 +65,10 @@ impl Default for WorkerConfig {
 pub(crate) struct WorkerShared<F, P> {
     pub name: String,
     /// The controller's queue: keys from events, retries after errors, keys handed back.
-    pub queue: RateLimitingQueue<ObjectKey>,
+    pub queue: ControllerQueue,
     /// Where [`Action::RequeueAfter`] puts a key: the requeue lane's queue when the controller
     /// has one ([`super::Controller::requeue_lane`]), else `queue`.
-    pub later: RateLimitingQueue<ObjectKey>,
+    pub later: ControllerQueue,
     /// Keys being reconciled in either lane (with a requeue lane only).
     pub busy: Option<Arc<BusyKeys>>,
     pub reconcile: F,
@@ -127,17 +128,19 @@ where
     };
     let name = shared.name.as_str();
     // `get` is cancel safe: a key is only taken in the poll that returns it.
-    let key = tokio::select! {
+    let taken = tokio::select! {
         biased;
         _ = gate.until_not_open() => return Next::NotOpen,
-        key = taken_from.get() => key,
+        taken = taken_from.get() => taken,
     };
-    let Some(key) = key else {
+    let Some((key, priority)) = taken else {
         return Next::QueueDone;
     };
     crate::trace::record(key.as_str(), Stage::WorkerTook, "", || {
-        format!("controller {name}")
+        format!("controller {name}, priority {priority}")
     });
+    // Every way back into the queue keeps the priority the key was taken with.
+    let priority = Some(priority);
     // Asked after the wait: a process resumed after a long pause must not start work, and a
     // key of a shard this process does not hold is set aside until it does.
     let term = match gate.dispatch(&key) {
@@ -165,7 +168,7 @@ where
         (Some(busy), Lane::Main) => tokio::select! {
             claim = busy.claim(&key) => Some(claim),
             _ = ctx.cancelled() => {
-                queue.add(key.clone());
+                queue.add_with_priority(key.clone(), priority);
                 taken_from.done(&key);
                 return Next::Continue;
             }
@@ -194,14 +197,16 @@ where
         } else {
             info!(controller = name, key = %key, "reconcile ended with the leadership term; key left for the next leader");
         }
-        queue.add(key.clone());
+        queue.add_with_priority(key.clone(), priority);
         taken_from.done(&key);
         return Next::Continue;
     }
     let outcome = outcome.expect("not cut short");
     let result = match &outcome {
         Ok(Ok(Action::Done)) => ReconcileResult::success,
-        Ok(Ok(Action::RequeueAfter(_))) => ReconcileResult::requeue_after,
+        Ok(Ok(Action::RequeueAfter(_) | Action::RequeueWithPriority { .. })) => {
+            ReconcileResult::requeue_after
+        }
         Ok(Err(_)) => ReconcileResult::error,
         Err(_) => ReconcileResult::panic,
     };
@@ -214,6 +219,10 @@ where
             Ok(Ok(Action::RequeueAfter(after))) => {
                 format!("requeue after {after:?}, took {:.1?}", started.elapsed())
             }
+            Ok(Ok(Action::RequeueWithPriority { after, priority })) => format!(
+                "requeue after {after:?} at priority {priority}, took {:.1?}",
+                started.elapsed()
+            ),
             Ok(Err(e)) => format!("error after {:.1?}: {e}", started.elapsed()),
             _ => format!("{result:?} in {:.1?}", started.elapsed()),
         },
@@ -225,16 +234,24 @@ where
         }
         Ok(Ok(Action::RequeueAfter(after))) => {
             queue.forget(&key);
-            shared.later.add_after(key.clone(), after);
+            shared.later.add_after(key.clone(), after, priority);
             debug!(controller = name, key = %key, ?after, "synced, requeued");
+        }
+        Ok(Ok(Action::RequeueWithPriority {
+            after,
+            priority: asked,
+        })) => {
+            queue.forget(&key);
+            shared.later.add_after(key.clone(), after, Some(asked));
+            debug!(controller = name, key = %key, ?after, priority = asked, "synced, requeued");
         }
         Ok(Err(e)) => match (shared.error_policy)(&e, &key, queue.num_requeues(&key)) {
             ErrorAction::RateLimited => {
-                queue.add_rate_limited(key.clone());
+                queue.add_rate_limited(key.clone(), priority);
                 error!(controller = name, key = %key, requeues = queue.num_requeues(&key), error = %e, "error syncing, requeuing");
             }
             ErrorAction::RequeueAfter(after) => {
-                queue.add_after(key.clone(), after);
+                queue.add_after(key.clone(), after, priority);
                 error!(controller = name, key = %key, ?after, error = %e, "error syncing, requeuing after a fixed delay");
             }
             ErrorAction::Drop => {
@@ -243,7 +260,7 @@ where
             }
         },
         Err(panic) => {
-            queue.add_rate_limited(key.clone());
+            queue.add_rate_limited(key.clone(), priority);
             error!(controller = name, key = %key, panic = panic_message(&panic), "reconcile panicked, requeuing");
         }
     }
@@ -282,7 +299,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// # });
 /// ```
 pub async fn run_workers<F, Fut, E>(
-    queue: RateLimitingQueue<ObjectKey>,
+    queue: impl Into<ControllerQueue>,
     config: WorkerConfig,
     reconcile: F,
 ) where
@@ -290,7 +307,7 @@ pub async fn run_workers<F, Fut, E>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let shared = Arc::new(shared(queue, config.name, reconcile));
+    let shared = Arc::new(shared(queue.into(), config.name, reconcile));
     let gate = Gate::new(1);
     gate.open(0, Term::unfenced(CancellationToken::new()));
     let mut workers = JoinSet::new();
@@ -308,7 +325,7 @@ pub async fn run_workers<F, Fut, E>(
 /// Takes one key and reconciles it; `false` once the queue is shut down and empty.
 /// sample-controller: `processNextWorkItem`.
 pub async fn process_next_work_item<F, Fut, E>(
-    queue: &RateLimitingQueue<ObjectKey>,
+    queue: impl Into<ControllerQueue>,
     name: &str,
     reconcile: &F,
 ) -> bool
@@ -317,7 +334,7 @@ where
     Fut: Future<Output = Result<Action, E>>,
     E: Display,
 {
-    let shared = shared(queue.clone(), name.to_string(), reconcile);
+    let shared = shared(queue.into(), name.to_string(), reconcile);
     let gate = Gate::new(1);
     gate.open(0, Term::unfenced(CancellationToken::new()));
     !matches!(
@@ -331,7 +348,7 @@ type Policy<E> = fn(&E, &ObjectKey, u32) -> ErrorAction;
 
 /// A key-only reconcile as the runtime's worker state, with the default error policy.
 fn shared<F, Fut, E>(
-    queue: RateLimitingQueue<ObjectKey>,
+    queue: ControllerQueue,
     name: String,
     reconcile: F,
 ) -> WorkerShared<impl Fn(ObjectKey, ReconcileContext) -> Fut, Policy<E>>
@@ -358,7 +375,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::workqueue::{ItemExponentialFailureRateLimiter, default_controller_rate_limiter};
+    use crate::workqueue::{
+        ItemExponentialFailureRateLimiter, LOW_PRIORITY, PriorityQueue, RateLimitingQueue,
+        default_controller_rate_limiter,
+    };
 
     fn queue() -> RateLimitingQueue<ObjectKey> {
         RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(
@@ -380,7 +400,7 @@ mod tests {
                 Ok::<_, String>(Action::Done)
             }
         };
-        assert!(process_next_work_item(&q, "t", &reconcile).await);
+        assert!(process_next_work_item(q.clone(), "t", &reconcile).await);
         assert_eq!(*seen.lock(), vec![ObjectKey::new("ns", "a")]);
         assert_eq!(q.num_requeues(&ObjectKey::new("ns", "a")), 0);
         assert_eq!(q.len(), 0);
@@ -394,12 +414,12 @@ mod tests {
         let q = queue();
         q.add(ObjectKey::new("ns", "a"));
         let reconcile = |_key: ObjectKey| async { Err::<Action, _>("boom") };
-        assert!(process_next_work_item(&q, "t", &reconcile).await);
+        assert!(process_next_work_item(q.clone(), "t", &reconcile).await);
         assert_eq!(q.num_requeues(&ObjectKey::new("ns", "a")), 1);
         assert_eq!(q.len(), 0, "waiting 5 ms, not ready yet");
         tokio::time::sleep(Duration::from_millis(6)).await;
         assert_eq!(q.len(), 1);
-        assert!(process_next_work_item(&q, "t", &reconcile).await);
+        assert!(process_next_work_item(q.clone(), "t", &reconcile).await);
         assert_eq!(q.num_requeues(&ObjectKey::new("ns", "a")), 2);
     }
 
@@ -409,17 +429,50 @@ mod tests {
         let key = ObjectKey::new("ns", "a");
         q.add(key.clone());
         let fail = |_key: ObjectKey| async { Err::<Action, _>("boom") };
-        process_next_work_item(&q, "t", &fail).await;
+        process_next_work_item(q.clone(), "t", &fail).await;
         tokio::time::sleep(Duration::from_millis(6)).await;
         let later = |_key: ObjectKey| async {
             Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(20)))
         };
-        process_next_work_item(&q, "t", &later).await;
+        process_next_work_item(q.clone(), "t", &later).await;
         assert_eq!(q.num_requeues(&key), 0);
         tokio::time::sleep(Duration::from_secs(19)).await;
         assert_eq!(q.len(), 0);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(q.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retried_key_keeps_its_priority_unless_the_reconcile_asks_for_another() {
+        let q = PriorityQueue::new();
+        let (low, edited) = (ObjectKey::new("ns", "low"), ObjectKey::new("ns", "edited"));
+        q.add_with_opts(
+            crate::workqueue::AddOpts {
+                priority: Some(LOW_PRIORITY),
+                ..Default::default()
+            },
+            [low.clone()],
+        );
+        let fail = |_key: ObjectKey| async { Err::<Action, _>("boom") };
+        assert!(process_next_work_item(q.clone(), "t", &fail).await);
+        tokio::time::sleep(Duration::from_millis(6)).await;
+        assert_eq!(
+            q.get().await,
+            Some((low.clone(), LOW_PRIORITY)),
+            "retried at its priority"
+        );
+        q.done(&low);
+
+        q.add(edited.clone());
+        let raise = |_key: ObjectKey| async {
+            Ok::<_, String>(Action::RequeueWithPriority {
+                after: Duration::from_secs(1),
+                priority: 7,
+            })
+        };
+        assert!(process_next_work_item(q.clone(), "t", &raise).await);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(q.get().await, Some((edited, 7)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -438,10 +491,10 @@ mod tests {
                 Ok::<_, String>(Action::Done)
             }
         };
-        assert!(process_next_work_item(&q, "t", &reconcile).await);
+        assert!(process_next_work_item(q.clone(), "t", &reconcile).await);
         assert_eq!(q.num_requeues(&key), 1);
         tokio::time::sleep(Duration::from_millis(6)).await;
-        assert!(process_next_work_item(&q, "t", &reconcile).await);
+        assert!(process_next_work_item(q.clone(), "t", &reconcile).await);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(q.num_requeues(&key), 0);
     }

@@ -31,9 +31,10 @@
 //!   one timer task sleeps until the earliest ready time (`sleep_until(next)`), as the
 //!   delaying queue's does. An add is visible to `len` and `get` as soon as it returns
 //!   (controller-runtime's add is asynchronous).
-//! - `shutdown_with_drain` also waits until every item handed out is `done`, as the other
-//!   kubeloop queues do (controller-runtime's just shuts down: its controller waits for its
-//!   workers itself).
+//! - `shutdown_with_drain` hands out what is ready until none is left and waits until every
+//!   item handed out is `done`, as client-go's `ShutDownWithDrain` and the other kubeloop
+//!   queues do, so a controller on this queue finishes its queued keys on shutdown
+//!   (controller-runtime's just shuts down).
 //! - Names follow the kubeloop queue family (`shutdown`, `is_shutting_down`), and `get`
 //!   returns `Option<(item, priority)>` (controller-runtime: `GetWithPriority`).
 
@@ -239,7 +240,8 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
 
     /// Waits for the highest-priority ready item, marks it processing and returns it with its
     /// priority; the caller must call [`done`](Self::done) with it. Returns `None` once the
-    /// queue is shut down. controller-runtime: `GetWithPriority`.
+    /// queue is shut down (after `shutdown_with_drain`, once nothing ready is left).
+    /// controller-runtime: `GetWithPriority`.
     ///
     /// # Cancel safety
     /// Cancel safe: an item is only taken in the poll that returns it, and a wake-up meant for
@@ -277,9 +279,10 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
         self.shared.shutdown(false);
     }
 
-    /// Like [`shutdown`](Self::shutdown), then waits until every item handed out is `done`
-    /// (or until `shutdown` is called). controller-runtime: `ShutDownWithDrain` (which does
-    /// not wait).
+    /// Stops the queue like [`shutdown`](Self::shutdown), except that `get` still hands out
+    /// the items that are ready (none added from now on), then waits until every item handed
+    /// out is `done` (or until `shutdown` is called). client-go: `ShutDownWithDrain`
+    /// (controller-runtime's just shuts down).
     pub async fn shutdown_with_drain(&self) {
         self.shared.shutdown(true);
         self.shared.wait_drained().await;

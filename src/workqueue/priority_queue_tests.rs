@@ -826,17 +826,27 @@ async fn rate_limited_with_a_shorter_after_waits_the_shorter() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn shutdown_with_drain_waits_for_items_handed_out() {
+async fn shutdown_with_drain_hands_out_what_is_ready_and_waits_for_items_handed_out() {
     let q = PriorityQueue::new();
     q.add("a");
     q.add("b");
+    q.add_after("later", Duration::from_secs(1));
     let a = q.get().await.unwrap().0;
     let q2 = q.clone();
     let drain = tokio::spawn(async move { q2.shutdown_with_drain().await });
     settle().await;
     assert!(!drain.is_finished());
-    assert_eq!(q.get().await, None, "b is not handed out after shutdown");
+    q.add("c");
+    assert_eq!(q.get().await, Some(("b", 0)), "b was ready: drained");
+    assert_eq!(
+        q.get().await,
+        None,
+        "c came after shutdown, later was not ready"
+    );
     q.done(&a);
+    settle().await;
+    assert!(!drain.is_finished(), "b is still handed out");
+    q.done(&"b");
     drain.await.unwrap();
 }
 

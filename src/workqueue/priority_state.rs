@@ -433,9 +433,10 @@ impl<T: Hash + Eq + Clone> Future for PriorityGet<'_, T> {
         let shared = this.shared;
         let mut state = shared.state.lock();
         let mut wake = Wakeups::default();
-        // After shutdown nothing more is handed out, even what is ready (controller-runtime:
-        // `GetWithPriority` returns shutdown at once).
-        let outcome = if state.shutting_down {
+        // After `shutdown` nothing more is handed out, even what is ready (controller-runtime:
+        // `GetWithPriority` returns shutdown at once); after `shutdown_with_drain` what is
+        // ready is handed out until none is left (client-go's `ShutDownWithDrain`).
+        let outcome = if state.shutting_down && !state.drain {
             if let Some(ticket) = this.ticket.take() {
                 state.parked.unpark(ticket);
             }
@@ -450,6 +451,11 @@ impl<T: Hash + Eq + Clone> Future for PriorityGet<'_, T> {
                     state.parked.unpark(ticket);
                 }
                 Poll::Ready(Some(item))
+            } else if state.shutting_down {
+                if let Some(ticket) = this.ticket.take() {
+                    state.parked.unpark(ticket);
+                }
+                Poll::Ready(None)
             } else {
                 match this.ticket {
                     Some(ticket) if state.parked.update_waker(ticket, cx.waker()) => {}

@@ -18,17 +18,16 @@ use super::lease_ring::{RingLease, RingRole, RingStore};
 use crate::leaderelection::{
     ConfigError, LeaderCallbacks, LeaderElectionRecord, LeaderElector, ResourceLock,
 };
-use crate::runtime::key::ObjectKey;
 use crate::runtime::leadership::{Gate, Term};
+use crate::runtime::queue::ControllerQueue;
 use crate::runtime::shard_metrics::{ShardMetrics, ShardMetricsHandle};
 use crate::runtime::terms::{LeaderTask, ShardTerms};
-use crate::workqueue::RateLimitingQueue;
 
 /// What the runtime hands the ring when it runs.
 pub(crate) struct RingContext {
     pub controller: String,
     pub gate: Arc<Gate>,
-    pub queue: RateLimitingQueue<ObjectKey>,
+    pub queue: ControllerQueue,
     pub leader_tasks: Arc<Vec<LeaderTask>>,
 }
 
