@@ -63,6 +63,9 @@ pub enum Stage {
     QueueRateLimited,
     /// A worker took the key from the workqueue.
     WorkerTook,
+    /// The worker held the key until its caches held its last writes, or gave up waiting
+    /// (read-your-writes, `runtime/freshness.rs`).
+    FreshnessHeld,
     /// The reconcile function was called for the key.
     ReconcileStarted,
     /// The reconcile function returned (the detail says how).
@@ -88,6 +91,7 @@ impl Stage {
             Stage::QueueDelayed => "workqueue add_after",
             Stage::QueueRateLimited => "workqueue rate-limited",
             Stage::WorkerTook => "worker took key",
+            Stage::FreshnessHeld => "held for freshness",
             Stage::ReconcileStarted => "reconcile started",
             Stage::ReconcileFinished => "reconcile finished",
             Stage::StatusWritten => "status written",

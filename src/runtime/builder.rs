@@ -24,12 +24,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube_client::Resource;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ReconcileContext;
+use super::freshness::{DEFAULT_FRESHNESS_WAIT, Freshness};
 use super::handlers::{add_all, enqueue, key_of_deleted, owned_handler, update_priority};
 use super::key::ObjectKey;
 use super::queue::ControllerQueue;
@@ -78,6 +80,10 @@ pub struct ControllerOptions {
     /// Workers of the requeue lane ([`Controller::requeue_lane`]); 0: no lane, timed requeues
     /// go back to the controller's queue as in client-go.
     pub requeue_workers: usize,
+    /// How long a reconcile waits at most for its caches to hold its key's last writes
+    /// ([`Controller::read_your_writes`]); `None`: it does not wait (stale starts are still
+    /// counted).
+    pub freshness_wait: Option<Duration>,
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -88,6 +94,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
             .field("plain_queue", &self.plain_queue)
             .field("requeue_workers", &self.requeue_workers)
+            .field("freshness_wait", &self.freshness_wait)
             .finish()
     }
 }
@@ -96,7 +103,7 @@ impl std::fmt::Debug for ControllerOptions {
 pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 pub(super) type Registration =
-    Box<dyn FnOnce(&ControllerQueue) -> Result<(), InformerError> + Send + Sync>;
+    Box<dyn FnOnce(&ControllerQueue, &Arc<Freshness>) -> Result<(), InformerError> + Send + Sync>;
 
 /// Leader election, with the lock type erased.
 pub(super) struct LeaderElection {
@@ -125,6 +132,7 @@ impl<K: CacheObject> Controller<K> {
                 rate_limiter: None,
                 plain_queue: false,
                 requeue_workers: 0,
+                freshness_wait: Some(DEFAULT_FRESHNESS_WAIT),
             },
             name,
             leader_election: None,
@@ -146,8 +154,9 @@ impl<K: CacheObject> Controller<K> {
         let name = self.name.clone();
         let informer = owned.clone();
         self.informers.push(Box::new(owned));
-        self.registrations.push(Box::new(move |queue| {
+        self.registrations.push(Box::new(move |queue, freshness| {
             informer.add_event_handler(owned_handler::<K, C>(primary, queue.clone(), name))?;
+            informer.add_event_handler(freshness.source(informer.lister(), false))?;
             Ok(())
         }));
         self
@@ -163,7 +172,8 @@ impl<K: CacheObject> Controller<K> {
         let map = Arc::new(map);
         let informer = watched.clone();
         self.informers.push(Box::new(watched));
-        self.registrations.push(Box::new(move |queue| {
+        self.registrations.push(Box::new(move |queue, freshness| {
+            informer.add_event_handler(freshness.source(informer.lister(), false))?;
             let (m_add, m_update, m_delete) = (map.clone(), map.clone(), map);
             let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue.clone());
             informer.add_event_handler(
@@ -236,6 +246,16 @@ impl<K: CacheObject> Controller<K> {
     /// The queue's rate limiter.
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
         self.options.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Read-your-writes: a reconcile of a key waits, at most `wait`, until the controller's
+    /// caches hold the writes its previous reconciles reported with
+    /// [`ReconcileContext::wrote`] (default: on, [`DEFAULT_FRESHNESS_WAIT`]). `None` turns the
+    /// wait off; reconciles that start on a stale cache are still counted in
+    /// `kubeloop_reconcile_stale_total`. See [the runtime's docs](super#read-your-writes).
+    pub fn read_your_writes(mut self, wait: Option<Duration>) -> Self {
+        self.options.freshness_wait = wait;
         self
     }
 

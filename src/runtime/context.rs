@@ -8,12 +8,21 @@
 //! a status write), which fails once the term's entitlement is gone *by this process's own
 //! clock*, even when the elector task has not run yet (a process resumed after SIGSTOP).
 //!
+//! It also takes the reconcile's reports of what it wrote ([`ReconcileContext::wrote`]), so
+//! that the key's next reconcile waits for its caches to hold them (read-your-writes,
+//! `freshness.rs`).
+//!
 //! Invariant: once [`ReconcileContext::check`] has failed it never succeeds again for the same
 //! context (cancellation is permanent and a term never comes back).
 
+use std::sync::Arc;
+
+use kube_client::Resource;
 use thiserror::Error;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use super::freshness::Freshness;
+use super::key::ObjectKey;
 use crate::leaderelection::LeaderContext;
 
 /// Handed to every reconcile. Cheap to clone.
@@ -21,6 +30,7 @@ use crate::leaderelection::LeaderContext;
 pub struct ReconcileContext {
     token: CancellationToken,
     term: Option<LeaderTerm>,
+    writes: Option<(Arc<Freshness>, ObjectKey)>,
 }
 
 /// The leadership term a reconcile runs for.
@@ -51,7 +61,11 @@ pub enum NotEntitled {
 impl ReconcileContext {
     /// A context with no leader election: only `token` can end its entitlement.
     pub fn new(token: CancellationToken) -> Self {
-        ReconcileContext { token, term: None }
+        ReconcileContext {
+            token,
+            term: None,
+            writes: None,
+        }
     }
 
     /// A context for a reconcile run during the leadership term `leader`; `token` should be a
@@ -60,6 +74,7 @@ impl ReconcileContext {
         ReconcileContext {
             token,
             term: Some(LeaderTerm(leader)),
+            writes: None,
         }
     }
 
@@ -94,6 +109,24 @@ impl ReconcileContext {
     /// True if [`Self::check`] passes.
     pub fn is_entitled(&self) -> bool {
         self.check().is_ok()
+    }
+
+    /// This context, recording the writes of `key`'s reconcile in `freshness`.
+    pub(crate) fn recording_writes(mut self, freshness: Arc<Freshness>, key: ObjectKey) -> Self {
+        self.writes = Some((freshness, key));
+        self
+    }
+
+    /// Reports that this reconcile wrote `obj`; pass the object the apiserver returned (from a
+    /// create, update, patch or status write), whose resourceVersion is the write's. The next
+    /// reconcile of this key waits until the controller's informer of `W` holds that version
+    /// or a newer one (read-your-writes; see [the runtime's docs](super#read-your-writes) for
+    /// the guarantee and its limits). Does nothing for a type the controller has no informer
+    /// of, or outside a controller's workers.
+    pub fn wrote<W: Resource + 'static>(&self, obj: &W) {
+        if let Some((freshness, key)) = &self.writes {
+            freshness.wrote(key, obj);
+        }
     }
 
     /// The Lease's `leaseTransitions` when this term began, for systems that can compare a

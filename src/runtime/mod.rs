@@ -20,6 +20,7 @@
 //! | `key.rs` | [`ObjectKey`], [`shard_of`] | controller-runtime `reconcile.Request`; kube-runtime `ObjectRef` |
 //! | `action.rs` | [`Action`], [`ErrorAction`], [`default_error_policy`] | controller-runtime `reconcile.Result`; kube-runtime `Action`, `error_policy` |
 //! | `context.rs` | [`ReconcileContext`], [`NotEntitled`] | the `context.Context` handed to `Reconcile` |
+//! | `freshness.rs` | read-your-writes: no reconcile on a cache older than its key's last write | (none: controller-runtime #3320 is open) |
 //! | `retry.rs` | [`retry_on_conflict`], [`on_error`], [`RetryBackoff`] | client-go `util/retry` |
 //! | `reconcile_metrics.rs`, `shard_metrics.rs` | [`ReconcileMetrics`], [`ShardMetrics`] | controller-runtime `pkg/internal/controller/metrics` |
 //! | `leadership.rs` | [`Term`] and the gate between leadership and workers | `leaderelection.RunOrDie` + the manager's leader-only runnables, with a fence |
@@ -40,6 +41,26 @@
 //! renew deadline on, so a reconcile that checks before each side effect causes none after
 //! that. The arithmetic and its assumptions are written at the top of `leadership.rs`; how
 //! shards move, at the top of `sharding/mod.rs`.
+//!
+//! # The queue
+//!
+//! The controller's queue is controller-runtime's priority queue ([`ControllerQueue`]; the
+//! default there since v0.23): at startup and on resyncs every key is queued at low priority,
+//! so a new object or a user's edit is reconciled before that backlog. A reconcile may ask for
+//! a priority ([`Action::RequeueWithPriority`]); a retried key keeps its own.
+//! [`Controller::plain_queue`] picks client-go's first-in-first-out queue instead.
+//!
+//! # Read-your-writes
+//!
+//! A reconcile reports the objects it wrote with [`ReconcileContext::wrote`]; the next
+//! reconcile of the same key does not start until the caches of the controller's informers
+//! hold those versions or newer ones (resourceVersions compared as integers within one
+//! resource type, as KEP-5504 allows since Kubernetes 1.35), or until a bound passes
+//! ([`Controller::read_your_writes`], default [`DEFAULT_FRESHNESS_WAIT`]); a reconcile that
+//! starts on a stale cache anyway is counted in `kubeloop_reconcile_stale_total`. It covers the
+//! controller's own reported writes only: what other writers did is unknown here (their
+//! events enqueue the key anyway). The exact guarantee and its limits are at the top of
+//! `freshness.rs`.
 //!
 //! # Example
 //! ```no_run
@@ -77,6 +98,7 @@
 mod action;
 mod builder;
 mod context;
+mod freshness;
 mod handlers;
 mod key;
 mod lanes;
@@ -93,6 +115,7 @@ mod worker;
 pub use action::{Action, ErrorAction, default_error_policy};
 pub use builder::{Controller, ControllerOptions, UpdateFilter};
 pub use context::{NotEntitled, ReconcileContext};
+pub use freshness::DEFAULT_FRESHNESS_WAIT;
 pub use handlers::{controller_of, enqueue, enqueue_handler, key_of, key_of_deleted, refers_to};
 pub use key::{ObjectKey, shard_of};
 pub use leadership::Term;

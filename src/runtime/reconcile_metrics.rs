@@ -1,7 +1,10 @@
 //! Reconcile counts, errors and durations per controller, under controller-runtime's names
 //! (`pkg/internal/controller/metrics`): `controller_runtime_reconcile_total{controller,result}`
 //! with result `success`, `error`, `requeue_after` or `panic`, `controller_runtime_reconcile_errors_total{controller}`
-//! and `controller_runtime_reconcile_time_seconds{controller}`.
+//! and `controller_runtime_reconcile_time_seconds{controller}`; and read-your-writes' own
+//! (`freshness.rs`): `kubeloop_reconcile_stale_total{controller}`, reconciles started on a
+//! cache older than their key's last write, and `kubeloop_reconcile_freshness_wait_seconds{controller}`,
+//! how long reconciles were held until their caches caught up.
 //!
 //! Like the workqueue's `MetricsProvider`, a [`ReconcileMetrics`] is a set of families the
 //! binary registers in its registry; [`ReconcileMetrics::global`] is the process-wide one a
@@ -53,6 +56,8 @@ pub struct ReconcileMetrics {
     total: Family<ResultLabels, Counter>,
     errors: Family<ControllerLabel, Counter>,
     time: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    stale: Family<ControllerLabel, Counter>,
+    held: Family<ControllerLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for ReconcileMetrics {
@@ -61,6 +66,8 @@ impl Default for ReconcileMetrics {
             total: Family::default(),
             errors: Family::default(),
             time: Family::new_with_constructor(new_time_histogram),
+            stale: Family::default(),
+            held: Family::new_with_constructor(new_time_histogram),
         }
     }
 }
@@ -94,6 +101,33 @@ impl ReconcileMetrics {
             "Length of time per reconciliation per controller",
             self.time.clone(),
         );
+        registry.register(
+            "kubeloop_reconcile_stale",
+            "Reconciles started on a cache older than their key's last write",
+            self.stale.clone(),
+        );
+        registry.register(
+            "kubeloop_reconcile_freshness_wait_seconds",
+            "How long reconciles were held until their caches held their key's last writes",
+            self.held.clone(),
+        );
+    }
+
+    /// Counts one reconcile of `controller` that started on a stale cache.
+    pub fn stale(&self, controller: &str) {
+        self.stale.get_or_create(&label(controller)).inc();
+    }
+
+    /// How many reconciles of `controller` started on a stale cache so far.
+    pub fn stale_count(&self, controller: &str) -> u64 {
+        self.stale.get_or_create(&label(controller)).get()
+    }
+
+    /// One reconcile of `controller` held `waited` until its caches caught up.
+    pub fn held(&self, controller: &str, waited: Duration) {
+        self.held
+            .get_or_create(&label(controller))
+            .observe(waited.as_secs_f64());
     }
 
     /// Counts one reconcile of `controller` that ended with `result` after `took`.
@@ -104,13 +138,17 @@ impl ReconcileMetrics {
                 result,
             })
             .inc();
-        let label = ControllerLabel {
-            controller: controller.to_string(),
-        };
+        let label = label(controller);
         if matches!(result, ReconcileResult::error | ReconcileResult::panic) {
             self.errors.get_or_create(&label).inc();
         }
         self.time.get_or_create(&label).observe(took.as_secs_f64());
+    }
+}
+
+fn label(controller: &str) -> ControllerLabel {
+    ControllerLabel {
+        controller: controller.to_string(),
     }
 }
 

@@ -33,6 +33,7 @@ use tracing::{error, info};
 use super::action::{Action, ErrorAction};
 use super::builder::Controller;
 use super::context::ReconcileContext;
+use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{Lane, Queues};
 use super::leadership::{Gate, Term};
@@ -78,10 +79,13 @@ impl<K: CacheObject> Controller<K> {
     {
         let name = self.name.clone();
         let queue = self.make_queue();
+        let freshness = Freshness::new(&name, self.options.freshness_wait);
         self.primary
             .add_event_handler(self.primary_handler(&queue))?;
+        self.primary
+            .add_event_handler(freshness.source(self.primary.lister(), true))?;
         for register in std::mem::take(&mut self.registrations) {
-            register(&queue)?;
+            register(&queue, &freshness)?;
         }
 
         for informer in &self.informers {
@@ -118,6 +122,7 @@ impl<K: CacheObject> Controller<K> {
             queue: queue.clone(),
             later: later.unwrap_or_else(|| queue.clone()),
             busy: (requeue_workers > 0).then(Arc::default),
+            freshness: Some(freshness),
             reconcile,
             error_policy,
         });

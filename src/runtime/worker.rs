@@ -35,6 +35,7 @@ use tracing::{Instrument, debug, error, info, warn};
 
 use super::action::{Action, ErrorAction, default_error_policy};
 use super::context::ReconcileContext;
+use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{BusyKeys, Lane};
 use super::leadership::{Dispatch, Gate, GateWatch, Term};
@@ -71,6 +72,8 @@ pub(crate) struct WorkerShared<F, P> {
     pub later: ControllerQueue,
     /// Keys being reconciled in either lane (with a requeue lane only).
     pub busy: Option<Arc<BusyKeys>>,
+    /// Read-your-writes (a controller's workers; not the key-only loop).
+    pub freshness: Option<Arc<Freshness>>,
     pub reconcile: F,
     pub error_policy: P,
 }
@@ -173,6 +176,14 @@ where
                 return Next::Continue;
             }
         },
+    };
+    // Not on a cache older than this key's own last writes (`freshness.rs`).
+    let ctx = match &shared.freshness {
+        Some(freshness) => {
+            freshness.hold(&key, &ctx).await;
+            ctx.recording_writes(Arc::clone(freshness), key.clone())
+        }
+        None => ctx,
     };
     // The start and end of every reconcile, for tests that check that no two replicas'
     // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
@@ -360,6 +371,7 @@ where
         later: queue.clone(),
         queue,
         busy: None,
+        freshness: None,
         reconcile: move |key: ObjectKey, _ctx: ReconcileContext| reconcile(key),
         error_policy: default_error_policy::<E>,
     }
