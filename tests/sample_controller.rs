@@ -786,6 +786,7 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
     sync_handler(
         &sync_client,
         &kubeloop::runtime::ObjectKey::new(&ns, "stale"),
+        &kubeloop::runtime::ReconcileContext::detached(),
     )
     .await
     .expect("the conflict is retried, not returned");

@@ -127,9 +127,9 @@ pub async fn run(
         deployments.lister(),
         recorder,
     ));
-    let reconcile = move |key: ObjectKey, _ctx: ReconcileContext| {
+    let reconcile = move |key: ObjectKey, ctx: ReconcileContext| {
         let sync_client = Arc::clone(&sync_client);
-        async move { sync_handler(sync_client.as_ref(), &key).await }
+        async move { sync_handler(sync_client.as_ref(), &key, &ctx).await }
     };
     let result = controller
         .run(reconcile, default_error_policy, shutdown)

@@ -38,7 +38,9 @@ use super::deployment::{is_controlled_by, new_deployment};
 use super::error::{SyncError, message_resource_exists};
 use super::types::{Foo, FooStatus};
 use crate::record::EventType;
-use crate::runtime::{Action, Conflict, DEFAULT_RETRY, ObjectKey, retry_on_conflict};
+use crate::runtime::{
+    Action, Conflict, DEFAULT_RETRY, ObjectKey, ReconcileContext, retry_on_conflict,
+};
 
 /// Reason of the Normal event after a successful sync. sample-controller: `SuccessSynced`.
 pub const SUCCESS_SYNCED: &str = "Synced";
@@ -62,7 +64,14 @@ pub const STATUS_ATTEMPTS: u32 = DEFAULT_RETRY.steps;
 
 /// Brings the Deployment and status of the Foo at `key` in line with its spec.
 /// sample-controller: `syncHandler`.
-pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<Action, SyncError> {
+///
+/// Reports each write to `ctx` ([`ReconcileContext::wrote`]), so that the Foo's next sync waits
+/// until the caches hold the Deployment and status it wrote (read-your-writes).
+pub async fn sync_handler<C: SyncClient>(
+    client: &C,
+    key: &ObjectKey,
+    ctx: &ReconcileContext,
+) -> Result<Action, SyncError> {
     let namespace = key.namespace().unwrap_or_default();
     let Some(foo) = client.foo(namespace, key.name()) else {
         tracing::info!(%key, "foo in work queue no longer exists");
@@ -74,7 +83,7 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
         return Ok(Action::Done);
     }
     if foo.name().len() > LABEL_VALUE_MAX_LENGTH {
-        return stall(client, key, &foo).await;
+        return stall(client, key, &foo, ctx).await;
     }
 
     let mut changed = false;
@@ -83,14 +92,16 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
         None => {
             changed = true;
             tracing::info!(%key, deployment = deployment_name, "creating deployment");
-            client
+            let created = client
                 .create_deployment(&new_deployment(&foo))
                 .await
                 .map_err(|source| SyncError::CreateDeployment {
                     foo: key.to_string(),
                     deployment: deployment_name.to_string(),
                     source,
-                })?
+                })?;
+            ctx.wrote(&created);
+            created
         }
     };
 
@@ -110,14 +121,16 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
             changed = true;
             let mut scaled = deployment;
             scaled.spec.get_or_insert_with(Default::default).replicas = Some(wanted);
-            client.update_deployment(&scaled).await.map_err(|source| {
+            let updated = client.update_deployment(&scaled).await.map_err(|source| {
                 SyncError::UpdateDeployment {
                     foo: key.to_string(),
                     deployment: deployment_name.to_string(),
                     replicas: Some(wanted),
                     source,
                 }
-            })?
+            })?;
+            ctx.wrote(&updated);
+            updated
         }
         _ => deployment,
     };
@@ -131,7 +144,7 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
         available_replicas: available,
         conditions: Vec::new(),
     };
-    changed |= update_foo_status(client, key, &foo, wanted).await?;
+    changed |= update_foo_status(client, key, &foo, wanted, ctx).await?;
     if changed {
         client.record_event(
             &foo,
@@ -146,7 +159,12 @@ pub async fn sync_handler<C: SyncClient>(client: &C, key: &ObjectKey) -> Result<
 /// A Foo that can never be synced: `Stalled` in its status and a Warning event naming the field
 /// and the limit, both once (an unchanged condition is not written again), and no retry (the
 /// name cannot change; the Foo must be re-created).
-async fn stall<C: SyncClient>(client: &C, key: &ObjectKey, foo: &Foo) -> Result<Action, SyncError> {
+async fn stall<C: SyncClient>(
+    client: &C,
+    key: &ObjectKey,
+    foo: &Foo,
+    ctx: &ReconcileContext,
+) -> Result<Action, SyncError> {
     let message = format!(
         "Foo {key}: metadata.name is {} characters long, but it becomes the value of the \
          Deployment's controller label, which takes at most {LABEL_VALUE_MAX_LENGTH}: \
@@ -165,7 +183,7 @@ async fn stall<C: SyncClient>(client: &C, key: &ObjectKey, foo: &Foo) -> Result<
             last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
         }],
     };
-    if update_foo_status(client, key, foo, wanted).await? {
+    if update_foo_status(client, key, foo, wanted, ctx).await? {
         client.record_event(foo, EventType::Warning, INVALID_NAME, &message);
     }
     Ok(Action::Done)
@@ -179,6 +197,7 @@ async fn update_foo_status<C: SyncClient>(
     key: &ObjectKey,
     foo: &Foo,
     wanted: FooStatus,
+    ctx: &ReconcileContext,
 ) -> Result<bool, SyncError> {
     let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
         let mut wanted = wanted.clone();
@@ -206,7 +225,10 @@ async fn update_foo_status<C: SyncClient>(
             let mut updated = current;
             updated.status = Some(wanted);
             match client.update_foo_status(&updated).await {
-                Ok(_) => Ok(true),
+                Ok(written) => {
+                    ctx.wrote(&written);
+                    Ok(true)
+                }
                 Err(kube_client::Error::Api(status)) if status.code == 404 => Ok(false),
                 Err(source) => Err(SyncError::UpdateStatus {
                     foo: key.to_string(),
@@ -400,7 +422,9 @@ mod tests {
     async fn creates_the_deployment_then_writes_status_and_a_synced_event() {
         let foo = new_foo("test", Some(1));
         let fake = FakeClient::with_foo(foo.clone());
-        let action = sync_handler(&fake, &key("default/test")).await.unwrap();
+        let action = sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         assert_eq!(action, Action::Done);
         let writes = fake.writes();
         assert_eq!(writes.len(), 2, "{writes:#?}");
@@ -422,7 +446,9 @@ mod tests {
         let foo = new_foo("test", Some(1));
         let d = with_available(new_deployment(&foo), 1);
         let fake = FakeClient::with_foo(foo.clone()).with_deployment(d);
-        sync_handler(&fake, &key("default/test")).await.unwrap();
+        sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         let writes = fake.writes();
         assert_eq!(writes.len(), 1, "{writes:#?}");
         assert_eq!(status_of(&writes[0]), Some(1));
@@ -438,7 +464,9 @@ mod tests {
         });
         let d = with_available(new_deployment(&foo), 1);
         let fake = FakeClient::with_foo(foo).with_deployment(d);
-        sync_handler(&fake, &key("default/test")).await.unwrap();
+        sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         assert!(fake.writes().is_empty(), "{:#?}", fake.writes());
         assert!(
             fake.events().is_empty(),
@@ -452,7 +480,12 @@ mod tests {
         let name = "n".repeat(LABEL_VALUE_MAX_LENGTH + 1);
         let fake = FakeClient::with_foo(new_foo(&name, Some(1)));
         let key = key(&format!("default/{name}"));
-        assert_eq!(sync_handler(&fake, &key).await.unwrap(), Action::Done);
+        assert_eq!(
+            sync_handler(&fake, &key, &ReconcileContext::detached())
+                .await
+                .unwrap(),
+            Action::Done
+        );
         let writes = fake.writes();
         assert_eq!(writes.len(), 1, "no Deployment is tried: {writes:#?}");
         let Write::UpdateFooStatus(stalled) = &writes[0] else {
@@ -480,7 +513,12 @@ mod tests {
 
         // The next sync finds the condition in place: no write, no second event.
         let again = FakeClient::with_foo(stalled.clone());
-        assert_eq!(sync_handler(&again, &key).await.unwrap(), Action::Done);
+        assert_eq!(
+            sync_handler(&again, &key, &ReconcileContext::detached())
+                .await
+                .unwrap(),
+            Action::Done
+        );
         assert!(again.writes().is_empty(), "{:#?}", again.writes());
         assert!(again.events().is_empty(), "{:?}", again.events());
     }
@@ -493,7 +531,9 @@ mod tests {
         d.spec.as_mut().unwrap().replicas = Some(1);
         d.metadata.resource_version = Some("7".into());
         let fake = FakeClient::with_foo(foo.clone()).with_deployment(d.clone());
-        sync_handler(&fake, &key("default/test")).await.unwrap();
+        sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         let writes = fake.writes();
         assert_eq!(writes.len(), 2, "{writes:#?}");
         let Write::UpdateDeployment(updated) = &writes[0] else {
@@ -518,7 +558,9 @@ mod tests {
         let mut d = new_deployment(&foo);
         d.metadata.owner_references = None;
         let fake = FakeClient::with_foo(foo).with_deployment(d);
-        let err = sync_handler(&fake, &key("default/test")).await.unwrap_err();
+        let err = sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap_err();
         assert!(matches!(err, SyncError::NotControlled { .. }), "{err}");
         assert_eq!(
             err.to_string(),
@@ -542,7 +584,7 @@ mod tests {
         older.metadata.uid = Some("uid-of-a-deleted-foo".into());
         let fake = FakeClient::with_foo(foo).with_deployment(new_deployment(&older));
         assert!(matches!(
-            sync_handler(&fake, &key("default/test")).await,
+            sync_handler(&fake, &key("default/test"), &ReconcileContext::detached()).await,
             Err(SyncError::NotControlled { .. })
         ));
         assert!(fake.writes().is_empty());
@@ -551,7 +593,9 @@ mod tests {
     #[tokio::test]
     async fn a_foo_deleted_while_queued_is_neither_an_error_nor_retried() {
         let fake = FakeClient::default();
-        let action = sync_handler(&fake, &key("default/gone")).await.unwrap();
+        let action = sync_handler(&fake, &key("default/gone"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         assert_eq!(action, Action::Done);
         assert!(fake.writes().is_empty());
         assert!(fake.events().is_empty());
@@ -563,7 +607,9 @@ mod tests {
         foo.spec.deployment_name.clear();
         let fake = FakeClient::with_foo(foo);
         assert_eq!(
-            sync_handler(&fake, &key("default/test")).await.unwrap(),
+            sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+                .await
+                .unwrap(),
             Action::Done
         );
         assert!(fake.writes().is_empty());
@@ -583,7 +629,9 @@ mod tests {
         let mut d = new_deployment(&foo);
         d.spec.as_mut().unwrap().replicas = Some(4);
         let fake = FakeClient::with_foo(foo).with_deployment(d);
-        sync_handler(&fake, &key("default/test")).await.unwrap();
+        sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         assert!(
             fake.writes()
                 .iter()
@@ -600,7 +648,9 @@ mod tests {
             .with_deployment(with_available(new_deployment(&foo), 1));
         fake.fresh_foo = Some(fresh);
         *fake.status_conflicts.lock() = 1;
-        sync_handler(&fake, &key("default/test")).await.unwrap();
+        sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap();
         let writes = fake.writes();
         assert_eq!(writes.len(), 3, "{writes:#?}");
         assert_eq!(writes[1], Write::GetFoo("default/test".into()));
@@ -626,7 +676,9 @@ mod tests {
         let foo = new_foo("test", Some(1));
         let fake = FakeClient::with_foo(foo.clone()).with_deployment(new_deployment(&foo));
         *fake.status_conflicts.lock() = 100;
-        let err = sync_handler(&fake, &key("default/test")).await.unwrap_err();
+        let err = sync_handler(&fake, &key("default/test"), &ReconcileContext::detached())
+            .await
+            .unwrap_err();
         assert!(
             matches!(
                 err,

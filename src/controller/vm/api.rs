@@ -149,6 +149,7 @@ pub async fn write_status<A: VmApi>(
         fence(ctx, vm, "status update")?;
         match api.replace_status(&current).await {
             Ok(updated) => {
+                ctx.wrote(&updated);
                 crate::trace::status_written(
                     &vm.key(),
                     "VirtualMachine",
@@ -201,7 +202,10 @@ pub async fn set_finalizer<A: VmApi>(
             format!("{change} {FINALIZER}")
         });
         match api.patch_finalizers(&current, finalizers).await {
-            Ok(updated) => Ok(Some(updated)),
+            Ok(updated) => {
+                ctx.wrote(&updated);
+                Ok(Some(updated))
+            }
             Err(ApiError::NotFound { .. }) => Ok(None),
             Err(other) => Err(other),
         }
