@@ -12,7 +12,8 @@
 //!   request through it runs as admin. On top of the TCP faults it can answer the next watches
 //!   of a path with 429, `Retry-After` and a `Status`, as the apiserver's watch cache does
 //!   while it is not ready ([`HttpFaultProxy::throttle_watches`]), replace the next events of open watch streams with
-//!   lines that are not events ([`HttpFaultProxy::corrupt_watch_events`]), and it records each
+//!   lines that are not events ([`HttpFaultProxy::corrupt_watch_events`]), delay what every
+//!   watch stream delivers ([`HttpFaultProxy::delay_watches`]), and it records each
 //!   request it handled, so a test can count LISTs and WATCHes ([`HttpFaultProxy::requests`]).
 //!
 //! Invariant of both: a connection ends as soon as [`FaultProxy::cut_all`] (or
@@ -253,6 +254,8 @@ struct HttpFaults {
     throttle: HashMap<String, (u32, u32)>,
     /// Watch event lines still to replace with an undecodable line.
     corrupt: HashMap<String, u32>,
+    /// How long every watch stream's bytes are held before they are passed on.
+    watch_delay: std::time::Duration,
 }
 
 impl HttpFaults {
@@ -350,6 +353,13 @@ impl HttpFaultProxy {
             .lock()
             .corrupt
             .insert(path.to_string(), count);
+    }
+
+    /// Holds what every watch stream (open or future) delivers for `delay` before passing it
+    /// on, in order: a slow informer, whose events arrive `delay` after the apiserver sent
+    /// them. Zero turns it off.
+    pub fn delay_watches(&self, delay: std::time::Duration) {
+        self.shared.faults.lock().watch_delay = delay;
     }
 
     /// Every request handled so far, in arrival order.
@@ -549,7 +559,8 @@ async fn forward_http(
 }
 
 /// A watch body passed on line by line (the stream is newline-delimited JSON), with the
-/// event lines the test armed for `path` replaced by [`UNDECODABLE_EVENT_LINE`].
+/// event lines the test armed for `path` replaced by [`UNDECODABLE_EVENT_LINE`], and held
+/// for the armed delay.
 fn corrupting(body: ProxyBody, path: String, shared: Arc<HttpShared>) -> ProxyBody {
     struct Lines {
         body: http_body_util::BodyDataStream<ProxyBody>,
@@ -560,6 +571,7 @@ fn corrupting(body: ProxyBody, path: String, shared: Arc<HttpShared>) -> ProxyBo
         body: body.into_data_stream(),
         partial: Vec::new(),
     };
+    let delay = shared.clone();
     let chunks = futures::stream::unfold(state, move |mut st| {
         let shared = shared.clone();
         let path = path.clone();
@@ -586,7 +598,35 @@ fn corrupting(body: ProxyBody, path: String, shared: Arc<HttpShared>) -> ProxyBo
             }
         }
     });
-    StreamBody::new(chunks.map_ok(Frame::data)).boxed_unsync()
+    StreamBody::new(delayed(chunks, delay).map_ok(Frame::data)).boxed_unsync()
+}
+
+/// `chunks` passed on each `watch_delay` (as armed when it arrives) after it arrived: a reader
+/// task stamps them as they come, so a burst is delayed, not stretched.
+fn delayed<S>(
+    chunks: S,
+    shared: Arc<HttpShared>,
+) -> impl futures::Stream<Item = Result<Bytes, Box<dyn std::error::Error + Send + Sync>>>
+where
+    S: futures::Stream<Item = Result<Bytes, Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        futures::pin_mut!(chunks);
+        while let Some(chunk) = chunks.next().await {
+            let due = tokio::time::Instant::now() + shared.faults.lock().watch_delay;
+            if tx.send((due, chunk)).is_err() {
+                return;
+            }
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        let (due, chunk) = rx.recv().await?;
+        tokio::time::sleep_until(due).await;
+        Some((chunk, rx))
+    })
 }
 
 /// The `type` of a watch event line as the apiserver writes it (`{"type":"ADDED",...`).

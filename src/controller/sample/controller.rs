@@ -63,6 +63,10 @@ pub struct ControllerConfig {
     pub sharding: Option<ShardingConfig>,
     /// Namespace of the shard ring's Leases.
     pub sharding_namespace: String,
+    /// Read-your-writes: how long a sync waits at most for the caches to hold the Foo's last
+    /// Deployment and status writes (`None`: no wait; see
+    /// [`crate::runtime::Controller::read_your_writes`]).
+    pub freshness_wait: Option<Duration>,
 }
 
 impl Default for ControllerConfig {
@@ -77,6 +81,7 @@ impl Default for ControllerConfig {
             ready: Arc::default(),
             sharding: None,
             sharding_namespace: "default".to_string(),
+            freshness_wait: Some(crate::runtime::DEFAULT_FRESHNESS_WAIT),
         }
     }
 }
@@ -105,6 +110,7 @@ pub async fn run(
         .workers(config.workers)
         .queue_name(config.queue_name.clone())
         .rate_limiter(sample_controller_rate_limiter())
+        .read_your_writes(config.freshness_wait)
         .with_readiness(config.ready.clone());
     if let Some(provider) = config.queue_metrics.clone() {
         controller = controller.queue_metrics(provider);

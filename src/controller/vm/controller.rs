@@ -64,6 +64,10 @@ pub struct VmControllerConfig {
     pub max_retry_delay: Duration,
     /// How long a VM the engine refused waits before the same spec is tried again.
     pub refused_retry_interval: Duration,
+    /// Read-your-writes: how long a reconcile waits at most for the cache to hold the VM's
+    /// last status and finalizer writes (`None`: no wait; see
+    /// [`crate::runtime::Controller::read_your_writes`]).
+    pub freshness_wait: Option<Duration>,
 }
 
 impl Default for VmControllerConfig {
@@ -78,6 +82,7 @@ impl Default for VmControllerConfig {
             refresh_workers: DEFAULT_REFRESH_WORKERS,
             max_retry_delay: super::error_policy::MAX_RETRY_DELAY,
             refused_retry_interval: super::reconcile::DEFAULT_REFUSED_RETRY_INTERVAL,
+            freshness_wait: Some(crate::runtime::DEFAULT_FRESHNESS_WAIT),
         }
     }
 }
@@ -166,6 +171,7 @@ async fn run_as<D: Driver>(
         ))
         .workers(config.workers)
         .requeue_lane(config.refresh_workers)
+        .read_your_writes(config.freshness_wait)
         .with_readiness(config.ready.clone());
     let reconciler = Arc::new(
         Reconciler::new(
