@@ -23,8 +23,8 @@ use kubeloop::testenv::{self, Cluster, eventually};
 
 mod vm_common;
 use vm_common::{
-    Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm, wait_gone,
-    wait_phase, wait_vm,
+    ContainerCleanup, Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm,
+    wait_gone, wait_phase, wait_vm,
 };
 
 const RBAC: &str = concat!(
@@ -110,32 +110,6 @@ impl Controller {
 
 /// Removes every container labelled with the namespace when dropped (through the podman CLI,
 /// which shares the service's storage, so it works from `Drop` and during a panic).
-struct ContainerCleanup {
-    namespace: String,
-}
-
-impl Drop for ContainerCleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=kubeloop.dev/vm-namespace={}", self.namespace);
-        let Ok(out) = Command::new("podman")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        else {
-            return;
-        };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        if !ids.is_empty() {
-            let _ = Command::new("podman")
-                .args(["rm", "-f", "-t", "0"])
-                .args(&ids)
-                .output();
-        }
-    }
-}
-
 fn labelled_containers(namespace: &str) -> Vec<String> {
     let filter = format!("label=kubeloop.dev/vm-namespace={namespace}");
     let out = Command::new("podman")
@@ -174,9 +148,7 @@ impl PodmanTest {
             cluster,
             host,
             docker,
-            _cleanup: ContainerCleanup {
-                namespace: ns.clone(),
-            },
+            _cleanup: ContainerCleanup(ns.clone()),
             ns,
             api,
         }
@@ -614,9 +586,7 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     let cluster = testenv::shared().await;
     install_crd(cluster).await;
     let ns = cluster.new_namespace("vm-outage").await.unwrap();
-    let _cleanup = ContainerCleanup {
-        namespace: ns.clone(),
-    };
+    let _cleanup = ContainerCleanup(ns.clone());
     let mut engine = PrivateEngine::new(cluster.dir());
     engine.start().await;
     let host = engine.host();

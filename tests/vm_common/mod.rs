@@ -225,3 +225,29 @@ pub async fn wait_gone(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Removes every container labelled with the namespace it holds when dropped (the end of a
+/// test, pass or fail).
+pub struct ContainerCleanup(pub String);
+
+impl Drop for ContainerCleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=kubeloop.dev/vm-namespace={}", self.0);
+        let Ok(out) = Command::new("podman")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "0"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
