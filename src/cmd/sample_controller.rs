@@ -31,6 +31,11 @@ pub struct Args {
     /// off.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = common::duration::non_negative)]
     pub resync: Duration,
+    /// Read-your-writes: how long a reconcile waits at most for the cache to hold its key's
+    /// last writes (e.g. 5s); 0 turns the wait off (reconciles that start on a stale cache are
+    /// still counted in kubeloop_reconcile_stale_total).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = common::duration::non_negative)]
+    pub read_your_writes_wait: Duration,
     /// Split the Foos over this many shards, each held through a Lease of its own, so that
     /// several replicas work at once (0: off, one process does everything). Every replica
     /// must be given the same number.
@@ -51,6 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = ControllerConfig {
         workers: usize::from(args.workers),
         resync: args.resync,
+        freshness_wait: (!args.read_your_writes_wait.is_zero()).then_some(args.read_your_writes_wait),
         namespace: args.namespace.clone(),
         sharding: (args.shards > 0).then(|| {
             ShardingConfig::new(

@@ -103,6 +103,11 @@ pub struct Args {
     /// before its next try; the wait doubles from 5ms up to this.
     #[arg(long, default_value = "2m", value_name = "DURATION", value_parser = common::duration::positive)]
     pub max_retry_delay: Duration,
+    /// Read-your-writes: how long a reconcile waits at most for the cache to hold its key's
+    /// last writes (e.g. 5s); 0 turns the wait off (reconciles that start on a stale cache are
+    /// still counted in kubeloop_reconcile_stale_total).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = common::duration::non_negative)]
+    pub read_your_writes_wait: Duration,
     /// Only watch VMs in this namespace (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
@@ -136,6 +141,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         refresh_interval: args.refresh_interval,
         refresh_workers: args.refresh_workers,
         max_retry_delay: args.max_retry_delay,
+        freshness_wait: (!args.read_your_writes_wait.is_zero()).then_some(args.read_your_writes_wait),
         namespace: args.namespace.clone(),
         ..VmControllerConfig::default()
     };
