@@ -479,8 +479,8 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
     let (_, before) = http_get(&addr, "/metrics");
     let adds_before = sample(&before, r#"workqueue_adds_total{name="Foos"}"#).unwrap_or(0.0);
     assert!(
-        sample(&before, r#"workqueue_depth{name="Foos"}"#).is_some(),
-        "workqueue_depth for Foos:\n{before}"
+        sample(&before, r#"workqueue_depth{name="Foos",priority="0"}"#).is_some(),
+        "workqueue_depth for Foos (the priority queue's, by priority):\n{before}"
     );
     assert!(
         before.contains("kubeloop_reflector_lists_total"),
