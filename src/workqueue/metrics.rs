@@ -304,7 +304,7 @@ impl PriorityQueueMetrics {
         let label = NameLabel {
             name: name.to_owned(),
         };
-        let metrics = PriorityQueueMetrics {
+        Some(PriorityQueueMetrics {
             name: name.to_owned(),
             depth: p.depth.clone(),
             adds: p.adds.get_or_create_owned(&label),
@@ -313,10 +313,7 @@ impl PriorityQueueMetrics {
             unfinished_work: p.unfinished_work.get_or_create_owned(&label),
             longest_running_processor: p.longest_running_processor.get_or_create_owned(&label),
             retries: p.retries.get_or_create_owned(&label),
-        };
-        // The default priority's depth is there from the start, as a plain queue's depth is.
-        metrics.depth_gauge(Some(0));
-        Some(metrics)
+        })
     }
 }
 
