@@ -71,9 +71,21 @@ impl Authority {
         })
     }
 
-    /// Issues the apiserver's serving certificate for 127.0.0.1 and localhost.
-    pub fn serving_cert(&self, dir: &Path, name: &str) -> Result<CertFiles, TestEnvError> {
-        self.issue(dir, name, serving_params(name)?)
+    /// Issues the apiserver's serving certificate for 127.0.0.1, localhost, the `kubernetes`
+    /// Service and `extra_ips` (the node address it listens on in node mode).
+    pub fn serving_cert(
+        &self,
+        dir: &Path,
+        name: &str,
+        extra_ips: &[IpAddr],
+    ) -> Result<CertFiles, TestEnvError> {
+        let mut params = serving_params(name)?;
+        for ip in extra_ips {
+            if !params.subject_alt_names.contains(&SanType::IpAddress(*ip)) {
+                params.subject_alt_names.push(SanType::IpAddress(*ip));
+            }
+        }
+        self.issue(dir, name, params)
     }
 
     /// A serving certificate like the apiserver's, kept in memory: the certificate and its

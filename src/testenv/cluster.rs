@@ -1,7 +1,8 @@
 //! [`Cluster`]: etcd, kube-apiserver and optionally kube-controller-manager, kube-scheduler and
-//! kwok, started on loopback and torn down on drop.
+//! kwok, started on loopback and torn down on drop; or, in node mode, a real kubelet Node
+//! (node.rs) with the apiserver on the pods' bridge.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use kube_client::{Client, Config};
 use parking_lot::Mutex;
 
 use super::certs::{self, Authority, CertFiles};
+use super::node::{self, NODE_IP, NODE_NAME, NodeConfig, NodeNetwork};
 use super::ports::free_port;
 use super::process::ManagedProcess;
 use super::{TestEnvError, versions};
@@ -26,6 +28,10 @@ pub struct ClusterOptions {
     pub scheduler: bool,
     /// kwok with one fake Node (`kwok-node-0`) that runs every Pod bound to it.
     pub kwok: bool,
+    /// A real Node ([`NODE_NAME`]): containerd, kubelet and kube-proxy on this machine, the
+    /// apiserver on the pods' bridge ([`NODE_IP`]) instead of loopback. One at a time per
+    /// machine; needs root and `hack/setup-node`.
+    pub node: bool,
     /// Extra kube-apiserver flags, e.g. `--watch-cache=false` so that watches read etcd directly.
     pub apiserver_args: Vec<String>,
     /// How long each component may take to become ready.
@@ -39,6 +45,7 @@ impl ClusterOptions {
             controller_manager: false,
             scheduler: false,
             kwok: false,
+            node: false,
             apiserver_args: Vec::new(),
             ready_timeout: Duration::from_secs(90),
         }
@@ -50,6 +57,17 @@ impl ClusterOptions {
             controller_manager: true,
             scheduler: true,
             kwok: true,
+            ..Self::apiserver_only()
+        }
+    }
+
+    /// A cluster with a real kubelet Node instead of kwok: controller-manager, scheduler,
+    /// containerd, kubelet and kube-proxy (see node.rs).
+    pub fn node() -> Self {
+        Self {
+            controller_manager: true,
+            scheduler: true,
+            node: true,
             ..Self::apiserver_only()
         }
     }
@@ -93,10 +111,13 @@ pub struct Cluster {
 
 #[derive(Default)]
 struct Processes {
-    // Field order is drop order: dependants first, etcd last.
+    // Field order is drop order: dependants first, etcd last. The node comes after the
+    // scheduler and the controller-manager: it stops its pods through the apiserver, and no
+    // pod may be created or bound meanwhile.
     kwok: Option<ManagedProcess>,
     scheduler: Option<ManagedProcess>,
     controller_manager: Option<ManagedProcess>,
+    node: Option<node::Node>,
     apiserver: Option<ManagedProcess>,
     etcd: Option<ManagedProcess>,
 }
@@ -152,15 +173,34 @@ impl Cluster {
                 source,
             })?;
         }
+        // The node's bridge exists before the apiserver, which listens on its address.
+        let network = if options.node {
+            Some(NodeNetwork::create()?)
+        } else {
+            None
+        };
+        let apiserver_ip = if options.node {
+            NODE_IP
+        } else {
+            Ipv4Addr::LOCALHOST
+        };
         let pki = root.join("pki");
         let ca = Authority::create(&pki)?;
-        ca.serving_cert(&pki, "apiserver")?;
+        ca.serving_cert(&pki, "apiserver", &[IpAddr::V4(apiserver_ip)])?;
         let admin = ca.client_cert(&pki, "admin", "kubeloop-admin", &["system:masters"])?;
+        if options.node {
+            ca.client_cert(
+                &pki,
+                "apiserver-kubelet-client",
+                "kube-apiserver-kubelet-client",
+                &["system:masters"],
+            )?;
+        }
         certs::service_account_key(&pki)?;
 
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
-        let apiserver_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+        let apiserver_addr = SocketAddr::from((apiserver_ip, free_port()?));
         let kubeconfig_path = root.join("admin.kubeconfig");
         let cluster = Cluster {
             processes: Mutex::new(Processes::default()),
@@ -217,6 +257,13 @@ impl Cluster {
                 "testenv: kube-scheduler ready"
             );
         }
+        if let Some(network) = network {
+            cluster.start_node(network).await?;
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "testenv: kubelet node ready"
+            );
+        }
         if options.kwok {
             cluster.start_kwok().await?;
             tracing::info!(
@@ -227,12 +274,13 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// `https://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>` (`https://<NODE_IP>:<port>` in node mode).
     pub fn apiserver_url(&self) -> String {
         format!("https://{}", self.apiserver_addr)
     }
 
-    /// The apiserver's loopback address (for a [`super::FaultProxy`] in front of it).
+    /// The apiserver's address (for a [`super::FaultProxy`] in front of it): loopback, or
+    /// [`NODE_IP`] in node mode.
     pub fn apiserver_addr(&self) -> SocketAddr {
         self.apiserver_addr
     }
@@ -250,7 +298,7 @@ impl Cluster {
     /// The pids of the components running now (etcd first).
     pub fn component_pids(&self) -> Vec<u32> {
         let p = self.processes.lock();
-        [
+        let mut pids: Vec<u32> = [
             &p.etcd,
             &p.apiserver,
             &p.controller_manager,
@@ -260,7 +308,9 @@ impl Cluster {
         .into_iter()
         .flatten()
         .map(|m| m.pid())
-        .collect()
+        .collect();
+        pids.extend(p.node.iter().flat_map(node::Node::pids));
+        pids
     }
 
     /// Where the control-plane binaries (and kubectl) are.
@@ -513,6 +563,66 @@ impl Cluster {
             .await
     }
 
+    /// Starts the real Node (node.rs) with its own credentials, and waits until it is Ready.
+    async fn start_node(&self, network: NodeNetwork) -> Result<(), TestEnvError> {
+        let root = self.dir().to_owned();
+        let pki = root.join("pki");
+        let kubeconfig = |name: &str, user: &str, groups: &[&str]| {
+            let files = self.ca.client_cert(&pki, name, user, groups)?;
+            let path = root.join(format!("{name}.kubeconfig"));
+            write_kubeconfig(&path, &self.apiserver_url(), &self.ca.cert_path, &files)?;
+            Ok::<_, TestEnvError>(path)
+        };
+        // The Node authorizer's identity for a kubelet, and the user system:node-proxier binds.
+        let kubelet = kubeconfig(
+            "kubelet",
+            &format!("system:node:{NODE_NAME}"),
+            &["system:nodes"],
+        )?;
+        let kube_proxy = kubeconfig("kube-proxy", "system:kube-proxy", &[])?;
+        let node = node::Node::start(
+            network,
+            NodeConfig {
+                dir: &root.join("node"),
+                bin_dir: &self.bin_dir,
+                kubelet_kubeconfig: &kubelet,
+                kube_proxy_kubeconfig: &kube_proxy,
+                admin_kubeconfig: &self.kubeconfig_path,
+                client_ca: &self.ca.cert_path,
+                ports: [free_port()?, free_port()?, free_port()?],
+            },
+        )?;
+        self.processes.lock().node = Some(node);
+
+        let nodes: Api<Node> = Api::all(self.client().await?);
+        let deadline = Instant::now() + self.ready_timeout;
+        loop {
+            if let Some(exited) = self
+                .processes
+                .lock()
+                .node
+                .as_mut()
+                .and_then(node::Node::exited)
+            {
+                return Err(exited);
+            }
+            let last = match nodes.get_opt(NODE_NAME).await {
+                Ok(Some(node)) if node::is_ready(&node) => return Ok(()),
+                Ok(Some(_)) => "registered, not Ready".to_owned(),
+                Ok(None) => "not registered".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                return Err(TestEnvError::NotReady {
+                    component: "kubelet".into(),
+                    seconds: self.ready_timeout.as_secs(),
+                    detail: last,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     async fn start_kwok(&self) -> Result<(), TestEnvError> {
         // Standalone kwok runs only the stages its configuration lists; hack/build-control-plane
         // assembles kwokctl's defaults (node ready + heartbeat, pod ready/complete/delete).
@@ -635,6 +745,7 @@ impl Cluster {
         processes.kwok.take();
         processes.scheduler.take();
         processes.controller_manager.take();
+        processes.node.take();
         processes.apiserver.take();
         processes.etcd.take();
         match &self.dir {
@@ -673,20 +784,39 @@ fn apiserver_args(
         format!("--tls-private-key-file={}", p("apiserver.key")),
         format!("--client-ca-file={}", p("ca.crt")),
         format!("--secure-port={}", addr.port()),
-        "--bind-address=127.0.0.1".into(),
-        "--advertise-address=127.0.0.1".into(),
+        format!("--bind-address={}", addr.ip()),
+        format!("--advertise-address={}", addr.ip()),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--allow-privileged=true".into(),
         "--authorization-mode=Node,RBAC".into(),
         format!("--service-account-issuer=https://{addr}/"),
         format!("--service-account-key-file={}", p("sa.pub")),
         format!("--service-account-signing-key-file={}", p("sa.key")),
-        "--endpoint-reconciler-type=none".into(),
         // As in many production clusters (and OpenShift): setting `blockOwnerDeletion` on an
         // ownerReference needs the right to update the owner's finalizers, so deploy/'s RBAC is
         // checked against it (tests/operations.rs).
         "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
     ];
+
+    if options.node {
+        // The `kubernetes` Service's endpoint is the advertised address (the lease reconciler),
+        // which pods reach; and the apiserver can reach the kubelet (logs, exec).
+        args.push(format!(
+            "--kubelet-client-certificate={}",
+            p("apiserver-kubelet-client.crt")
+        ));
+        args.push(format!(
+            "--kubelet-client-key={}",
+            p("apiserver-kubelet-client.key")
+        ));
+        // The kubelet's address, never its name: a name would be looked up in the host's DNS,
+        // which is not on this machine.
+        args.push("--kubelet-preferred-address-types=InternalIP".into());
+    } else {
+        // No Service routing without a node: keep the `kubernetes` Service's endpoints empty
+        // rather than naming a loopback address.
+        args.push("--endpoint-reconciler-type=none".into());
+    }
 
     // Without controller-manager nobody creates the `default` ServiceAccount, and the
     // ServiceAccount admission plugin would refuse every Pod (envtest does the same).

@@ -12,6 +12,10 @@
 //! - Each cluster owns a temporary directory (certs, kubeconfigs, etcd data, logs); set
 //!   `KUBELOOP_KEEP_TESTENV=1` to keep it for reading the logs after a failure.
 //!
+//! With [`ClusterOptions::node`] the workloads run for real instead: containerd, a kubelet and
+//! kube-proxy make this machine a Node ([`NODE_NAME`]), and the apiserver listens on the pods'
+//! bridge ([`NODE_IP`]) so that pods reach it; see `node.rs` for the network and its limits.
+//!
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them;
 //! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
 //! `Retry-After`, corrupt watch events and count LISTs and WATCHes.
@@ -21,6 +25,7 @@
 mod certs;
 mod cluster;
 mod helpers;
+mod node;
 mod ports;
 pub mod process;
 mod proxy;
@@ -30,6 +35,7 @@ use std::path::PathBuf;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
 pub use helpers::{Kubectl, POLL_INTERVAL, Ready, eventually, eventually_blocking};
+pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
 
 /// What went wrong while bringing up or driving the local control plane.
@@ -89,6 +95,12 @@ pub enum TestEnvError {
         /// What is wrong.
         detail: String,
     },
+    /// Something the real node needs (ClusterOptions::node) is missing from this machine.
+    #[error("node mode: {0} (hack/setup-node prepares the node; hack/test runs it)")]
+    NodeSetup(String),
+    /// A host tool the harness runs (ip, iptables, ctr) failed.
+    #[error("{0}")]
+    HostCommand(String),
     /// An apiserver request of the harness failed.
     #[error("apiserver request failed: {0}")]
     Api(#[from] kube_client::Error),

@@ -112,6 +112,11 @@ impl ManagedProcess {
         })
     }
 
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
