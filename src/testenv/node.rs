@@ -51,6 +51,17 @@ const LOCK_FILE: &str = "/run/kubeloop/node.lock";
 const SANDBOX_IMAGE: &str = "localhost/kubeloop/pause:1.0";
 /// Where Debian's containernetworking-plugins put the CNI plugins.
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// The sysctls the kubelet sets at start (its container manager's `setupKernelTunables`, as
+/// `protectKernelDefaults: false` lets it): saved before it starts and put back on drop, so the
+/// host keeps its own (kernel.panic comes from this machine's kernel command line, say).
+const KERNEL_TUNABLES: [&str; 6] = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
 /// How long stopping the pods through the kubelet may take on drop before they are killed.
 const POD_STOP_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -73,6 +84,8 @@ pub(super) struct Node {
     kube_proxy_binary: PathBuf,
     admin_kubeconfig: PathBuf,
     kubectl: PathBuf,
+    /// `/proc/sys/...` and its value before the kubelet started.
+    saved_tunables: Vec<(PathBuf, String)>,
     /// Declared last: the bridge and the lock go after everything else.
     _network: NodeNetwork,
 }
@@ -204,6 +217,11 @@ impl Node {
             kube_proxy_binary: kube_proxy_binary.clone(),
             admin_kubeconfig: config.admin_kubeconfig.to_owned(),
             kubectl: config.bin_dir.join("kubectl"),
+            saved_tunables: KERNEL_TUNABLES
+                .iter()
+                .map(|name| Path::new("/proc/sys").join(name))
+                .filter_map(|path| Some((path.clone(), std::fs::read_to_string(&path).ok()?)))
+                .collect(),
             dir: dir.clone(),
             _network: network,
         };
@@ -355,6 +373,9 @@ impl Drop for Node {
         }
         self.kube_proxy.take();
         self.kubelet.take();
+        for (path, value) in &self.saved_tunables {
+            let _ = std::fs::write(path, value);
+        }
         // What the kubelet did not stop: killed and removed through containerd.
         if self.containerd.is_some() {
             let left = self.tasks();
