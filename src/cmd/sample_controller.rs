@@ -56,7 +56,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = ControllerConfig {
         workers: usize::from(args.workers),
         resync: args.resync,
-        freshness_wait: (!args.read_your_writes_wait.is_zero()).then_some(args.read_your_writes_wait),
+        freshness_wait: (!args.read_your_writes_wait.is_zero())
+            .then_some(args.read_your_writes_wait),
         namespace: args.namespace.clone(),
         sharding: (args.shards > 0).then(|| {
             ShardingConfig::new(

@@ -141,7 +141,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         refresh_interval: args.refresh_interval,
         refresh_workers: args.refresh_workers,
         max_retry_delay: args.max_retry_delay,
-        freshness_wait: (!args.read_your_writes_wait.is_zero()).then_some(args.read_your_writes_wait),
+        freshness_wait: (!args.read_your_writes_wait.is_zero())
+            .then_some(args.read_your_writes_wait),
         namespace: args.namespace.clone(),
         ..VmControllerConfig::default()
     };
