@@ -66,10 +66,12 @@ pub(crate) fn comparable(resource_version: &str) -> Option<u64> {
     well_formed.then(|| resource_version.parse().ok()).flatten()
 }
 
+/// The resourceVersion a cache holds for `namespace`, `name`, if it holds the object.
+type StoredVersion = Box<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
+
 /// One informer's side: what its cache holds and the newest event it delivered.
 struct Source {
-    /// The resourceVersion the cache holds for `namespace/name`, if it holds the object.
-    stored: Box<dyn Fn(&str, &str) -> Option<String> + Send + Sync>,
+    stored: StoredVersion,
     /// The newest comparable resourceVersion among the events delivered so far.
     delivered: AtomicU64,
 }
