@@ -14,7 +14,7 @@ use kube_client::{Client, Config};
 use parking_lot::Mutex;
 
 use super::certs::{self, Authority, CertFiles};
-use super::node::{self, NODE_IP, NODE_NAME, NodeConfig, NodeNetwork};
+use super::node::{self, NODE_IP, NODE_NAME, NodeConfig, NodeNetwork, NodePorts};
 use super::ports::free_port;
 use super::process::ManagedProcess;
 use super::{TestEnvError, versions};
@@ -589,9 +589,15 @@ impl Cluster {
                 kube_proxy_kubeconfig: &kube_proxy,
                 admin_kubeconfig: &self.kubeconfig_path,
                 client_ca: &self.ca.cert_path,
-                ports: [free_port()?, free_port()?, free_port()?],
+                ports: NodePorts {
+                    kubelet_healthz: free_port()?,
+                    kube_proxy_healthz: free_port()?,
+                    kube_proxy_metrics: free_port()?,
+                },
             },
-        )?;
+        )
+        .await?;
+        let kube_proxy_healthz = node.kube_proxy_healthz();
         self.processes.lock().node = Some(node);
 
         let nodes: Api<Node> = Api::all(self.client().await?);
@@ -606,8 +612,15 @@ impl Cluster {
             {
                 return Err(exited);
             }
+            // Ready for tests means pods can run and reach the apiserver: the Node is Ready, and
+            // kube-proxy has programmed the Services (the `kubernetes` one).
             let last = match nodes.get_opt(NODE_NAME).await {
-                Ok(Some(node)) if node::is_ready(&node) => return Ok(()),
+                Ok(Some(node)) if node::is_ready(&node) => {
+                    if node::healthz_ok(kube_proxy_healthz) {
+                        return Ok(());
+                    }
+                    "Ready; kube-proxy not yet healthy".to_owned()
+                }
                 Ok(Some(_)) => "registered, not Ready".to_owned(),
                 Ok(None) => "not registered".to_owned(),
                 Err(e) => e.to_string(),
