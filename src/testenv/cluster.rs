@@ -1,6 +1,6 @@
 //! [`Cluster`]: etcd, kube-apiserver and optionally kube-controller-manager, kube-scheduler and
 //! kwok, started on loopback and torn down on drop; or, in node mode, a real kubelet Node
-//! (node.rs) with the apiserver on the pods' bridge.
+//! (node/) with the apiserver on the pods' bridge.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -62,7 +62,7 @@ impl ClusterOptions {
     }
 
     /// A cluster with a real kubelet Node instead of kwok: controller-manager, scheduler,
-    /// containerd, kubelet and kube-proxy (see node.rs).
+    /// containerd, kubelet and kube-proxy (see node/mod.rs).
     pub fn node() -> Self {
         Self {
             controller_manager: true,
@@ -563,7 +563,7 @@ impl Cluster {
             .await
     }
 
-    /// Starts the real Node (node.rs) with its own credentials, and waits until it is Ready.
+    /// Starts the real Node (node/) with its own credentials, and waits until it is Ready.
     async fn start_node(&self, network: NodeNetwork) -> Result<(), TestEnvError> {
         let root = self.dir().to_owned();
         let pki = root.join("pki");

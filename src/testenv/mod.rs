@@ -8,13 +8,15 @@
 //!
 //! Invariants:
 //! - No component outlives the test binary: see [`process`] for how (parent-death signal from
-//!   one long-lived spawner thread), and [`Cluster`]'s `Drop` kills them in order.
+//!   one long-lived spawner thread), and [`Cluster`]'s `Drop` kills them in order. The one
+//!   exception is a real node's containers when the test binary is killed: their containerd
+//!   shims are not its children and outlive it; the next node cluster sweeps them (node/host.rs).
 //! - Each cluster owns a temporary directory (certs, kubeconfigs, etcd data, logs); set
 //!   `KUBELOOP_KEEP_TESTENV=1` to keep it for reading the logs after a failure.
 //!
 //! With [`ClusterOptions::node`] the workloads run for real instead: containerd, a kubelet and
 //! kube-proxy make this machine a Node ([`NODE_NAME`]), and the apiserver listens on the pods'
-//! bridge ([`NODE_IP`]) so that pods reach it; see `node.rs` for the network and its limits.
+//! bridge ([`NODE_IP`]) so that pods reach it; see `node/mod.rs` for the network and its limits.
 //!
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them;
 //! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
