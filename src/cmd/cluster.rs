@@ -11,6 +11,10 @@ pub struct Args {
     /// Also run kube-controller-manager, kube-scheduler and a kwok node (Pods run).
     #[arg(long)]
     full: bool,
+    /// Instead of kwok, make this machine a real kubelet Node: containerd, kubelet and
+    /// kube-proxy, the apiserver on the pods' bridge (needs root and hack/setup-node).
+    #[arg(long, conflicts_with = "full")]
+    node: bool,
     /// Copy the admin kubeconfig here (it stays valid while this process runs).
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
@@ -26,7 +30,9 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives right after READY must stop us cleanly, not kill us.
     let stop = stop_signal()?;
-    let mut options = if args.full {
+    let mut options = if args.node {
+        ClusterOptions::node()
+    } else if args.full {
         ClusterOptions::full()
     } else {
         ClusterOptions::apiserver_only()
