@@ -222,12 +222,18 @@ async fn deploy_runs_on_a_real_kubelet_node() {
         .kubectl(&["create", "token", "scraper", "-n", &ns])
         .ok();
     for ip in sample_ips.iter().chain(&vm_ips) {
-        assert_eq!(scrape(ip, None), 401, "an anonymous scrape of {ip}");
-        assert_eq!(
-            scrape(ip, Some(token.trim())),
-            200,
-            "a metrics reader's scrape of {ip}"
-        );
+        let statuses = || (scrape(ip, None), scrape(ip, Some(token.trim())));
+        testenv::eventually(
+            &format!("{ip}:8443 to answer an anonymous scrape 401 and a reader's 200"),
+            Duration::from_secs(30),
+            || async {
+                match statuses() {
+                    (401, 200) => Ok(()),
+                    other => Err(format!("(anonymous, reader) answered {other:?}")),
+                }
+            },
+        )
+        .await;
     }
 
     // Nothing restarted: the liveness probes held.
