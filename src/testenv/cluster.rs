@@ -961,7 +961,33 @@ async fn start_shared(options: ClusterOptions) -> Cluster {
 
 #[cfg(test)]
 mod tests {
-    use super::hit_kwok_start_race;
+    use super::{ClusterOptions, NODE_IP, apiserver_args, hit_kwok_start_race};
+    use std::net::SocketAddr;
+    use std::path::Path;
+
+    #[test]
+    fn in_node_mode_the_apiserver_serves_the_bridge_and_reaches_the_kubelet_by_address() {
+        let addr = SocketAddr::from((NODE_IP, 6443));
+        let args = apiserver_args(Path::new("/c"), 2379, addr, &ClusterOptions::node());
+        for flag in [
+            "--bind-address=10.244.0.1",
+            "--advertise-address=10.244.0.1",
+            // A kubelet's name would be looked up in the host's DNS, off this machine.
+            "--kubelet-preferred-address-types=InternalIP",
+        ] {
+            assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+        }
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--endpoint-reconciler-type"))
+        );
+
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 6443));
+        let args = apiserver_args(Path::new("/c"), 2379, loopback, &ClusterOptions::full());
+        assert!(args.iter().any(|a| a == "--bind-address=127.0.0.1"));
+        assert!(args.iter().any(|a| a == "--endpoint-reconciler-type=none"));
+    }
 
     #[test]
     fn only_the_cel_start_up_crash_makes_kwok_start_again() {

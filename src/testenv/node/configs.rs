@@ -139,3 +139,38 @@ conntrack:
         kubeconfig = kubeconfig.display(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    // The settings that keep the node's traffic on this machine (see node/mod.rs): a change
+    // to any of them has to be a decision, not an accident.
+    #[test]
+    fn the_configurations_keep_the_nodes_traffic_on_this_machine() {
+        let dir = Path::new("/tmp/kubeloop-testenv-x/node");
+        let kubelet = kubelet_config(dir, &dir.join("c.sock"), Path::new("/ca.crt"), 1);
+        assert!(
+            kubelet.contains("resolvConf: \"\"\n"),
+            "pods get no DNS servers"
+        );
+        assert!(kubelet.contains(&format!("address: \"{NODE_IP}\"")));
+        assert!(kubelet.contains("healthzBindAddress: 127.0.0.1\n"));
+
+        let cni: serde_json::Value = serde_json::from_str(&cni_config(dir)).unwrap();
+        let bridge = &cni["plugins"][0];
+        assert_eq!(bridge["bridge"], BRIDGE);
+        assert_eq!(bridge["ipMasq"], false, "no masquerade off the machine");
+
+        let containerd = containerd_config(dir);
+        assert!(containerd.contains("sandbox_image = \"localhost/"));
+        assert!(containerd.contains("stream_server_address = \"127.0.0.1\""));
+
+        let proxy = kube_proxy_config(Path::new("/kp.kubeconfig"), 1, 2);
+        assert!(proxy.contains(&format!("nodePortAddresses: [\"{NODE_IP}/32\"]")));
+        assert!(proxy.contains("healthzBindAddress: 127.0.0.1:1\n"));
+        assert!(proxy.contains("metricsBindAddress: 127.0.0.1:2\n"));
+    }
+}
