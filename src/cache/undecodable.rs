@@ -219,7 +219,20 @@ pub(crate) fn oversized_event(prefix: &[u8], size: usize, limit: usize) -> Undec
 fn meta_in_prefix(prefix: &[u8]) -> LooseMeta {
     match field_in_prefix(prefix, b"metadata") {
         Some(Field::Complete(m)) => serde_json::from_slice(m).unwrap_or_default(),
-        _ => LooseMeta::default(),
+        // The metadata itself runs past the prefix (a large annotation, say): the apiserver
+        // writes the name, namespace and resourceVersion first, so they are within it.
+        Some(Field::Partial(m)) => {
+            let string = |name: &[u8]| match field_in_prefix(m, name) {
+                Some(Field::Complete(v)) => serde_json::from_slice(v).ok(),
+                _ => None,
+            };
+            LooseMeta {
+                name: string(b"name"),
+                namespace: string(b"namespace"),
+                resource_version: string(b"resourceVersion"),
+            }
+        }
+        None => LooseMeta::default(),
     }
 }
 
@@ -243,6 +256,16 @@ mod tests {
         let nameless = decode_item::<ConfigMap>(br#"{"metadata":7}"#).unwrap_err();
         assert_eq!(nameless.key(), None);
         assert!(nameless.to_string().contains("without a readable name"));
+    }
+
+    #[test]
+    fn an_oversized_item_whose_metadata_runs_past_its_first_bytes_is_named_from_them() {
+        let prefix = br#"{"apiVersion":"v1","metadata":{"name":"big","namespace":"ns","resourceVersion":"9","annotations":{"a":"xxxx"#;
+        let u = oversized_item(prefix, 8834, 4096);
+        assert_eq!(
+            (u.key().as_deref(), u.resource_version.as_str()),
+            (Some("ns/big"), "9")
+        );
     }
 
     #[test]
