@@ -306,7 +306,10 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
         let (stage, detail) = if rate_limited {
             (
                 Stage::QueueRateLimited,
-                format!("the rate limiter says wait {after:?}"),
+                format!(
+                    "the rate limiter says wait {after:?} (requeue {})",
+                    self.limiter.num_requeues(item)
+                ),
             )
         } else if !after.is_zero() {
             (Stage::QueueDelayed, format!("ready in {after:?}"))
