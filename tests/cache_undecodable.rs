@@ -18,7 +18,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cache_common::{create_crd_and_wait_served, eventually};
+use cache_common::eventually;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -105,7 +105,7 @@ async fn ensure_gadget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    create_crd_and_wait_served(client, &crd).await;
+    kubeloop::testenv::ensure_crd(client, &crd).await;
 }
 
 fn gadget_resource() -> ApiResource {

@@ -21,11 +21,11 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_client::Client;
 use kube_client::api::{Api, ListParams, PostParams};
-use kube_client::{Client, ResourceExt};
 use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster, eventually};
+use kubeloop::testenv::{self, Cluster};
 use tokio::process::{Child, Command};
 
 const FOO_CRD: &str = include_str!("../crds/foo.yaml");
@@ -35,30 +35,10 @@ const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
 /// second signal.
 const OBJECTS: usize = 200;
 
-/// Creates the CRD (once per cluster; concurrent tests race harmlessly) and waits until it is
-/// Established.
+/// Creates the CRD in `yaml` (once per cluster) and waits until it is served.
 async fn ensure_crd(client: &Client, yaml: &str) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).expect("the CRD parses");
-    let name = crd.name_any();
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube_client::Error::Api(status)) if status.is_already_exists() => {}
-        Err(e) => panic!("creating CRD {name}: {e}"),
-    }
-    eventually(
-        &format!("CRD {name} Established"),
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get(&name).await.unwrap();
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        },
-    )
-    .await;
+    testenv::ensure_crd(client, &crd).await;
 }
 
 /// Creates `OBJECTS` objects made by `object(i)`, a few requests at a time.

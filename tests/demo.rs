@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn demo_command(args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut command = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/demo"));
     command
         .args(args)
@@ -24,6 +25,16 @@ fn demo_command(args: &[&str]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // SIGINT as a terminal leaves it, even when the tests themselves run with it ignored (a
+    // runner started in the background): bash cannot trap a signal ignored on entry, and the
+    // Ctrl-C test would wait for ever.
+    // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     command
 }
 

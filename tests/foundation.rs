@@ -86,7 +86,6 @@ async fn configmap_is_created_watched_and_deleted() {
 async fn crd_becomes_established() {
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "gadgets.foundation.kubeloop.dev"},
         "spec": {
@@ -98,19 +97,7 @@ async fn crd_becomes_established() {
         }
     }))
     .unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    eventually("the CRD to be Established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        async move {
-            let crd = crds.get("gadgets.foundation.kubeloop.dev").await.unwrap();
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        }
-    })
-    .await;
+    testenv::ensure_crd(&client, &crd).await;
 }
 
 #[tokio::test]

@@ -29,33 +29,11 @@ const CRD_YAML: &str = include_str!("../crds/foo.yaml");
 const EXAMPLE_FOO_YAML: &str = include_str!("../examples/example-foo.yaml");
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Applies crds/foo.yaml (once per cluster; concurrent tests race harmlessly) and waits until
-/// it is Established.
+/// Applies crds/foo.yaml (once per cluster) and waits until it is served.
 async fn ensure_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition =
         serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube_client::Error::Api(status)) if status.is_already_exists() => {}
-        Err(e) => panic!("creating the Foo CRD: {e}"),
-    }
-    eventually(
-        "the Foo CRD to be Established",
-        Duration::from_secs(30),
-        || {
-            let crds = crds.clone();
-            async move {
-                let crd = crds.get("foos.samplecontroller.k8s.io").await.unwrap();
-                crd.status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            }
-        },
-    )
-    .await;
+    testenv::ensure_crd(client, &crd).await;
 }
 
 /// A controller running in this process.

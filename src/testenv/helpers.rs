@@ -1,6 +1,7 @@
-//! The two helpers every real-cluster test uses: [`eventually`] (poll until a condition holds,
-//! or fail naming what was awaited and why it is not there yet) and [`Cluster::kubectl`] (the
-//! cluster's own kubectl with its admin kubeconfig).
+//! The helpers every real-cluster test uses: [`eventually`] (poll until a condition holds,
+//! or fail naming what was awaited and why it is not there yet), [`Cluster::kubectl`] (the
+//! cluster's own kubectl with its admin kubeconfig) and [`ensure_crd`] (a CRD created once
+//! and served).
 //!
 //! They panic instead of returning errors: they are for tests, where a panic with a message is
 //! the failure report.
@@ -11,7 +12,52 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_client::Client;
+use kube_client::api::{Api, ListParams, PostParams};
+use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
+
 use super::Cluster;
+
+/// Creates `crd` unless it exists (tests sharing a cluster race harmlessly) and waits until it
+/// is Established and its first version answers a LIST (a CRD can be Established a moment
+/// before its resource is served).
+pub async fn ensure_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    match crds.create(&PostParams::default(), crd).await {
+        Ok(_) => {}
+        Err(kube_client::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating the CRD {name}: {e}"),
+    }
+    let spec = &crd.spec;
+    let gvk = GroupVersionKind::gvk(&spec.group, &spec.versions[0].name, &spec.names.kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &spec.names.plural);
+    eventually(
+        &format!("the CRD {name} to be Established and served"),
+        Duration::from_secs(60),
+        || async {
+            let established = crds
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if !established {
+                return Err("not established".to_string());
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            api.list(&ListParams::default().limit(1))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}
 
 /// How often [`eventually`] and [`eventually_blocking`] ask again.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

@@ -36,7 +36,7 @@ pub mod versions;
 use std::path::PathBuf;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
-pub use helpers::{Kubectl, POLL_INTERVAL, Ready, eventually, eventually_blocking};
+pub use helpers::{Kubectl, POLL_INTERVAL, Ready, ensure_crd, eventually, eventually_blocking};
 pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
 

@@ -196,53 +196,7 @@ pub async fn ensure_widget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    create_crd_and_wait_served(client, &crd).await;
-}
-
-/// Creates `crd` if missing and waits until it is Established and its resource answers a LIST
-/// (a CRD can be Established a moment before its first version is served).
-pub async fn create_crd_and_wait_served(client: &Client, crd: &CustomResourceDefinition) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    match crds.create(&PostParams::default(), crd).await {
-        Ok(_) => {}
-        Err(kube_client::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating the CRD {name}: {e}"),
-    }
-    let spec = &crd.spec;
-    let resource = kube_client::core::ApiResource::from_gvk_with_plural(
-        &kube_client::core::GroupVersionKind::gvk(
-            &spec.group,
-            &spec.versions[0].name,
-            &spec.names.kind,
-        ),
-        &spec.names.plural,
-    );
-    eventually(
-        &format!("the CRD {name} to be Established and served"),
-        Duration::from_secs(60),
-        || async {
-            let established = crds
-                .get(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if !established {
-                return Err("not established".to_string());
-            }
-            let api: Api<kube_client::core::DynamicObject> =
-                Api::all_with(client.clone(), &resource);
-            api.list(&ListParams::default())
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
+    kubeloop::testenv::ensure_crd(client, &crd).await;
 }
 
 /// The process's peak resident set size in KiB (VmHWM).
