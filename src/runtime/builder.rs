@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::ReconcileContext;
 use super::freshness::{DEFAULT_FRESHNESS_WAIT, Freshness};
-use super::handlers::{add_all, enqueue, key_of_deleted, owned_handler, update_priority};
+use super::handlers::{UpdateFilter, add_all, owned_handler, primary_handler, update_priority};
 use super::key::ObjectKey;
 use super::queue::ControllerQueue;
 use super::sharding::{RingStore, ShardRing, Sharding};
@@ -43,8 +43,7 @@ use crate::cache::{
 };
 use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
 use crate::workqueue::{
-    MetricsProvider, PriorityQueue, QueueConfig, RateLimiter, RateLimitingQueue,
-    default_controller_rate_limiter, priority_on_add,
+    MetricsProvider, QueueConfig, RateLimiter, default_controller_rate_limiter, priority_on_add,
 };
 
 /// A controller, declared; run it with [`Controller::run`].
@@ -98,9 +97,6 @@ impl std::fmt::Debug for ControllerOptions {
             .finish()
     }
 }
-
-/// An update filter on the primary: `true` enqueues (controller-runtime's update predicate).
-pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 pub(super) type Registration =
     Box<dyn FnOnce(&ControllerQueue, &Arc<Freshness>) -> Result<(), InformerError> + Send + Sync>;
@@ -340,11 +336,7 @@ impl<K: CacheObject> Controller<K> {
             .rate_limiter
             .take()
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
-        if self.options.plain_queue {
-            RateLimitingQueue::with_config(limiter, config).into()
-        } else {
-            PriorityQueue::with_config(limiter, config).into()
-        }
+        ControllerQueue::new(self.options.plain_queue, limiter, config)
     }
 
     /// The requeue lane's queue, of the same kind: named `<queue name>_requeue` in the
@@ -358,36 +350,19 @@ impl<K: CacheObject> Controller<K> {
             name,
             metrics_provider: self.options.queue_metrics.clone(),
         };
-        let unused = default_controller_rate_limiter();
-        if self.options.plain_queue {
-            RateLimitingQueue::with_config(unused, config).into()
-        } else {
-            PriorityQueue::with_config(unused, config).into()
-        }
+        ControllerQueue::new(
+            self.options.plain_queue,
+            default_controller_rate_limiter(),
+            config,
+        )
     }
 
     /// The primary's handlers.
     pub(super) fn primary_handler(&self, queue: &ControllerQueue) -> ResourceEventHandlerFuncs<K> {
-        let (q_add, q_update) = (queue.clone(), queue.clone());
-        let filter = self.update_filter.clone();
-        let handler = ResourceEventHandlerFuncs::new()
-            .on_add(move |obj: &Arc<K>, initial: bool| {
-                enqueue(&q_add, obj.as_ref(), priority_on_add(initial))
-            })
-            .on_update(move |old: &Arc<K>, new: &Arc<K>| {
-                if filter.as_ref().is_none_or(|f| f(old, new)) {
-                    let priority = update_priority(old.as_ref(), new.as_ref());
-                    enqueue(&q_update, new.as_ref(), priority);
-                }
-            });
-        if !self.enqueue_deletes {
-            return handler;
-        }
-        let q_delete = queue.clone();
-        handler.on_delete(move |deleted: &DeletedObject<K>| {
-            if let Some(key) = key_of_deleted(deleted) {
-                q_delete.add(key);
-            }
-        })
+        primary_handler(
+            queue.clone(),
+            self.update_filter.clone(),
+            self.enqueue_deletes,
+        )
     }
 }

@@ -31,6 +31,9 @@ use crate::cache::{
 use crate::workqueue::LOW_PRIORITY;
 use crate::workqueue::{priority_on_add, priority_on_update};
 
+/// An update filter on the primary: `true` enqueues (controller-runtime's update predicate).
+pub type UpdateFilter<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
+
 /// The cache key (`namespace/name`) of an object, logged and `None` if it has no name.
 pub fn key_of<K: Resource>(obj: &K) -> Option<ObjectKey> {
     match ObjectKey::of(obj) {
@@ -77,23 +80,35 @@ pub(crate) fn update_priority<K: Resource>(old: &K, new: &K) -> Option<i32> {
 pub fn enqueue_handler<K: Resource + Send + Sync + 'static>(
     queue: ControllerQueue,
 ) -> ResourceEventHandlerFuncs<K> {
-    let (q_add, q_update, q_delete) = (queue.clone(), queue.clone(), queue);
-    ResourceEventHandlerFuncs::new()
+    primary_handler(queue, None, true)
+}
+
+/// [`enqueue_handler`], with updates enqueued only where `filter(old, new)` says so, and
+/// deletes only with `deletes`: the builder's primary handler.
+pub(crate) fn primary_handler<K: Resource + Send + Sync + 'static>(
+    queue: ControllerQueue,
+    filter: Option<UpdateFilter<K>>,
+    deletes: bool,
+) -> ResourceEventHandlerFuncs<K> {
+    let (q_add, q_update) = (queue.clone(), queue.clone());
+    let handler = ResourceEventHandlerFuncs::new()
         .on_add(move |obj: &Arc<K>, initial: bool| {
             enqueue(&q_add, obj.as_ref(), priority_on_add(initial))
         })
         .on_update(move |old: &Arc<K>, new: &Arc<K>| {
-            enqueue(
-                &q_update,
-                new.as_ref(),
-                update_priority(old.as_ref(), new.as_ref()),
-            )
-        })
-        .on_delete(move |deleted: &DeletedObject<K>| {
-            if let Some(key) = key_of_deleted(deleted) {
-                q_delete.add(key);
+            if filter.as_ref().is_none_or(|f| f(old, new)) {
+                let priority = update_priority(old.as_ref(), new.as_ref());
+                enqueue(&q_update, new.as_ref(), priority);
             }
-        })
+        });
+    if !deletes {
+        return handler;
+    }
+    handler.on_delete(move |deleted: &DeletedObject<K>| {
+        if let Some(key) = key_of_deleted(deleted) {
+            queue.add(key);
+        }
+    })
 }
 
 pub(crate) fn add_all(queue: &ControllerQueue, keys: Vec<ObjectKey>, priority: Option<i32>) {

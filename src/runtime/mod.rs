@@ -113,10 +113,12 @@ mod terms;
 mod worker;
 
 pub use action::{Action, ErrorAction, default_error_policy};
-pub use builder::{Controller, ControllerOptions, UpdateFilter};
+pub use builder::{Controller, ControllerOptions};
 pub use context::{NotEntitled, ReconcileContext};
 pub use freshness::DEFAULT_FRESHNESS_WAIT;
-pub use handlers::{controller_of, enqueue, enqueue_handler, key_of, key_of_deleted, refers_to};
+pub use handlers::{
+    UpdateFilter, controller_of, enqueue, enqueue_handler, key_of, key_of_deleted, refers_to,
+};
 pub use key::{ObjectKey, shard_of};
 pub use leadership::Term;
 pub use queue::ControllerQueue;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::key::ObjectKey;
-use crate::workqueue::{AddOpts, PriorityQueue, RateLimitingQueue};
+use crate::workqueue::{AddOpts, PriorityQueue, QueueConfig, RateLimiter, RateLimitingQueue};
 
 /// A controller's queue of keys. Cloning gives another handle to the same queue.
 #[derive(Clone, Debug)]
@@ -32,6 +32,19 @@ impl From<RateLimitingQueue<ObjectKey>> for ControllerQueue {
 }
 
 impl ControllerQueue {
+    /// client-go's queue with `plain`, else the priority queue, with `limiter` and `config`.
+    pub fn new(
+        plain: bool,
+        limiter: impl RateLimiter<ObjectKey> + 'static,
+        config: QueueConfig,
+    ) -> Self {
+        if plain {
+            RateLimitingQueue::with_config(limiter, config).into()
+        } else {
+            PriorityQueue::with_config(limiter, config).into()
+        }
+    }
+
     /// Adds `key` now at the default priority.
     pub fn add(&self, key: ObjectKey) {
         self.add_with_priority(key, None);
