@@ -208,6 +208,10 @@ impl Freshness {
     /// Before `key`'s reconcile: waits, at most the bound, until every cache holds the key's
     /// last writes, then forgets them. Returns early if `ctx` is cancelled.
     pub(crate) async fn hold(&self, key: &ObjectKey, ctx: &ReconcileContext) {
+        // Most reconciles have no write on record: one lookup, no clock, no waiter.
+        if !self.writes.lock().contains_key(key) {
+            return;
+        }
         let started = Instant::now();
         let deadline = started + self.wait.unwrap_or_default();
         let mut held = false;
