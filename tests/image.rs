@@ -18,6 +18,9 @@ use std::time::Duration;
 
 use kubeloop::testenv::{self, Cluster};
 
+mod pod_common;
+use pod_common::scrape;
+
 /// The namespace of each controller's ServiceAccount (deploy/00-namespace.yaml).
 fn namespace_of(sa: &str) -> &'static str {
     if sa == "vm-controller" {
@@ -272,29 +275,6 @@ fn assert_runs_as_a_restricted_pod(pod: &Pod) {
     assert_eq!(pod.inspect("{{.Config.User}}"), "65532:65532");
     assert_eq!(pod.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
     assert_eq!(pod.inspect("{{.EffectiveCaps}}"), "[]", "no capabilities");
-}
-
-/// `curl` of `https://<addr>/metrics` (the self-signed certificate made at start, so `-k`),
-/// with `token` as a Bearer token if given: the HTTP status.
-fn scrape(addr: &str, token: Option<&str>) -> u16 {
-    let mut curl = Command::new("curl");
-    curl.args([
-        "-sk",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "10",
-    ]);
-    if let Some(token) = token {
-        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
-    }
-    let out = curl
-        .arg(format!("https://{addr}/metrics"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
 }
 
 /// The metrics endpoint of `pod` refuses an anonymous scrape (401) and answers one with the

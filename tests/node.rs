@@ -21,6 +21,9 @@ use std::time::Duration;
 
 use kubeloop::testenv::{self, Cluster, ClusterOptions, NODE_NAME};
 
+mod pod_common;
+use pod_common::scrape;
+
 const SAMPLE_NS: &str = "kubeloop-system";
 const VM_NS: &str = "kubeloop-vm-system";
 /// hack/setup-podman's socket, which deploy/vm-controller.yaml mounts.
@@ -77,28 +80,6 @@ async fn running_on_the_node(
         },
     )
     .await
-}
-
-/// `curl -k https://<ip>:8443/metrics` from the node, with `token` if given: the HTTP status.
-fn scrape(ip: &str, token: Option<&str>) -> u16 {
-    let mut curl = Command::new("curl");
-    curl.args([
-        "-sk",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "10",
-    ]);
-    if let Some(token) = token {
-        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
-    }
-    let out = curl
-        .arg(format!("https://{ip}:8443/metrics"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -222,7 +203,8 @@ async fn deploy_runs_on_a_real_kubelet_node() {
         .kubectl(&["create", "token", "scraper", "-n", &ns])
         .ok();
     for ip in sample_ips.iter().chain(&vm_ips) {
-        let statuses = || (scrape(ip, None), scrape(ip, Some(token.trim())));
+        let addr = format!("{ip}:8443");
+        let statuses = || (scrape(&addr, None), scrape(&addr, Some(token.trim())));
         testenv::eventually(
             &format!("{ip}:8443 to answer an anonymous scrape 401 and a reader's 200"),
             Duration::from_secs(30),
