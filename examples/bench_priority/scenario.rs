@@ -106,8 +106,7 @@ pub async fn round(
             ..Default::default()
         },
     );
-    // Every reconcile's key and start, in order.
-    let log: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let log: Arc<Mutex<Log>> = Arc::default();
     let mut controller = Controller::new("bench-priority", factory.informer::<ConfigMap>())
         .workers(2)
         .queue_name("");
@@ -119,9 +118,7 @@ pub async fn round(
     let reconciles = log.clone();
     let task = tokio::spawn(controller.run(
         move |key: ObjectKey, _ctx: ReconcileContext| {
-            reconciles
-                .lock()
-                .push((key.name().to_string(), Instant::now()));
+            reconciles.lock().push(key.name());
             async move {
                 tokio::time::sleep(COST).await;
                 Ok::<_, std::convert::Infallible>(Action::Done)
@@ -139,18 +136,18 @@ pub async fn round(
             1
         }
         Backlog::Resync => {
-            until(|| reconciled_in(&log.lock(), 1) >= n).await;
-            until(|| reconciled_in(&log.lock(), 2) >= 200).await;
+            until(|| log.lock().reached(1) >= n).await;
+            until(|| log.lock().reached(2) >= 200).await;
             2
         }
     };
     // Edit the ConfigMap listed last that this wave has not reached yet.
     let edited = {
-        let counts = counts(&log.lock());
+        let log = log.lock();
         (0..n)
             .rev()
             .map(name)
-            .find(|cm| counts.get(cm).copied().unwrap_or(0) < wave)
+            .find(|cm| log.count(cm) < wave)
             .expect("the wave has not drained yet")
     };
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
@@ -162,19 +159,16 @@ pub async fn round(
         },
         ..Default::default()
     };
-    let new_sent = Instant::now();
+    let new_sent = log.lock().watch(&new);
     api.create(&PostParams::default(), &cm).await.unwrap();
-    let edit_sent = Instant::now();
+    let edit_sent = log.lock().watch(&edited);
     let patch = serde_json::json!({"data": {"v": format!("edited-{round}")}});
     api.patch(&edited, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let started = |log: &[(String, Instant)], key: &str, after: Instant| {
-        log.iter().position(|(k, at)| k == key && *at >= after)
-    };
     until(|| {
         let log = log.lock();
-        started(&log, &new, new_sent).is_some() && started(&log, &edited, edit_sent).is_some()
+        log.seen(&new).is_some() && log.seen(&edited).is_some()
     })
     .await;
     shutdown.cancel();
@@ -183,33 +177,78 @@ pub async fn round(
     let _ = api.delete(&new, &Default::default()).await;
 
     let log = log.lock();
-    let new_at = started(&log, &new, new_sent).unwrap();
-    let edit_at = started(&log, &edited, edit_sent).unwrap();
+    let (new_at, edit_at) = (log.seen(&new).unwrap(), log.seen(&edited).unwrap());
     // The edited ConfigMap's own reconcile is not backlog left.
-    let left = |at: usize| n - 1 - reconciled_in(&log[..at], wave).min(n - 1);
+    let left = |at: usize| n - 1 - log.reached_before(at, wave).min(n - 1);
     Figures {
-        new_latency: log[new_at].1 - new_sent,
-        edit_latency: log[edit_at].1 - edit_sent,
+        new_latency: log.steps[new_at].1 - new_sent,
+        edit_latency: log.steps[edit_at].1 - edit_sent,
         backlog_left_at_new: left(new_at),
         backlog_left_at_edit: left(edit_at),
     }
 }
 
-/// Reconciles per key.
-fn counts(log: &[(String, Instant)]) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for (key, _) in log {
-        *counts.entry(key.clone()).or_default() += 1;
-    }
-    counts
+/// Every reconcile in order, with what the round polls for kept up to date as it grows, so
+/// that a poll is a lookup, not a pass over thousands of steps under the lock the reconciles
+/// take.
+#[derive(Default)]
+struct Log {
+    /// Each reconcile: the ConfigMap, when it started, and the how-manieth of its reconciles.
+    steps: Vec<(String, Instant, usize)>,
+    counts: HashMap<String, usize>,
+    /// `reached[w]`: backlog ConfigMaps (`cm-*`) whose `w`th reconcile has started.
+    reached: Vec<usize>,
+    /// ConfigMaps watched from an instant on, and where their first reconcile since stands.
+    watches: Vec<(String, Instant, Option<usize>)>,
 }
 
-/// How many ConfigMaps of the backlog (`cm-*`) have had their `wave`th reconcile.
-fn reconciled_in(log: &[(String, Instant)], wave: usize) -> usize {
-    counts(log)
-        .iter()
-        .filter(|(k, c)| k.starts_with("cm-") && **c >= wave)
-        .count()
+impl Log {
+    fn push(&mut self, key: &str) {
+        let now = Instant::now();
+        let count = self.counts.entry(key.to_string()).or_default();
+        *count += 1;
+        let nth = *count;
+        if key.starts_with("cm-") {
+            if self.reached.len() <= nth {
+                self.reached.resize(nth + 1, 0);
+            }
+            self.reached[nth] += 1;
+        }
+        for (watched, since, at) in &mut self.watches {
+            if at.is_none() && watched == key && now >= *since {
+                *at = Some(self.steps.len());
+            }
+        }
+        self.steps.push((key.to_string(), now, nth));
+    }
+
+    fn count(&self, key: &str) -> usize {
+        self.counts.get(key).copied().unwrap_or(0)
+    }
+
+    fn reached(&self, wave: usize) -> usize {
+        self.reached.get(wave).copied().unwrap_or(0)
+    }
+
+    /// How many backlog ConfigMaps had their `wave`th reconcile before step `at`.
+    fn reached_before(&self, at: usize, wave: usize) -> usize {
+        self.steps[..at]
+            .iter()
+            .filter(|(key, _, nth)| key.starts_with("cm-") && *nth == wave)
+            .count()
+    }
+
+    /// Watches `key` from now on; returns now.
+    fn watch(&mut self, key: &str) -> Instant {
+        let now = Instant::now();
+        self.watches.push((key.to_string(), now, None));
+        now
+    }
+
+    /// Where the first reconcile of `key` since it was watched stands.
+    fn seen(&self, key: &str) -> Option<usize> {
+        self.watches.iter().find(|(k, _, _)| k == key)?.2
+    }
 }
 
 async fn until(mut done: impl FnMut() -> bool) {
