@@ -26,6 +26,18 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// When to look at the key again and at what priority (`None`: the one it had), or
+    /// `None` for [`Action::Done`].
+    pub fn requeue(&self) -> Option<(Duration, Option<i32>)> {
+        match *self {
+            Action::Done => None,
+            Action::RequeueAfter(after) => Some((after, None)),
+            Action::RequeueWithPriority { after, priority } => Some((after, Some(priority))),
+        }
+    }
+}
+
 /// What a failed reconcile asks of the queue; returned by the error policy. A retried key
 /// keeps the priority it was queued with (controller-runtime's `reconcileHandler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,8 @@
 //! on `Ok(Action::RequeueAfter(d))` `forget` it and `add_after(key, d)` (to the requeue lane
 //! if there is one), on `Err` do what the error policy says ([`ErrorAction`]) -> always `done`
 //! it. Every key put back keeps the priority it was taken with, unless the reconcile asked for
-//! another ([`Action::RequeueWithPriority`]), as controller-runtime's `reconcileHandler` does. A worker stops when `get` returns `None`, i.e. once the queue is shut down and drained,
+//! another ([`Action::RequeueWithPriority`]), as controller-runtime's `reconcileHandler` does.
+//! A worker stops when `get` returns `None`, i.e. once the queue is shut down and drained,
 //! or when the gate closes. [`run_workers`] is the same loop without informers or leadership.
 //!
 //! Invariants:
@@ -214,10 +215,8 @@ where
     }
     let outcome = outcome.expect("not cut short");
     let result = match &outcome {
-        Ok(Ok(Action::Done)) => ReconcileResult::success,
-        Ok(Ok(Action::RequeueAfter(_) | Action::RequeueWithPriority { .. })) => {
-            ReconcileResult::requeue_after
-        }
+        Ok(Ok(action)) if action.requeue().is_some() => ReconcileResult::requeue_after,
+        Ok(Ok(_)) => ReconcileResult::success,
         Ok(Err(_)) => ReconcileResult::error,
         Err(_) => ReconcileResult::panic,
     };
@@ -227,34 +226,31 @@ where
         Stage::ReconcileFinished,
         "",
         || match &outcome {
-            Ok(Ok(Action::RequeueAfter(after))) => {
-                format!("requeue after {after:?}, took {:.1?}", started.elapsed())
+            Ok(Ok(action)) if let Some((after, asked)) = action.requeue() => {
+                let at = asked
+                    .map(|p| format!(" at priority {p}"))
+                    .unwrap_or_default();
+                format!(
+                    "requeue after {after:?}{at}, took {:.1?}",
+                    started.elapsed()
+                )
             }
-            Ok(Ok(Action::RequeueWithPriority { after, priority })) => format!(
-                "requeue after {after:?} at priority {priority}, took {:.1?}",
-                started.elapsed()
-            ),
             Ok(Err(e)) => format!("error after {:.1?}: {e}", started.elapsed()),
             _ => format!("{result:?} in {:.1?}", started.elapsed()),
         },
     );
     match outcome {
-        Ok(Ok(Action::Done)) => {
+        Ok(Ok(action)) => {
             queue.forget(&key);
-            debug!(controller = name, key = %key, "successfully synced");
-        }
-        Ok(Ok(Action::RequeueAfter(after))) => {
-            queue.forget(&key);
-            shared.later.add_after(key.clone(), after, priority);
-            debug!(controller = name, key = %key, ?after, "synced, requeued");
-        }
-        Ok(Ok(Action::RequeueWithPriority {
-            after,
-            priority: asked,
-        })) => {
-            queue.forget(&key);
-            shared.later.add_after(key.clone(), after, Some(asked));
-            debug!(controller = name, key = %key, ?after, priority = asked, "synced, requeued");
+            match action.requeue() {
+                None => debug!(controller = name, key = %key, "successfully synced"),
+                Some((after, asked)) => {
+                    shared
+                        .later
+                        .add_after(key.clone(), after, asked.or(priority));
+                    debug!(controller = name, key = %key, ?after, ?asked, "synced, requeued");
+                }
+            }
         }
         Ok(Err(e)) => match (shared.error_policy)(&e, &key, queue.num_requeues(&key)) {
             ErrorAction::RateLimited => {
