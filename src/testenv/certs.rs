@@ -13,7 +13,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
-use super::TestEnvError;
+use super::{TestEnvError, write_file as write};
 
 /// The certificate authority every component trusts, kept so that more client certificates
 /// can be issued after start (for RBAC tests that need a non-admin user).
@@ -33,13 +33,6 @@ pub struct CertFiles {
 
 fn cert_error(what: &str, e: rcgen::Error) -> TestEnvError {
     TestEnvError::Certificates(format!("{what}: {e}"))
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, contents).map_err(|source| TestEnvError::Io {
-        path: path.to_owned(),
-        source,
-    })
 }
 
 impl Authority {

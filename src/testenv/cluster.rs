@@ -168,10 +168,7 @@ impl Cluster {
         };
         let root = dir.path().to_owned();
         for sub in ["pki", "logs", "etcd", "kcm", "scheduler"] {
-            std::fs::create_dir_all(root.join(sub)).map_err(|source| TestEnvError::Io {
-                path: root.join(sub),
-                source,
-            })?;
+            super::create_dir(&root.join(sub))?;
         }
         // The node's bridge exists before the apiserver, which listens on its address.
         let network = if options.node {
@@ -871,10 +868,7 @@ current-context: kubeloop-testenv
         cert = user.cert.display(),
         key = user.key.display(),
     );
-    std::fs::write(path, text).map_err(|source| TestEnvError::Io {
-        path: path.to_owned(),
-        source,
-    })
+    super::write_file(path, &text)
 }
 
 /// A one-shot HTTP/1.1 request to etcd's client port (plain http on loopback). Small enough

@@ -110,3 +110,19 @@ pub enum TestEnvError {
     #[error("etcd request failed: {0}")]
     Etcd(String),
 }
+
+/// Writes `contents` to `path`; an error names the file.
+pub(crate) fn write_file(path: &std::path::Path, contents: &str) -> Result<(), TestEnvError> {
+    std::fs::write(path, contents).map_err(|source| TestEnvError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Creates `path` and its parents; an error names the directory.
+pub(crate) fn create_dir(path: &std::path::Path) -> Result<(), TestEnvError> {
+    std::fs::create_dir_all(path).map_err(|source| TestEnvError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}

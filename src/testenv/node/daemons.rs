@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::addresses::{ENGINE_LABEL, NODE_IP, NODE_NAME};
 use super::configs::{cni_config, containerd_config, kube_proxy_config, kubelet_config};
 use super::host::{self, KernelTunables, NodeNetwork};
-use crate::testenv::TestEnvError;
 use crate::testenv::process::ManagedProcess;
+use crate::testenv::{TestEnvError, create_dir, write_file as write};
 
 /// How long containerd may take to answer.
 const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -339,18 +339,4 @@ fn in_dir(dir: &Path, name: &str) -> Result<PathBuf, TestEnvError> {
     } else {
         Err(TestEnvError::NodeSetup(format!("no {}", path.display())))
     }
-}
-
-fn create_dir(path: &Path) -> Result<(), TestEnvError> {
-    std::fs::create_dir_all(path).map_err(|source| TestEnvError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, contents).map_err(|source| TestEnvError::Io {
-        path: path.to_owned(),
-        source,
-    })
 }

@@ -42,10 +42,7 @@ impl NodeNetwork {
     pub(in crate::testenv) fn create() -> Result<Self, TestEnvError> {
         let lock_path = Path::new(LOCK_FILE);
         if let Some(parent) = lock_path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| TestEnvError::Io {
-                path: parent.to_owned(),
-                source,
-            })?;
+            crate::testenv::create_dir(parent)?;
         }
         let lock = File::options()
             .create(true)
