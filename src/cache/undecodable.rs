@@ -219,8 +219,10 @@ pub(crate) fn oversized_event(prefix: &[u8], size: usize, limit: usize) -> Undec
 fn meta_in_prefix(prefix: &[u8]) -> LooseMeta {
     match field_in_prefix(prefix, b"metadata") {
         Some(Field::Complete(m)) => serde_json::from_slice(m).unwrap_or_default(),
-        // The metadata itself runs past the prefix (a large annotation, say): the apiserver
-        // writes the name, namespace and resourceVersion first, so they are within it.
+        // The metadata itself runs past the prefix (a large annotation, say). A built-in
+        // type's name, namespace and resourceVersion come first, so they are within it; a
+        // custom object's metadata keys come sorted, after annotations and managedFields,
+        // which the real bound (16 MiB, annotations capped at 256 KiB) still leaves in reach.
         Some(Field::Partial(m)) => {
             let string = |name: &[u8]| match field_in_prefix(m, name) {
                 Some(Field::Complete(v)) => serde_json::from_slice(v).ok(),
