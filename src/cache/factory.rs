@@ -17,6 +17,7 @@ use kube_client::core::{ApiResource, DynamicObject};
 use kube_client::{Client, Resource};
 use parking_lot::Mutex;
 
+use super::compact::StoreKind;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
@@ -40,6 +41,9 @@ pub struct FactoryOptions {
     pub reflector: ReflectorConfig,
     /// Where every informer reports.
     pub metrics: CacheMetrics,
+    /// How every informer's cache holds its objects (typed, client-go's; or compact). An
+    /// informer built directly takes it in [`InformerConfig::store`].
+    pub store: StoreKind,
 }
 
 /// A factory of shared informers.
@@ -161,6 +165,7 @@ impl SharedInformerFactory {
                 resync_period: self.options.resync_period,
                 reflector: self.options.reflector.clone(),
                 metrics: self.options.metrics.clone(),
+                store: self.options.store,
                 ..Default::default()
             },
         );

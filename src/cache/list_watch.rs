@@ -34,6 +34,7 @@ use http_body_util::BodyExt;
 use kube_client::client::Body;
 use kube_client::core::{Status, WatchEvent};
 use kube_client::{Client, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::list_decoder::{ListDecodeError, ListDecoder};
@@ -44,6 +45,7 @@ use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject, oversized_event, u
 pub trait CacheObject:
     Resource<DynamicType: Clone + Send + Sync + 'static>
     + Clone
+    + Serialize
     + DeserializeOwned
     + std::fmt::Debug
     + Send
@@ -55,6 +57,7 @@ pub trait CacheObject:
 impl<K> CacheObject for K where
     K: Resource<DynamicType: Clone + Send + Sync + 'static>
         + Clone
+        + Serialize
         + DeserializeOwned
         + std::fmt::Debug
         + Send

@@ -24,7 +24,8 @@
 //! | `queue.rs`             | [`InformerQueue`], [`Popped`], [`KnownObjects`], [`FifoClosed`] | `fifo.go` (`Queue`, `ErrFIFOClosed`), `KeyListerGetter` |
 //! | `delta.rs`             | [`Delta`], [`Deltas`], [`DeletedObject`], [`DeletedFinalStateUnknown`] | the types of `delta_fifo.go`          |
 //! | `lister.rs`            | [`Lister`], [`NamespaceLister`]                           | `listers.go`                                       |
-//! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]                          | `thread_safe_store.go`                             |
+//! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]: typed or compact        | `thread_safe_store.go`                             |
+//! | `compact.rs`           | [`StoreKind`]; the compact store's encoding (zstd frames of JSON, a trained dictionary) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
 //! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | `store.go` (keys) and the reflector's `Store`; controller-runtime's `TransformStripManagedFields` |
@@ -69,6 +70,7 @@
 //! dropping the handles does not stop its tasks, as in client-go without a stop channel.
 
 mod backoff;
+mod compact;
 mod delta;
 mod delta_fifo;
 mod factory;
@@ -92,6 +94,7 @@ mod thread_safe_store;
 mod undecodable;
 
 pub use backoff::BackoffConfig;
+pub use compact::StoreKind;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
 #[cfg(feature = "runtime")]
@@ -126,5 +129,5 @@ pub use store::{
     meta_namespace_key, object_key, resource_version, split_meta_namespace_key,
     strip_managed_fields,
 };
-pub use thread_safe_store::{Indexer, StoreTransaction, ThreadSafeStore};
+pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};

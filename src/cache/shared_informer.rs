@@ -40,6 +40,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::compact::StoreKind;
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 use super::delta_fifo::DeltaFIFO;
 use super::index::{IndexError, Indexers, namespace_indexers};
@@ -72,6 +73,9 @@ pub struct InformerConfig {
     /// (atomic lists and resyncs, bookmarks, unlocked while processing, batches of 1000).
     /// Ignored with [`QueueKind::DeltaFifo`].
     pub real_fifo: RealFifoOptions,
+    /// How the cache holds its objects: typed (client-go's) or compact (encoded, decoded on
+    /// every read; see [`StoreKind`]).
+    pub store: StoreKind,
 }
 
 /// Per-handler options.
@@ -199,7 +203,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         config: InformerConfig,
     ) -> Self {
         let type_name = lw.type_description();
-        let store = ThreadSafeStore::new(indexers);
+        let store = ThreadSafeStore::of_kind(config.store, indexers);
         let key_func = default_key_func::<K>();
         let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
         let mut options = config.real_fifo;
@@ -790,7 +794,7 @@ impl<K: CacheObject> Shared<K> {
         }
         let mut old = self.store.replace(items, &rv);
         for key in kept {
-            old.remove(&key);
+            old.forget(&key);
         }
         // Keys are computed again rather than kept: a 100k-object list would otherwise hold
         // a second copy of every key until the handlers are notified.
@@ -805,7 +809,7 @@ impl<K: CacheObject> Shared<K> {
                 puts.push((prev, obj));
             }
         }
-        for (key, obj) in old {
+        for (key, obj) in old.into_objects() {
             if crate::trace::on() {
                 trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
             }

@@ -122,6 +122,7 @@ fn informer_with(
     source: &FakeControllerSource,
     queue: QueueKind,
     real_fifo: RealFifoOptions,
+    store: StoreKind,
 ) -> SharedIndexInformer<ConfigMap> {
     let mut config = informer(source, Duration::ZERO)
         .shared
@@ -136,16 +137,18 @@ fn informer_with(
             reflector: config,
             queue,
             real_fifo,
+            store,
             ..Default::default()
         },
     )
 }
 
 // kubeloop's own: the three queue settings (client-go 1.36's atomic RealFIFO, the
-// per-object RealFIFO of 1.33-1.35, the DeltaFIFO) give a handler the same events through
-// a list, watch events, and a relist that finds a deletion, a change and an addition it
-// never saw; the atomic queue tells the deletion first, as client-go's
-// `processReplacedAllInfo` does.
+// per-object RealFIFO of 1.33-1.35, the DeltaFIFO), each with a typed and a compact store,
+// give a handler the same events and a lister the same objects through a list, watch
+// events, and a relist after a 410 that finds a deletion, a change and an addition it never
+// saw; the atomic queue tells the deletion first, as client-go's `processReplacedAllInfo`
+// does.
 #[tokio::test(start_paused = true)]
 async fn every_queue_setting_gives_handlers_the_same_events() {
     let settings = [
@@ -165,11 +168,15 @@ async fn every_queue_setting_gives_handlers_the_same_events() {
             RealFifoOptions::default(),
         ),
     ];
-    for (name, queue, real_fifo) in settings {
+    let settings = settings
+        .into_iter()
+        .flat_map(|s| [(s, StoreKind::Typed), (s, StoreKind::Compact)]);
+    for ((setting, queue, real_fifo), store) in settings {
+        let name = format!("{setting}, {store:?} store");
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         source.add(cm("b"));
-        let inf = informer_with(&source, queue, real_fifo);
+        let inf = informer_with(&source, queue, real_fifo, store);
         let rec = Recorder::default();
         let reg = inf.add_event_handler(rec.clone()).unwrap();
         inf.start();
@@ -221,7 +228,7 @@ async fn the_store_knows_its_resource_version_with_an_atomic_queue() {
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         source.add(cm("b"));
-        let inf = informer_with(&source, QueueKind::RealFifo, real_fifo);
+        let inf = informer_with(&source, QueueKind::RealFifo, real_fifo, StoreKind::Typed);
         let indexer = inf.indexer();
         assert_eq!(indexer.last_store_sync_resource_version(), "");
         inf.start();
@@ -853,12 +860,16 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
             RealFifoOptions::default(),
         ),
     ];
-    for (setting, queue, real_fifo) in settings {
+    let settings = settings
+        .into_iter()
+        .flat_map(|s| [(s, StoreKind::Typed), (s, StoreKind::Compact)]);
+    for ((queue_name, queue, real_fifo), store) in settings {
+        let setting = format!("{queue_name}, {store:?} store");
         let source = FakeControllerSource::new();
         source.add(cm("a"));
         source.add_undecodable(cm("x"));
         let metrics = CacheMetrics::new();
-        let reflector = informer_with(&source, queue, real_fifo)
+        let reflector = informer_with(&source, queue, real_fifo, store)
             .shared
             .inner
             .lock()
@@ -870,6 +881,7 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
                 reflector,
                 queue,
                 real_fifo,
+                store,
                 metrics: metrics.clone(),
                 ..Default::default()
             },
@@ -925,7 +937,7 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
 
         // A fresh informer (a restart) has no good version of an undecodable object to keep.
         source.modify_undecodable(cm_data("x", "bad"));
-        let inf = informer_with(&source, queue, real_fifo);
+        let inf = informer_with(&source, queue, real_fifo, store);
         inf.start();
         assert!(inf.wait_for_cache_sync().await, "{setting}");
         assert_eq!(inf.indexer().list_keys(), ["ns/a"], "{setting}");
