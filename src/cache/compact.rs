@@ -31,9 +31,12 @@
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
+use kube_client::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
+
+use super::store::meta_namespace_key;
 
 /// How an informer's store holds its objects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +61,40 @@ const LEVEL: i32 = 1;
 /// An encoded object.
 pub(crate) type Encoded = Arc<[u8]>;
 
+/// A completed list on its way from the reflector to the cache, in list order: decoded
+/// objects, or, for a compact store, each object's key and frame, encoded as the list
+/// arrived so that a 100,000-object list is never held decoded all at once.
+pub struct ListedObjects<K> {
+    repr: Listed<K>,
+}
+
+pub(crate) enum Listed<K> {
+    Decoded(Vec<Arc<K>>),
+    Keyed(Vec<(String, Stored<K>)>, Arc<Codec<K>>),
+}
+
+/// What a compact store hands the queue in front of it, so the reflector can encode a list
+/// as it arrives ([`ReflectorStore::list_codec`](super::ReflectorStore::list_codec)).
+pub struct ListCodec<K>(pub(crate) Arc<Codec<K>>);
+
+/// One object as a cache holds it.
+pub(crate) enum Stored<K> {
+    /// The decoded object (a typed store's; or one a compact store could not encode).
+    Object(Arc<K>),
+    /// Its frame (a compact store).
+    Encoded(Encoded),
+}
+
+/// Builds a [`ListedObjects`] one object at a time: decoded without a codec; with one, the
+/// first [`TRAIN_SAMPLES`] objects wait decoded until the dictionary is trained on them (if
+/// it was not already), and every object after them is encoded as it comes.
+pub(crate) struct ListBuilder<K> {
+    codec: Option<Arc<Codec<K>>>,
+    type_name: String,
+    decoded: Vec<Arc<K>>,
+    keyed: Vec<(String, Stored<K>)>,
+}
+
 /// What an encoding or decoding failed on.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CodecError {
@@ -76,7 +113,8 @@ pub(crate) enum CodecError {
 pub(crate) struct Codec<K> {
     to_json: fn(&K) -> serde_json::Result<Vec<u8>>,
     from_json: fn(&[u8]) -> serde_json::Result<K>,
-    dictionary: OnceLock<Dictionary>,
+    /// Set once: `Some` when trained, `None` when training failed (never tried again).
+    dictionary: OnceLock<Option<Dictionary>>,
 }
 
 struct Dictionary {
@@ -117,14 +155,15 @@ impl<K> Codec<K> {
         match zstd::dict::from_samples(&samples, DICT_BYTES) {
             Ok(bytes) => {
                 let id = zstd_safe::get_dict_id(&bytes).map_or(0, |id| id.get());
-                let _ = self.dictionary.set(Dictionary {
+                let _ = self.dictionary.set(Some(Dictionary {
                     id,
                     compress: CDict::create(&bytes, LEVEL),
                     decompress: DDict::create(&bytes),
-                });
+                }));
             }
             Err(e) => {
-                tracing::warn!("compact store: no dictionary trained ({e}); frames go without one")
+                tracing::warn!("compact store: no dictionary trained ({e}); frames go without one");
+                let _ = self.dictionary.set(None);
             }
         }
     }
@@ -134,7 +173,7 @@ impl<K> Codec<K> {
         let json = (self.to_json)(obj)?;
         let mut out = Vec::with_capacity(zstd_safe::compress_bound(json.len()));
         CONTEXTS
-            .with_borrow_mut(|(cctx, _)| match self.dictionary.get() {
+            .with_borrow_mut(|(cctx, _)| match self.trained() {
                 Some(d) => cctx.compress_using_cdict(&mut out, &json, &d.compress),
                 None => cctx.compress(&mut out, &json, LEVEL),
             })
@@ -151,7 +190,7 @@ impl<K> Codec<K> {
         let mut json = Vec::with_capacity(size);
         CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
             None => dctx.decompress(&mut json, frame).map_err(CodecError::Zstd),
-            Some(id) => match self.dictionary.get() {
+            Some(id) => match self.trained() {
                 Some(d) if d.id == id.get() => dctx
                     .decompress_using_ddict(&mut json, frame, &d.decompress)
                     .map_err(CodecError::Zstd),
@@ -161,10 +200,195 @@ impl<K> Codec<K> {
         Ok((self.from_json)(&json)?)
     }
 
-    /// Whether the dictionary has been trained.
-    #[cfg(test)]
-    pub(crate) fn has_dictionary(&self) -> bool {
+    /// Whether training is over (trained, or failed for good): objects no longer wait for it.
+    pub(crate) fn settled(&self) -> bool {
         self.dictionary.get().is_some()
+    }
+
+    fn trained(&self) -> Option<&Dictionary> {
+        self.dictionary.get().and_then(Option::as_ref)
+    }
+}
+
+impl<K> ListedObjects<K> {
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Listed::Decoded(objects) => objects.len(),
+            Listed::Keyed(items, _) => items.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects, decoded, in list order.
+    pub fn into_decoded(self) -> Vec<Arc<K>> {
+        match self.repr {
+            Listed::Decoded(objects) => objects,
+            Listed::Keyed(items, codec) => items
+                .iter()
+                .filter_map(|(key, stored)| stored.load(Some(&codec), key))
+                .collect(),
+        }
+    }
+
+    /// Each object's key, in list order (objects without one left out).
+    pub(crate) fn keys(&self, key_func: &super::store::KeyFunc<K>) -> Vec<String> {
+        match &self.repr {
+            Listed::Decoded(objects) => objects.iter().filter_map(|o| key_func(o).ok()).collect(),
+            Listed::Keyed(items, _) => items.iter().map(|(k, _)| k.clone()).collect(),
+        }
+    }
+
+    pub(crate) fn into_repr(self) -> Listed<K> {
+        self.repr
+    }
+}
+
+impl<K> From<Vec<Arc<K>>> for ListedObjects<K> {
+    fn from(objects: Vec<Arc<K>>) -> Self {
+        Self {
+            repr: Listed::Decoded(objects),
+        }
+    }
+}
+
+impl<K> Clone for ListedObjects<K> {
+    fn clone(&self) -> Self {
+        let repr = match &self.repr {
+            Listed::Decoded(objects) => Listed::Decoded(objects.clone()),
+            Listed::Keyed(items, codec) => Listed::Keyed(items.clone(), codec.clone()),
+        };
+        Self { repr }
+    }
+}
+
+impl<K> std::fmt::Debug for ListedObjects<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.repr {
+            Listed::Decoded(_) => "decoded",
+            Listed::Keyed(..) => "encoded",
+        };
+        write!(f, "ListedObjects({} {kind})", self.len())
+    }
+}
+
+impl<K> Clone for ListCodec<K> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K> Clone for Stored<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Object(o) => Self::Object(o.clone()),
+            Self::Encoded(e) => Self::Encoded(e.clone()),
+        }
+    }
+}
+
+impl<K> Stored<K> {
+    /// How `obj` is stored: with a codec its frame, else the object itself. An object that
+    /// will not encode is logged with its key and kept decoded, so nothing is lost.
+    pub(crate) fn new(codec: Option<&Codec<K>>, key: &str, obj: Arc<K>) -> Self {
+        let Some(codec) = codec else {
+            return Self::Object(obj);
+        };
+        match codec.encode(&obj) {
+            Ok(frame) => Self::Encoded(frame),
+            Err(e) => {
+                tracing::warn!(%key, "compact store: cannot encode the object, keeping it decoded: {e}");
+                Self::Object(obj)
+            }
+        }
+    }
+
+    /// The object. A frame that does not decode (a bug: the store wrote it) is logged with
+    /// its key and gives `None`.
+    pub(crate) fn load(&self, codec: Option<&Codec<K>>, key: &str) -> Option<Arc<K>> {
+        match (self, codec) {
+            (Self::Object(obj), _) => Some(obj.clone()),
+            (Self::Encoded(frame), Some(codec)) => match codec.decode(frame) {
+                Ok(obj) => Some(Arc::new(obj)),
+                Err(e) => {
+                    tracing::error!(%key, "compact store: cannot decode the cached object: {e}");
+                    None
+                }
+            },
+            (Self::Encoded(_), None) => unreachable!("only a compact store holds frames"),
+        }
+    }
+}
+
+impl<K: Resource> ListBuilder<K> {
+    pub(crate) fn new(codec: Option<ListCodec<K>>, type_name: &str) -> Self {
+        Self {
+            codec: codec.map(|c| c.0),
+            type_name: type_name.to_string(),
+            decoded: Vec::new(),
+            keyed: Vec::new(),
+        }
+    }
+
+    /// Adds the next listed object (already transformed).
+    pub(crate) fn push(&mut self, obj: K) {
+        self.decoded.push(Arc::new(obj));
+        if let Some(codec) = &self.codec
+            && (codec.settled() || self.decoded.len() >= TRAIN_SAMPLES)
+        {
+            self.encode_decoded();
+        }
+    }
+
+    /// Adds a page of listed objects.
+    pub(crate) fn extend(&mut self, objects: Vec<K>) {
+        for obj in objects {
+            self.push(obj);
+        }
+    }
+
+    /// Drops the object at `key` (a streaming list's deletion before its end).
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.decoded
+            .retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
+        self.keyed.retain(|(k, _)| k != key);
+    }
+
+    pub(crate) fn finish(mut self) -> ListedObjects<K> {
+        let repr = match self.codec.clone() {
+            None => {
+                self.decoded.shrink_to_fit();
+                Listed::Decoded(self.decoded)
+            }
+            Some(codec) => {
+                self.encode_decoded();
+                self.keyed.shrink_to_fit();
+                Listed::Keyed(self.keyed, codec)
+            }
+        };
+        ListedObjects { repr }
+    }
+
+    /// Trains the dictionary on the waiting objects if it has none yet, then encodes them.
+    /// An object without a key is left out, as the typed path leaves it out of the store.
+    fn encode_decoded(&mut self) {
+        let Some(codec) = &self.codec else { return };
+        codec.train(self.decoded.iter().map(|o| &**o));
+        for obj in self.decoded.drain(..) {
+            match meta_namespace_key(&*obj) {
+                Ok(key) => {
+                    let stored = Stored::new(Some(codec), &key, obj);
+                    self.keyed.push((key, stored));
+                }
+                Err(e) => {
+                    tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}")
+                }
+            }
+        }
     }
 }
 
@@ -196,9 +420,9 @@ mod tests {
         let before = codec.encode(&cm(1)).unwrap();
         let objects: Vec<ConfigMap> = (0..TRAIN_MIN_OBJECTS * 2).map(cm).collect();
         codec.train(objects.iter().take(TRAIN_MIN_OBJECTS - 1));
-        assert!(!codec.has_dictionary(), "too few objects to train on");
+        assert!(codec.trained().is_none(), "too few objects to train on");
         codec.train(objects.iter());
-        assert!(codec.has_dictionary());
+        assert!(codec.trained().is_some());
         let after = codec.encode(&cm(1)).unwrap();
         assert!(
             after.len() < before.len(),

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::compact::ListedObjects;
 use super::delta::{DeletedObject, Delta, DeltaType, Deltas};
 use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped, wait_for_item};
 use super::store::{
@@ -314,11 +315,11 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for DeltaFIFO<K> {
     }
     fn replace_listed(
         &self,
-        list: Vec<Arc<K>>,
+        list: ListedObjects<K>,
         undecodable: Vec<String>,
         resource_version: &str,
     ) -> Result<(), StoreError> {
-        self.queue_listed(list, undecodable, resource_version)
+        self.queue_listed(list.into_decoded(), undecodable, resource_version)
     }
     /// Queues a tombstone carrying the key's last queued object, else the known one
     /// (nothing if neither holds it, or the last queued delta is a deletion).

@@ -25,6 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::compact::{Codec, Stored};
 use super::delta::DeletedObject;
 use super::store::KeyFunc;
 
@@ -159,6 +160,69 @@ impl<K> Notification<K> {
     }
 }
 
+/// A notification as a handler's buffer holds it.
+pub(crate) enum Queued<K> {
+    /// Ready to hand over.
+    Ready(Notification<K>),
+    /// A compact cache's add or update, decoded only when the handler's turn comes, so a
+    /// handler that lags behind a 100,000-object list holds frames, not decoded objects.
+    /// Each handler decodes its own copy.
+    Encoded(Arc<EncodedPut<K>>),
+}
+
+/// An add (no `old`) or update as a compact cache holds its objects.
+pub(crate) struct EncodedPut<K> {
+    pub(crate) key: String,
+    pub(crate) old: Option<Stored<K>>,
+    pub(crate) new: Stored<K>,
+    pub(crate) is_in_initial_list: bool,
+    pub(crate) codec: Arc<Codec<K>>,
+}
+
+impl<K> Clone for Queued<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Queued::Ready(n) => Queued::Ready(n.clone()),
+            Queued::Encoded(p) => Queued::Encoded(p.clone()),
+        }
+    }
+}
+
+impl<K> From<Notification<K>> for Queued<K> {
+    fn from(n: Notification<K>) -> Self {
+        Queued::Ready(n)
+    }
+}
+
+impl<K> Queued<K> {
+    fn is_initial(&self) -> bool {
+        match self {
+            Queued::Ready(n) => n.is_initial(),
+            Queued::Encoded(p) => p.old.is_none() && p.is_in_initial_list,
+        }
+    }
+
+    /// The notification, decoded if need be (`None`: a frame that does not decode, logged).
+    fn into_notification(self) -> Option<Notification<K>> {
+        let p = match self {
+            Queued::Ready(n) => return Some(n),
+            Queued::Encoded(p) => p,
+        };
+        let codec = Some(&*p.codec);
+        let new = p.new.load(codec, &p.key)?;
+        Some(match &p.old {
+            None => Notification::Add {
+                obj: new,
+                is_in_initial_list: p.is_in_initial_list,
+            },
+            Some(old) => Notification::Update {
+                old: old.load(codec, &p.key)?,
+                new,
+            },
+        })
+    }
+}
+
 /// A handler's unbounded queue.
 pub(crate) struct ListenerBuffer<K> {
     inner: Mutex<BufferInner<K>>,
@@ -167,7 +231,7 @@ pub(crate) struct ListenerBuffer<K> {
 }
 
 struct BufferInner<K> {
-    queue: VecDeque<Notification<K>>,
+    queue: VecDeque<Queued<K>>,
     /// Queued plus in flight.
     pending: usize,
     /// Initial-list adds queued or in flight.
@@ -189,7 +253,8 @@ impl<K> ListenerBuffer<K> {
         }
     }
 
-    pub(crate) fn push(&self, n: Notification<K>) {
+    pub(crate) fn push(&self, n: impl Into<Queued<K>>) {
+        let n = n.into();
         let mut inner = self.inner.lock();
         if inner.closed {
             return;
@@ -205,7 +270,7 @@ impl<K> ListenerBuffer<K> {
     }
 
     /// The next notification, or `None` once closed.
-    async fn pop(&self) -> Option<Notification<K>> {
+    async fn pop(&self) -> Option<Queued<K>> {
         loop {
             {
                 let mut inner = self.inner.lock();
@@ -284,7 +349,8 @@ pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Dur
 }
 
 /// Sends `n` to every listener, or only to those due for a resync when `sync` is set.
-pub(crate) fn distribute<K>(listeners: &[Listener<K>], n: &Notification<K>, sync: bool) {
+pub(crate) fn distribute<K>(listeners: &[Listener<K>], n: impl Into<Queued<K>>, sync: bool) {
+    let n = n.into();
     for l in listeners {
         if !sync || l.syncing {
             l.buffer.push(n.clone());
@@ -331,8 +397,12 @@ pub(crate) async fn run_listener<K: Send + Sync + 'static>(
             tokio::time::sleep(delay).await;
         }
     }
-    while let Some(n) = buffer.pop().await {
-        let initial = n.is_initial();
+    while let Some(queued) = buffer.pop().await {
+        let initial = queued.is_initial();
+        let Some(n) = queued.into_notification() else {
+            buffer.done(initial);
+            continue;
+        };
         if crate::trace::on() {
             trace_delivery(&name, &n, key_func.as_ref());
         }

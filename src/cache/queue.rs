@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
+use super::compact::ListedObjects;
 use super::delta::{Delta, Deltas};
 use super::store::{ReflectorStore, TransformFunc};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -52,8 +53,8 @@ pub enum Popped<K> {
 pub struct ReplacedAllInfo<K> {
     /// The list's resourceVersion.
     pub resource_version: String,
-    /// The listed objects, transformed, in list order.
-    pub objects: Vec<Arc<K>>,
+    /// The listed objects, transformed, in list order (a compact cache's encoded).
+    pub objects: ListedObjects<K>,
     /// Keys of listed objects that did not decode: the store keeps what it holds at them
     /// (their last version that decoded) rather than deleting them.
     pub undecodable: Vec<String>,

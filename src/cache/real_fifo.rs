@@ -42,6 +42,7 @@ use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
+use super::compact::{ListCodec, ListedObjects};
 use super::delta::{DeletedObject, Delta};
 use super::queue::{
     FifoClosed, InformerQueue, KnownObjects, Popped, ReplacedAllInfo, wait_for_item,
@@ -135,6 +136,8 @@ struct Inner<K> {
     synced: bool,
     closed: bool,
     transform: Option<TransformFunc<K>>,
+    /// A compact cache's codec: the reflector encodes lists with it (atomic mode only).
+    list_codec: Option<ListCodec<K>>,
 }
 
 impl<K> Clone for RealFIFO<K> {
@@ -220,12 +223,22 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
                     synced: false,
                     closed: false,
                     transform: None,
+                    list_codec: None,
                 }),
                 ready: Notify::new(),
                 key_func,
                 known,
                 options,
             }),
+        }
+    }
+
+    /// Has the reflector encode lists with a compact cache's codec (see `compact.rs`), so a
+    /// list is queued encoded. Only an atomic queue hands lists to the cache whole; a
+    /// per-object one ignores it.
+    pub(crate) fn set_list_codec(&self, codec: ListCodec<K>) {
+        if self.shared.options.atomic_events {
+            self.shared.inner.lock().list_codec = Some(codec);
         }
     }
 
@@ -265,18 +278,16 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// client-go `addReplaceToItemsLocked`.
     fn replace_atomic(
         &self,
-        list: Vec<Arc<K>>,
+        list: ListedObjects<K>,
         undecodable: Vec<String>,
         resource_version: &str,
     ) -> Result<(), StoreError> {
         if crate::trace::on() {
             let kind = crate::trace::short_type_name::<K>();
-            for obj in &list {
-                if let Ok(key) = (self.shared.key_func)(obj) {
-                    crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
-                        "ReplacedAll (RealFIFO, from a LIST)".into()
-                    });
-                }
+            for key in list.keys(&self.shared.key_func) {
+                crate::trace::record(&key, crate::trace::Stage::FifoQueued, kind, || {
+                    "ReplacedAll (RealFIFO, from a LIST)".into()
+                });
             }
         }
         let mut inner = self.shared.inner.lock();
@@ -439,13 +450,14 @@ impl<K: Send + Sync + 'static> RealFIFO<K> {
     /// the keys in `undecodable` get no tombstone (see `ReflectorStore::replace_listed`).
     fn queue_listed(
         &self,
-        list: Vec<Arc<K>>,
+        list: ListedObjects<K>,
         undecodable: Vec<String>,
         resource_version: &str,
     ) -> Result<(), StoreError> {
         if self.shared.options.atomic_events {
             return self.replace_atomic(list, undecodable, resource_version);
         }
+        let list = list.into_decoded();
         let undecodable: HashSet<String> = undecodable.into_iter().collect();
         // Keys first, so a bad object leaves the queue untouched.
         let mut new_keys = HashSet::with_capacity(list.len());
@@ -541,7 +553,7 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), StoreError> {
         let transform = self.shared.inner.lock().transform.clone();
         self.queue_listed(
-            transformed_list(transform.as_ref(), list),
+            transformed_list(transform.as_ref(), list).into(),
             Vec::new(),
             resource_version,
         )
@@ -599,11 +611,14 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
     }
     fn replace_listed(
         &self,
-        list: Vec<Arc<K>>,
+        list: ListedObjects<K>,
         undecodable: Vec<String>,
         resource_version: &str,
     ) -> Result<(), StoreError> {
         self.queue_listed(list, undecodable, resource_version)
+    }
+    fn list_codec(&self) -> Option<ListCodec<K>> {
+        self.shared.inner.lock().list_codec.clone()
     }
     /// Atomic: a `DeletedUndecodable` item; the informer deletes what it holds when it pops
     /// it. Per object: a tombstone carrying the last queued object of the key, else the

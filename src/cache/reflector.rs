@@ -46,6 +46,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffConfig};
+use super::compact::{ListBuilder, ListedObjects};
 use super::list_watch::{
     CacheObject, ListOptions, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
 };
@@ -513,7 +514,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         if rv == "0" && page.continue_token.is_some() {
             self.paginated_result = true;
         }
-        let mut items = shared(std::mem::take(&mut page.items));
+        let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
+        items.extend(std::mem::take(&mut page.items));
         let mut undecodable = self.skip_listed(std::mem::take(&mut page.undecodable));
         while let Some(token) = page.continue_token.take() {
             let next = ListOptions {
@@ -524,7 +526,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             match self.lw.list_transformed(&next, transform.clone()).await {
                 Ok(p) => {
                     page = p;
-                    items.append(&mut shared(std::mem::take(&mut page.items)));
+                    items.extend(std::mem::take(&mut page.items));
                     let skipped = std::mem::take(&mut page.undecodable);
                     undecodable.append(&mut self.skip_listed(skipped));
                 }
@@ -538,12 +540,14 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     };
                     let p = self.lw.list_transformed(&full, transform.clone()).await?;
                     let undecodable = self.skip_listed(p.undecodable);
-                    return Ok((shared(p.items), undecodable, p.resource_version));
+                    let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
+                    items.extend(p.items);
+                    return Ok((items.finish(), undecodable, p.resource_version));
                 }
                 Err(e) => return Err(e),
             }
         }
-        Ok((items, undecodable, page.resource_version))
+        Ok((items.finish(), undecodable, page.resource_version))
     }
 
     /// Reports an object skipped because it does not decode.
@@ -792,7 +796,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     async fn collect_initial_events(
         &mut self,
         options: &WatchOptions,
-    ) -> Result<(Vec<Arc<K>>, Vec<String>, String, WatchStream<K>), String> {
+    ) -> Result<(ListedObjects<K>, Vec<String>, String, WatchStream<K>), String> {
         let bound = self.config.watch_list_timeout;
         let silent = || format!("no progress for {bound:?} before the initial-events-end bookmark");
         let mut stream = tokio::time::timeout(bound, self.lw.watch(options))
@@ -800,7 +804,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             .map_err(|_| silent())?
             .map_err(|e| e.to_string())?;
         let transform = self.store.transformer();
-        let mut items: Vec<Arc<K>> = Vec::new();
+        let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
         let mut undecodable: std::collections::BTreeSet<String> = Default::default();
         loop {
             let next = tokio::time::timeout(bound, stream.next())
@@ -818,12 +822,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     {
                         undecodable.remove(&key);
                     }
-                    items.push(Arc::new(apply_transform(transform.as_ref(), obj)));
+                    items.push(apply_transform(transform.as_ref(), obj));
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
                     self.metrics.watch_events.inc();
                     if let Ok(key) = meta_namespace_key(&obj) {
-                        items.retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
+                        items.remove(&key);
                         undecodable.remove(&key);
                     }
                 }
@@ -831,12 +835,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     self.metrics.watch_events.inc();
                     self.skip_undecodable(&object);
                     if let Some(key) = object.key() {
-                        let (ns, name) = (object.namespace.as_str(), object.name.as_str());
-                        items.retain(|o| {
-                            let m = o.meta();
-                            m.name.as_deref() != Some(name)
-                                || m.namespace.as_deref().unwrap_or("") != ns
-                        });
+                        items.remove(&key);
                         if object.event == Some(WatchEventType::Deleted) {
                             undecodable.remove(&key);
                         } else {
@@ -852,8 +851,8 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         .get(INITIAL_EVENTS_END_ANNOTATION)
                         .is_some_and(|v| v == "true");
                     if end {
-                        items.shrink_to_fit();
                         let undecodable = undecodable.into_iter().collect();
+                        let items = items.finish();
                         return Ok((items, undecodable, b.metadata.resource_version, stream));
                     }
                 }
@@ -872,12 +871,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 }
 
 /// A LIST's objects, the keys of its items that did not decode, and its resourceVersion.
-type Listed<K> = (Vec<Arc<K>>, Vec<String>, String);
-
-/// Puts each listed object in the `Arc` the queue and the cache will share.
-fn shared<K>(items: Vec<K>) -> Vec<Arc<K>> {
-    items.into_iter().map(Arc::new).collect()
-}
+type Listed<K> = (ListedObjects<K>, Vec<String>, String);
 
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,6 @@
 //! Differs on purpose: a handler resync period given to an informer whose default is 0 turns
 //! the resync check on when added before start (client-go silently never resyncs then).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -40,7 +39,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::compact::StoreKind;
+use super::compact::{Listed, StoreKind, Stored};
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 use super::delta_fifo::DeltaFIFO;
 use super::index::{IndexError, Indexers, namespace_indexers};
@@ -48,8 +47,8 @@ use super::list_watch::{CacheObject, ListerWatcher};
 use super::lister::Lister;
 use super::metrics::CacheMetrics;
 use super::processor::{
-    Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler,
-    determine_resync_period, distribute, run_listener, should_resync,
+    EncodedPut, Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, Queued,
+    ResourceEventHandler, determine_resync_period, distribute, run_listener, should_resync,
 };
 use super::queue::{InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
@@ -221,10 +220,13 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 // An atomic queue finds deletions in `replace_all`; a per-object one needs
                 // the store.
                 let known = (!options.atomic_events).then_some(known);
-                Arc::new(
-                    RealFIFO::with_options(key_func.clone(), known, options)
-                        .expect("options made consistent above"),
-                )
+                let fifo = RealFIFO::with_options(key_func.clone(), known, options)
+                    .expect("options made consistent above");
+                // A compact cache's lists arrive encoded (an atomic queue's only).
+                if let Some(codec) = store.list_codec() {
+                    fifo.set_list_codec(codec);
+                }
+                Arc::new(fifo)
             }
             QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
         };
@@ -410,11 +412,9 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         if started {
             // The replay happens under the informer lock, so no live notification for this
             // handler can come before it.
-            for obj in self.shared.store.list() {
-                buffer.push(Notification::Add {
-                    obj,
-                    is_in_initial_list: true,
-                });
+            for (key, stored) in self.shared.store.entries() {
+                let (n, _) = self.shared.put_notification(&key, None, stored, true);
+                buffer.push(n);
             }
         }
         inner.listeners.push(Listener {
@@ -657,12 +657,9 @@ impl<K: CacheObject> Shared<K> {
             }
             Popped::ReplacedAll(info) => self.replace_all(listeners, info, is_in_initial_list),
             Popped::SyncAll => {
-                for obj in self.store.list() {
-                    let n = Notification::Update {
-                        old: obj.clone(),
-                        new: obj,
-                    };
-                    distribute(listeners, &n, true);
+                for (key, stored) in self.store.entries() {
+                    let (n, _) = self.put_notification(&key, Some(stored.clone()), stored, false);
+                    distribute(listeners, n, true);
                 }
             }
             Popped::Bookmark(rv) => self.store.bookmark(&rv),
@@ -674,7 +671,7 @@ impl<K: CacheObject> Shared<K> {
                         trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
                     }
                     let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
-                    distribute(listeners, &Notification::Delete(tombstone), false);
+                    distribute(listeners, Notification::Delete(tombstone), false);
                 }
             }
         }
@@ -728,7 +725,7 @@ impl<K: CacheObject> Shared<K> {
         for (delta, old) in applied {
             match delta {
                 Delta::Deleted(deleted) => {
-                    distribute(listeners, &Notification::Delete(deleted), false);
+                    distribute(listeners, Notification::Delete(deleted), false);
                 }
                 Delta::Added(obj)
                 | Delta::Updated(obj)
@@ -746,18 +743,51 @@ impl<K: CacheObject> Shared<K> {
         obj: Arc<K>,
         is_in_initial_list: bool,
     ) {
-        match old {
-            Some(old) => {
-                // Unchanged resourceVersion: a resync, only for handlers due one.
-                let is_sync = resource_version(&*old) == resource_version(&*obj);
-                distribute(listeners, &Notification::Update { old, new: obj }, is_sync);
-            }
-            None => {
+        let old = old.map(Stored::Object);
+        let (n, is_sync) = self.put_notification("", old, Stored::Object(obj), is_in_initial_list);
+        distribute(listeners, n, is_sync);
+    }
+
+    /// The add (no `old`) or update of `new` over `old`, both as the store holds them, and
+    /// whether it is a resync: an unchanged resourceVersion, only for handlers due one. A
+    /// compact cache's frames are decoded by each handler when its turn comes; their
+    /// resourceVersion is not read before, so identical frames count as unchanged (an
+    /// object encoded before the dictionary existed and again after counts as changed,
+    /// once). `key` names a frame that does not decode in the log.
+    fn put_notification(
+        &self,
+        key: &str,
+        old: Option<Stored<K>>,
+        new: Stored<K>,
+        is_in_initial_list: bool,
+    ) -> (Queued<K>, bool) {
+        match (old, new) {
+            (None, Stored::Object(obj)) => {
                 let n = Notification::Add {
                     obj,
                     is_in_initial_list,
                 };
-                distribute(listeners, &n, false);
+                (n.into(), false)
+            }
+            (Some(Stored::Object(old)), Stored::Object(new)) => {
+                let is_sync = resource_version(&*old) == resource_version(&*new);
+                (Notification::Update { old, new }.into(), is_sync)
+            }
+            (old, new) => {
+                let is_sync = matches!((&old, &new),
+                    (Some(Stored::Encoded(a)), Stored::Encoded(b)) if a == b);
+                let codec = self
+                    .store
+                    .codec()
+                    .expect("only a compact store holds frames");
+                let put = EncodedPut {
+                    key: key.to_string(),
+                    old,
+                    new,
+                    is_in_initial_list,
+                    codec,
+                };
+                (Queued::Encoded(Arc::new(put)), is_sync)
             }
         }
     }
@@ -767,57 +797,81 @@ impl<K: CacheObject> Shared<K> {
     /// or update per listed object in list order. An object whose key cannot be computed is
     /// reported and left out. A listed object that did not decode keeps the version the
     /// store holds, if any, with no notification (see `undecodable.rs`).
+    ///
+    /// A compact cache's list comes encoded, with its keys; each object is decoded once
+    /// for the indexes and once more for its notification, never all at once.
     fn replace_all(&self, listeners: &[Listener<K>], info: ReplacedAllInfo<K>, initial: bool) {
         let ReplacedAllInfo {
             resource_version: rv,
             objects,
             undecodable,
         } = info;
-        let mut items = HashMap::with_capacity(objects.len());
+        let mut entries = Vec::with_capacity(objects.len() + undecodable.len());
+        // What to notify, in list order. Keys are computed again from decoded objects rather
+        // than kept: a 100k-object list would otherwise hold a second copy of every key until
+        // the handlers are notified. An encoded list has only its keys to go by.
+        let (listed, keys): (Vec<Stored<K>>, Option<Vec<String>>) = match objects.into_repr() {
+            Listed::Decoded(objects) => {
+                for obj in &objects {
+                    match (self.key_func)(obj) {
+                        Ok(key) => entries.push((key, Stored::Object(obj.clone()))),
+                        Err(e) => {
+                            tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}");
+                        }
+                    }
+                }
+                (objects.into_iter().map(Stored::Object).collect(), None)
+            }
+            Listed::Keyed(items, _) => {
+                let listed = items.iter().map(|(_, s)| s.clone()).collect();
+                let keys = items.iter().map(|(k, _)| k.clone()).collect();
+                entries.extend(items);
+                (listed, Some(keys))
+            }
+        };
         // Only the processing loop writes the store, so nothing changes it in between.
         let mut kept = Vec::new();
         for key in undecodable {
-            if let Some(obj) = self.store.get(&key) {
-                items.insert(key.clone(), obj);
+            if let Some(stored) = self.store.stored(&key) {
+                entries.push((key.clone(), stored));
                 kept.push(key);
             }
         }
-        for obj in &objects {
-            match (self.key_func)(obj) {
-                Ok(key) => {
-                    items.insert(key, obj.clone());
-                }
-                Err(e) => {
-                    tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}");
-                }
-            }
-        }
-        let mut old = self.store.replace(items, &rv);
+        let mut old = self.store.replace_entries(entries, &rv);
         for key in kept {
-            old.forget(&key);
+            old.take(&key);
         }
-        // Keys are computed again rather than kept: a 100k-object list would otherwise hold
-        // a second copy of every key until the handlers are notified.
-        let mut puts = Vec::with_capacity(objects.len());
-        for obj in objects {
-            if let Ok(key) = (self.key_func)(&obj) {
-                let prev = old.remove(&key);
-                if crate::trace::on() {
-                    let stage = if prev.is_some() { "updated" } else { "added" };
-                    trace_popped::<K>(&key, DeltaType::Replaced, stage, listeners.len());
-                }
-                puts.push((prev, obj));
-            }
+        // The previous object of each listed one, as the store held it (`None`: no key).
+        let mut previous = Vec::with_capacity(listed.len());
+        for (i, stored) in listed.iter().enumerate() {
+            let key = match (&keys, stored) {
+                (Some(keys), _) => Ok(keys[i].clone()),
+                (None, Stored::Object(obj)) => (self.key_func)(obj),
+                (None, Stored::Encoded(_)) => unreachable!("a decoded list holds objects"),
+            };
+            previous.push(key.ok().map(|key| old.take(&key)));
         }
         for (key, obj) in old.into_objects() {
             if crate::trace::on() {
                 trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
             }
             let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
-            distribute(listeners, &Notification::Delete(tombstone), false);
+            distribute(listeners, Notification::Delete(tombstone), false);
         }
-        for (prev, obj) in puts {
-            self.notify_put(listeners, prev, obj, initial);
+        for (i, (stored, prev)) in listed.into_iter().zip(previous).enumerate() {
+            let Some(prev) = prev else { continue };
+            // Only an encoded list's objects are decoded, and it has its keys.
+            let key = keys.as_ref().map_or("", |keys| keys[i].as_str());
+            if crate::trace::on() {
+                let key = match &stored {
+                    Stored::Object(obj) => (self.key_func)(obj).unwrap_or_default(),
+                    Stored::Encoded(_) => key.to_string(),
+                };
+                let stage = if prev.is_some() { "updated" } else { "added" };
+                trace_popped::<K>(&key, DeltaType::Replaced, stage, listeners.len());
+            }
+            let (n, is_sync) = self.put_notification(key, prev, stored, initial);
+            distribute(listeners, n, is_sync);
         }
     }
 }

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use kube_client::Resource;
 
+use super::compact::{ListCodec, ListedObjects};
+
 /// Why an object or a key could not be turned into a cache key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
@@ -141,9 +143,11 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// (the last version that decoded) instead of treating them as deleted. This default
     /// cannot look into the store, so it drops them like any unlisted key; the FIFOs keep
     /// them.
+    ///
+    /// A store that reports a [`list_codec`](Self::list_codec) gets the list encoded.
     fn replace_listed(
         &self,
-        list: Vec<Arc<K>>,
+        list: ListedObjects<K>,
         undecodable: Vec<String>,
         resource_version: &str,
     ) -> Result<(), StoreError>
@@ -152,10 +156,18 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     {
         let _ = undecodable;
         let list = list
+            .into_decoded()
             .into_iter()
             .map(|o| Arc::try_unwrap(o).unwrap_or_else(|shared| (*shared).clone()))
             .collect();
         self.replace(list, resource_version)
+    }
+
+    /// What the reflector should encode a list with as it arrives, so the list is never
+    /// held decoded all at once: a compact cache's codec, reported by the atomic queue in
+    /// front of it (see `compact.rs`). `None` (the default): lists come decoded.
+    fn list_codec(&self) -> Option<ListCodec<K>> {
+        None
     }
 
     /// A watch `DELETED` event whose object did not decode: whatever the store holds at

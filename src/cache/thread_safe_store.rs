@@ -26,7 +26,7 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::compact::{Codec, Encoded, StoreKind};
+use super::compact::{Codec, ListCodec, StoreKind, Stored};
 use super::index::{IndexError, Indexers};
 
 /// The writable, indexed cache. Cloning shares the same map.
@@ -47,14 +47,6 @@ pub struct Replaced<K> {
 
 /// index value -> keys of the objects indexed under it.
 type Index = HashMap<String, HashSet<String>>;
-
-/// One object as the store holds it.
-enum Stored<K> {
-    /// The decoded object (a typed store; or a compact one's object that would not encode).
-    Object(Arc<K>),
-    /// Its frame (a compact store).
-    Encoded(Encoded),
-}
 
 struct Inner<K> {
     /// key -> object.
@@ -93,15 +85,6 @@ impl<K> StoreTransaction<'_, K> {
     }
 }
 
-impl<K> Clone for Stored<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Object(o) => Self::Object(o.clone()),
-            Self::Encoded(e) => Self::Encoded(e.clone()),
-        }
-    }
-}
-
 impl<K> Clone for ThreadSafeStore<K> {
     fn clone(&self) -> Self {
         Self {
@@ -119,15 +102,9 @@ impl<K> Clone for Indexer<K> {
 }
 
 impl<K> Replaced<K> {
-    /// Takes the previous object at `key` out.
-    pub fn remove(&mut self, key: &str) -> Option<Arc<K>> {
-        let stored = self.items.remove(key)?;
-        load(self.codec.as_deref(), key, &stored)
-    }
-
-    /// Drops the previous object at `key` without decoding it.
-    pub fn forget(&mut self, key: &str) {
-        self.items.remove(key);
+    /// Takes the previous object at `key` out as the store held it (no decoding).
+    pub(crate) fn take(&mut self, key: &str) -> Option<Stored<K>> {
+        self.items.remove(key)
     }
 
     /// Number of objects left.
@@ -144,7 +121,7 @@ impl<K> Replaced<K> {
     pub fn into_objects(self) -> impl Iterator<Item = (String, Arc<K>)> {
         let codec = self.codec;
         self.items.into_iter().filter_map(move |(key, stored)| {
-            let obj = load(codec.as_deref(), &key, &stored)?;
+            let obj = stored.load(codec.as_deref(), &key)?;
             Some((key, obj))
         })
     }
@@ -214,16 +191,69 @@ impl<K> ThreadSafeStore<K> {
         if let Some(codec) = &codec {
             codec.train(items.values().map(|o| &**o));
         }
-        let stored = items
-            .iter()
-            .map(|(key, obj)| (key.clone(), to_stored(codec.as_deref(), key, obj.clone())))
+        let entries = items
+            .into_iter()
+            .map(|(key, obj)| {
+                let stored = Stored::new(codec.as_deref(), &key, obj);
+                (key, stored)
+            })
             .collect();
+        self.replace_entries(entries, resource_version)
+    }
+
+    /// [`replace`](Self::replace) with objects as the store holds them (a compact store's
+    /// frames, encoded by the reflector as the list arrived). The indexes are rebuilt from
+    /// each object, decoded one at a time.
+    pub(crate) fn replace_entries(
+        &self,
+        entries: Vec<(String, Stored<K>)>,
+        resource_version: &str,
+    ) -> Replaced<K> {
         let mut inner = self.inner.write();
-        let indices = index_all(&inner.indexers, &items);
+        let mut items = HashMap::with_capacity(entries.len());
+        let mut indices: HashMap<String, Index> = inner
+            .indexers
+            .keys()
+            .map(|n| (n.clone(), Index::new()))
+            .collect();
+        for (key, stored) in entries {
+            if let Some(obj) = stored.load(inner.codec.as_deref(), &key) {
+                index_object(&mut indices, &inner.indexers, &key, &obj);
+            }
+            items.insert(key, stored);
+        }
         inner.indices = indices;
-        let old = std::mem::replace(&mut inner.items, stored);
+        let old = std::mem::replace(&mut inner.items, items);
         inner.set_rv(resource_version);
-        Replaced { items: old, codec }
+        Replaced {
+            items: old,
+            codec: inner.codec.clone(),
+        }
+    }
+
+    /// Every object with its key, as the store holds them (no decoding).
+    pub(crate) fn entries(&self) -> Vec<(String, Stored<K>)> {
+        let inner = self.inner.read();
+        inner
+            .items
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect()
+    }
+
+    /// A compact store's codec.
+    pub(crate) fn codec(&self) -> Option<Arc<Codec<K>>> {
+        self.inner.read().codec.clone()
+    }
+
+    /// The object at `key` as the store holds it (no decoding).
+    pub(crate) fn stored(&self, key: &str) -> Option<Stored<K>> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// What the reflector encodes a list with, for a compact store.
+    pub(crate) fn list_codec(&self) -> Option<ListCodec<K>> {
+        self.inner.read().codec.clone().map(ListCodec)
     }
 
     /// Runs `f`'s writes under one lock (client-go `Transaction`): readers see all of them
@@ -278,7 +308,7 @@ impl<K> Indexer<K> {
             let inner = self.inner.read();
             (inner.items.get(key)?.clone(), inner.codec.clone())
         };
-        load(codec.as_deref(), key, &stored)
+        stored.load(codec.as_deref(), key)
     }
 
     /// All objects (client-go `List`).
@@ -397,54 +427,31 @@ impl<K> Indexer<K> {
         drop(inner);
         picked
             .iter()
-            .filter_map(|(key, stored)| load(Some(&codec), key, stored))
+            .filter_map(|(key, stored)| stored.load(Some(&codec), key))
             .collect()
     }
 }
 
-/// The object `stored` holds. A frame that does not decode (a bug: the store wrote it) is
-/// logged with its key and left out of the answer.
-fn load<K>(codec: Option<&Codec<K>>, key: &str, stored: &Stored<K>) -> Option<Arc<K>> {
-    match (stored, codec) {
-        (Stored::Object(obj), _) => Some(obj.clone()),
-        (Stored::Encoded(frame), Some(codec)) => match codec.decode(frame) {
-            Ok(obj) => Some(Arc::new(obj)),
-            Err(e) => {
-                tracing::error!(%key, "compact store: cannot decode the cached object: {e}");
-                None
-            }
-        },
-        (Stored::Encoded(_), None) => unreachable!("only a compact store holds frames"),
-    }
-}
-
-/// How `obj` is stored: a compact store's frame, or the object itself (a typed store; or an
-/// object that would not encode, logged with its key and kept decoded, so nothing is lost).
-fn to_stored<K>(codec: Option<&Codec<K>>, key: &str, obj: Arc<K>) -> Stored<K> {
-    let Some(codec) = codec else {
-        return Stored::Object(obj);
-    };
-    match codec.encode(&obj) {
-        Ok(frame) => Stored::Encoded(frame),
-        Err(e) => {
-            tracing::warn!(%key, "compact store: cannot encode the object, keeping it decoded: {e}");
-            Stored::Object(obj)
-        }
-    }
-}
-
-/// Every index, built from scratch over `items`.
-fn index_all<K>(indexers: &Indexers<K>, items: &HashMap<String, Arc<K>>) -> HashMap<String, Index> {
-    let mut indices: HashMap<String, Index> = HashMap::new();
+/// Adds `key` under every value `indexers` give `obj`.
+fn index_object<K>(
+    indices: &mut HashMap<String, Index>,
+    indexers: &Indexers<K>,
+    key: &str,
+    obj: &K,
+) {
     for (name, func) in indexers {
-        let index = indices.entry(name.clone()).or_default();
-        for (key, obj) in items {
-            for v in func(obj) {
-                index.entry(v).or_default().insert(key.clone());
-            }
+        let values = func(obj);
+        if values.is_empty() {
+            continue;
+        }
+        if !indices.contains_key(name) {
+            indices.insert(name.clone(), Index::new());
+        }
+        let index = indices.get_mut(name).expect("inserted above");
+        for v in values {
+            index.entry(v).or_default().insert(key.to_string());
         }
     }
-    indices
 }
 
 impl<K> Inner<K> {
@@ -457,7 +464,7 @@ impl<K> Inner<K> {
     }
 
     fn put(&mut self, key: String, obj: Arc<K>) -> Option<Arc<K>> {
-        let stored = to_stored(self.codec.as_deref(), &key, obj.clone());
+        let stored = Stored::new(self.codec.as_deref(), &key, obj.clone());
         let old = match self.items.insert(key.clone(), stored) {
             Some(previous) => self.load_old(&key, &previous),
             None => None,
@@ -481,7 +488,7 @@ impl<K> Inner<K> {
     /// The object a write replaced or removed. One that does not decode cannot say what it
     /// was indexed under, so `key` is taken out of every index instead.
     fn load_old(&mut self, key: &str, previous: &Stored<K>) -> Option<Arc<K>> {
-        let old = load(self.codec.as_deref(), key, previous);
+        let old = previous.load(self.codec.as_deref(), key);
         if old.is_none() {
             for index in self.indices.values_mut() {
                 index.retain(|_, keys| {
@@ -521,15 +528,15 @@ impl<K> Inner<K> {
         if let Some(name) = new.keys().find(|n| self.indexers.contains_key(*n)) {
             return Err(IndexError::Conflict { name: name.clone() });
         }
-        // A compact store's objects are decoded once for all the new indexes.
-        let objects: HashMap<String, Arc<K>> = self
-            .items
-            .iter()
-            .filter_map(|(key, stored)| {
-                Some((key.clone(), load(self.codec.as_deref(), key, stored)?))
-            })
-            .collect();
-        self.indices.extend(index_all(&new, &objects));
+        let mut indices: HashMap<String, Index> =
+            new.keys().map(|n| (n.clone(), Index::new())).collect();
+        for (key, stored) in &self.items {
+            // A compact store's objects are decoded once for all the new indexes.
+            if let Some(obj) = stored.load(self.codec.as_deref(), key) {
+                index_object(&mut indices, &new, key, &obj);
+            }
+        }
+        self.indices.extend(indices);
         self.indexers.extend(new);
         Ok(())
     }

@@ -590,6 +590,7 @@ fn show(p: Popped<ConfigMap>) -> Shown {
         Popped::ReplacedAll(info) => Shown::ReplacedAll(
             info.resource_version,
             info.objects
+                .into_decoded()
                 .iter()
                 .map(|o| (o.metadata.name.clone().unwrap(), val(o)))
                 .collect(),
@@ -812,14 +813,15 @@ async fn undecodable_deletions_and_relists_keep_what_is_held() {
         deltas("Added queued 5, Updated queued 6, tomb queued 6, tomb known 1")
     );
     pop_all(&q).await;
-    q.replace_listed(vec![], vec!["kept".into()], "9").unwrap();
+    q.replace_listed(Vec::new().into(), vec!["kept".into()], "9")
+        .unwrap();
     assert_eq!(items(&q), deltas("tomb known 1"));
 
     let atomic =
         RealFIFO::with_options(default_key_func(), None, RealFifoOptions::default()).unwrap();
     atomic.delete_undecodable("gone").unwrap();
     atomic
-        .replace_listed(vec![Arc::new(obj("a", 1))], vec!["kept".into()], "9")
+        .replace_listed(vec![Arc::new(obj("a", 1))].into(), vec!["kept".into()], "9")
         .unwrap();
     match &atomic.items()[..] {
         [Popped::DeletedUndecodable(gone), Popped::ReplacedAll(info)] => {

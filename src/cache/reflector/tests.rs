@@ -230,11 +230,15 @@ impl ReflectorStore<ConfigMap> for RecStore {
     }
     fn replace_listed(
         &self,
-        list: Vec<Arc<ConfigMap>>,
+        list: ListedObjects<ConfigMap>,
         undecodable: Vec<String>,
         rv: &str,
     ) -> Result<(), StoreError> {
-        let list = list.into_iter().map(|o| (*o).clone()).collect();
+        let list = list
+            .into_decoded()
+            .into_iter()
+            .map(|o| (*o).clone())
+            .collect();
         if undecodable.is_empty() {
             return self.replace(list, rv);
         }
