@@ -8,6 +8,10 @@
 //! compaction: the relist at the last synced version gets 410 and is retried at once with
 //! resourceVersion "". Both times the cache converges to the server's state, deletions of
 //! known objects arrive as tombstones, and nothing is added twice.
+//!
+//! A compact informer (`StoreKind::Compact`) runs beside the typed one through the same
+//! proxy, on enough objects to train its dictionary: its handler sees the same objects,
+//! versions and tombstones, and its lister hands out objects equal to the typed one's.
 
 mod cache_common;
 
@@ -19,7 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
-    CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
+    CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer, StoreKind,
 };
 use kubeloop::testenv::{Cluster, ClusterOptions, FaultProxy};
 use parking_lot::Mutex;
@@ -37,35 +41,49 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     let other_ns = cluster.new_namespace("cache-compact-other").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), &other_ns);
-    seed_configmaps(&api, "pre", 20).await;
+    // Past 128 objects, so the compact store's dictionary is trained on the first list.
+    seed_configmaps(&api, "pre", 150).await;
 
     let proxy = FaultProxy::start(cluster.apiserver_addr()).await.unwrap();
     let proxied = Client::try_from(cluster.client_config_via(proxy.addr())).unwrap();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let metrics = CacheMetrics::new();
+    let config = |store| InformerConfig {
+        metrics: metrics.clone(),
+        reflector: ReflectorConfig {
+            // Small pages so the first list is paginated and relists at a version are
+            // too (client-go's paginatedResult rule); a paginated list at a compacted
+            // version is Exact and gets 410.
+            page_size: 5,
+            // This test is about the paged LIST path (the streaming list is the default).
+            use_watch_list: false,
+            ..Default::default()
+        },
+        store,
+        ..Default::default()
+    };
     let informer = SharedIndexInformer::new(
         Recording {
-            inner: ListWatch::<ConfigMap>::namespaced(proxied, &ns),
+            inner: ListWatch::<ConfigMap>::namespaced(proxied.clone(), &ns),
             requests: requests.clone(),
         },
+        config(StoreKind::Typed),
+    );
+    let compact = SharedIndexInformer::new(
+        ListWatch::<ConfigMap>::namespaced(proxied, &ns),
         InformerConfig {
-            metrics: metrics.clone(),
-            reflector: ReflectorConfig {
-                // Small pages so the first list is paginated and relists at a version are
-                // too (client-go's paginatedResult rule); a paginated list at a compacted
-                // version is Exact and gets 410.
-                page_size: 5,
-                // This test is about the paged LIST path (the streaming list is the default).
-                use_watch_list: false,
-                ..Default::default()
-            },
-            ..Default::default()
+            metrics: CacheMetrics::new(),
+            ..config(StoreKind::Compact)
         },
     );
     let checker = Checker::default();
     informer.add_event_handler(checker.clone()).unwrap();
+    let compact_checker = Checker::default();
+    compact.add_event_handler(compact_checker.clone()).unwrap();
     informer.start();
+    compact.start();
     assert!(informer.wait_for_cache_sync().await);
+    assert!(compact.wait_for_cache_sync().await);
     assert!(requests.lock()[0].paginated);
 
     // Phase 1: writes the informer does not watch move etcd on; compact; cut.
@@ -132,6 +150,15 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     )
     .await;
 
+    assert_converges(
+        &client,
+        &ns,
+        &compact.indexer(),
+        &compact_checker,
+        Duration::from_secs(90),
+    )
+    .await;
+
     let seen = checker.snapshot();
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
     for name in victims.iter().filter(|v| deleted.contains(*v)) {
@@ -139,6 +166,32 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
         assert!(
             seen.tombstones.contains(&key),
             "{key} deleted during the outage, no tombstone"
+        );
+    }
+    // The compact informer: the same objects at the same versions, the same tombstones for
+    // the outage's deletions, and listers handing out equal objects.
+    let compact_seen = compact_checker.snapshot();
+    assert!(
+        compact_seen.violations.is_empty(),
+        "{:?}",
+        compact_seen.violations
+    );
+    assert_eq!(compact_seen.present, seen.present);
+    for name in victims.iter().filter(|v| deleted.contains(*v)) {
+        let key = format!("{ns}/{name}");
+        assert!(
+            compact_seen.tombstones.contains(&key),
+            "compact: {key}: no tombstone"
+        );
+    }
+    let typed_objects = informer.indexer().list();
+    assert_eq!(typed_objects.len(), compact.indexer().len());
+    for obj in typed_objects {
+        let name = obj.metadata.name.as_deref().unwrap();
+        assert_eq!(
+            compact.lister().get(&ns, name).as_deref(),
+            Some(&*obj),
+            "{name}"
         );
     }
     // The relist at the compacted version got 410 and was retried at once with "".
@@ -165,4 +218,5 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
             .collect::<Vec<_>>()
     );
     informer.shutdown().await;
+    compact.shutdown().await;
 }
