@@ -4,13 +4,19 @@
 //!
 //! ```text
 //! cargo run --release --example bench_informer -- --kubeconfig K --namespace NS \
-//!     [--transform strip-managed-fields] [--streaming on|off] [--updates 200] [--interval-ms 20]
+//!     [--transform strip-managed-fields] [--store typed|compact] [--streaming on|off] \
+//!     [--updates 200] [--interval-ms 20]
 //! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
+//!     get_p99_us=.. list_ms=.. json_bytes=.. stored_bytes=..
 //! ```
 //!
 //! `synced_ms` and `cpu_ms` run from just before the informer starts to `has_synced`;
 //! `peak_rss_kib` is VmHWM then, `rss_after_kib` VmRSS a second later; p50/p99 are the
-//! latencies from just before an update request is sent to the handler seeing it.
+//! latencies from just before an update request is sent to the handler seeing it. Then the
+//! read cost through the lister: `get_p99_us` over a get of every (N/10000)th object,
+//! `list_ms` the median of three full lists. Last, `json_bytes`: the size of the JSON LIST
+//! body the apiserver sends for the namespace (its objects as JSON, plus a few hundred bytes
+//! of list envelope), and `stored_bytes`, what the compact store's frames hold (0: typed).
 //!
 //! It allocates with the system allocator (glibc's malloc), as the kube-runtime side does, so
 //! the two Rust informers are compared on the same allocator; the `kubeloop` binary's mimalloc
@@ -25,6 +31,7 @@ use kube_client::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::cache::{
     InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
+    StoreKind,
 };
 use parking_lot::Mutex;
 
@@ -32,6 +39,7 @@ struct Args {
     kubeconfig: String,
     namespace: String,
     transform: String,
+    store: StoreKind,
     streaming: bool,
     updates: usize,
     interval: Duration,
@@ -42,6 +50,7 @@ fn parse_args() -> Result<Args, String> {
         kubeconfig: String::new(),
         namespace: "bench".into(),
         transform: "none".into(),
+        store: StoreKind::Typed,
         streaming: true,
         updates: 200,
         interval: Duration::from_millis(20),
@@ -53,6 +62,13 @@ fn parse_args() -> Result<Args, String> {
             "--kubeconfig" => args.kubeconfig = value()?,
             "--namespace" => args.namespace = value()?,
             "--transform" => args.transform = value()?,
+            "--store" => {
+                args.store = match value()?.as_str() {
+                    "typed" => StoreKind::Typed,
+                    "compact" => StoreKind::Compact,
+                    other => return Err(format!("--store: typed or compact, not {other}")),
+                }
+            }
             "--streaming" => {
                 args.streaming = match value()?.as_str() {
                     "on" => true,
@@ -93,6 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 use_watch_list: args.streaming,
                 ..Default::default()
             },
+            store: args.store,
             ..Default::default()
         },
     );
@@ -163,13 +180,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("the handler saw {} of {} updates", lat.len(), args.updates).into());
     }
     lat.sort_by(f64::total_cmp);
+
+    // Read cost, through the lister, as the Go side measures it.
+    let lister = informer.lister();
+    let mut keys = informer.indexer().list_keys();
+    keys.sort();
+    let step = (keys.len() / 10_000).max(1);
+    let mut gets = Vec::new();
+    for key in keys.iter().step_by(step) {
+        let (_, name) = kubeloop::cache::split_meta_namespace_key(key)?;
+        let t = Instant::now();
+        let got = lister.get(&args.namespace, name);
+        gets.push(t.elapsed().as_secs_f64() * 1e6);
+        got.ok_or(format!("lister get {key}: not found"))?;
+    }
+    gets.sort_by(f64::total_cmp);
+    let mut lists = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let all = lister.list(&kubeloop::cache::LabelSelector::everything());
+        lists.push(t.elapsed().as_secs_f64() * 1000.0);
+        if all.len() != objects {
+            return Err(format!("listed {} of {objects} objects", all.len()).into());
+        }
+    }
+    lists.sort_by(f64::total_cmp);
+    let stored_bytes = informer.indexer().stored_bytes().unwrap_or(0);
     informer.shutdown().await;
+    let url = format!("/api/v1/namespaces/{}/configmaps", args.namespace);
+    let json_bytes = client
+        .request_text(http::Request::get(url).body(Vec::new())?)
+        .await?
+        .len();
     println!(
-        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2}",
+        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} json_bytes={json_bytes} stored_bytes={stored_bytes}",
         synced.as_millis(),
         cpu.as_millis(),
         pct(&lat, 50),
-        pct(&lat, 99)
+        pct(&lat, 99),
+        pct(&gets, 99),
+        lists[1],
     );
     Ok(())
 }

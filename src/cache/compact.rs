@@ -307,6 +307,14 @@ impl<K> Stored<K> {
         }
     }
 
+    /// A frame's length (0 for a decoded object).
+    pub(crate) fn encoded_len(&self) -> usize {
+        match self {
+            Self::Object(_) => 0,
+            Self::Encoded(frame) => frame.len(),
+        }
+    }
+
     /// The object. A frame that does not decode (a bug: the store wrote it) is logged with
     /// its key and gives `None`.
     pub(crate) fn load(&self, codec: Option<&Codec<K>>, key: &str) -> Option<Arc<K>> {

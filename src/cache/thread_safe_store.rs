@@ -321,6 +321,14 @@ impl<K> Indexer<K> {
         self.inner.read().items.keys().cloned().collect()
     }
 
+    /// The bytes a compact store's frames take (`None` for a typed store): what its objects
+    /// cost beside the keys and indexes.
+    pub fn stored_bytes(&self) -> Option<usize> {
+        let inner = self.inner.read();
+        inner.codec.as_ref()?;
+        Some(inner.items.values().map(Stored::encoded_len).sum())
+    }
+
     /// How the store holds its objects.
     pub fn kind(&self) -> StoreKind {
         match self.inner.read().codec {

@@ -5,7 +5,10 @@
 // measure themselves (same output lines).
 //
 //	bench-informer -kubeconfig K -namespace NS -mode create -count N [-payload random]   # set-up
-//	bench-informer -kubeconfig K -namespace NS -mode sync [-transform strip-managed-fields]
+//	bench-informer -kubeconfig K -namespace NS -mode sync [-transform strip-managed-fields] [-store typed]
+//
+// -store compact runs the same default informer: client-go has no compact store, and the
+// kubeloop compact store's targets are against this one.
 //
 // An earlier version built the informer from a hand-made cache.NewListWatchFromClient over
 // the clientset's RESTClient, and took four to five times as long (and as much CPU) to sync:
@@ -32,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -44,6 +48,7 @@ func main() {
 	transform := flag.String("transform", "none", "none or strip-managed-fields")
 	updates := flag.Int("updates", 200, "updates for the latency phase")
 	interval := flag.Duration("interval", 20*time.Millisecond, "time between updates")
+	store := flag.String("store", "typed", "typed, or compact (the same: client-go has no compact store)")
 	payload := flag.String("payload", "random", "create: random (base64 of random bytes, as hard to compress as real data) or repeated (one short string repeated)")
 	flag.Parse()
 
@@ -65,6 +70,9 @@ func main() {
 	case "create":
 		create(ctx, writer, *namespace, *count, *payload)
 	case "sync":
+		if *store != "typed" && *store != "compact" {
+			check(fmt.Errorf("unknown -store %q", *store))
+		}
 		syncAndMeasure(ctx, client, writer, *namespace, *transform, *updates, *interval)
 	default:
 		check(fmt.Errorf("unknown -mode %q", *mode))
@@ -225,9 +233,37 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 		check(fmt.Errorf("the handler saw %d of %d updates", len(lat), updates))
 	}
 	sort.Float64s(lat)
+
+	// Read cost, through the lister users read with: a get of every (objects/10000)th
+	// object, and the median of three full lists.
+	lister := factory.Core().V1().ConfigMaps().Lister().ConfigMaps(ns)
+	keys := informer.GetStore().ListKeys()
+	sort.Strings(keys)
+	step := max(1, len(keys)/10000)
+	var gets []float64
+	for i := 0; i < len(keys); i += step {
+		_, name, err := cache.SplitMetaNamespaceKey(keys[i])
+		check(err)
+		t := time.Now()
+		_, err = lister.Get(name)
+		gets = append(gets, float64(time.Since(t).Nanoseconds())/1000)
+		check(err)
+	}
+	sort.Float64s(gets)
+	var lists []float64
+	for i := 0; i < 3; i++ {
+		t := time.Now()
+		all, err := lister.List(labels.Everything())
+		check(err)
+		lists = append(lists, float64(time.Since(t).Microseconds())/1000)
+		if len(all) != objects {
+			check(fmt.Errorf("listed %d of %d objects", len(all), objects))
+		}
+	}
+	sort.Float64s(lists)
 	close(stop)
-	fmt.Printf("RESULT objects=%d synced_ms=%d cpu_ms=%d peak_rss_kib=%d rss_after_kib=%d p50_ms=%.2f p99_ms=%.2f\n",
-		objects, synced.Milliseconds(), cpu.Milliseconds(), peak, after, pct(lat, 50), pct(lat, 99))
+	fmt.Printf("RESULT objects=%d synced_ms=%d cpu_ms=%d peak_rss_kib=%d rss_after_kib=%d p50_ms=%.2f p99_ms=%.2f get_p99_us=%.2f list_ms=%.1f\n",
+		objects, synced.Milliseconds(), cpu.Milliseconds(), peak, after, pct(lat, 50), pct(lat, 99), pct(gets, 99), lists[1])
 }
 
 func pct(sorted []float64, p int) float64 {
