@@ -7,7 +7,7 @@
 //!     [--transform strip-managed-fields] [--store typed|compact] [--streaming on|off] \
 //!     [--updates 200] [--interval-ms 20]
 //! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
-//!     get_p99_us=.. list_ms=.. json_bytes=.. stored_bytes=..
+//!     get_p99_us=.. list_ms=.. json_bytes=.. stored_bytes=.. base_rss_kib=..
 //! ```
 //!
 //! `synced_ms` and `cpu_ms` run from just before the informer starts to `has_synced`;
@@ -16,7 +16,8 @@
 //! read cost through the lister: `get_p99_us` over a get of every (N/10000)th object,
 //! `list_ms` the median of three full lists. Last, `json_bytes`: the size of the JSON LIST
 //! body the apiserver sends for the namespace (its objects as JSON, plus a few hundred bytes
-//! of list envelope), and `stored_bytes`, what the compact store's frames hold (0: typed).
+//! of list envelope), `stored_bytes`, what the compact store's frames hold (0: typed), and
+//! `base_rss_kib`, VmRSS just before the informer starts (the process's baseline).
 //!
 //! It allocates with the system allocator (glibc's malloc), as the kube-runtime side does, so
 //! the two Rust informers are compared on the same allocator; the `kubeloop` binary's mimalloc
@@ -143,6 +144,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = cms.delete("probe", &DeleteParams::default()).await;
     cms.create(&PostParams::default(), &probe(-1)).await?;
 
+    let base = proc_status("VmRSS");
     let cpu0 = cpu_time();
     let start = Instant::now();
     informer.start();
@@ -213,7 +215,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .len();
     println!(
-        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} json_bytes={json_bytes} stored_bytes={stored_bytes}",
+        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} json_bytes={json_bytes} stored_bytes={stored_bytes} base_rss_kib={base}",
         synced.as_millis(),
         cpu.as_millis(),
         pct(&lat, 50),

@@ -11,6 +11,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use parking_lot::Mutex;
 
@@ -37,6 +38,11 @@ fn parse_args() -> Result<Args, String> {
             "--kubeconfig" => args.kubeconfig = value()?,
             "--namespace" => args.namespace = value()?,
             "--transform" => args.transform = value()?,
+            // kube-runtime has no compact store: `compact` runs its default store.
+            "--store" => match value()?.as_str() {
+                "typed" | "compact" => {}
+                other => return Err(format!("--store: typed or compact, not {other}")),
+            },
             "--updates" => args.updates = value()?.parse().map_err(|e| format!("--updates: {e}"))?,
             "--interval-ms" => {
                 args.interval = Duration::from_millis(
@@ -116,13 +122,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("the stream saw {} of {} updates", lat.len(), args.updates).into());
     }
     lat.sort_by(f64::total_cmp);
+
+    // Read cost, as the other sides measure it: the store's get of every (N/10000)th
+    // object, and the median of three full `state()` lists.
+    let mut refs: Vec<ObjectRef<ConfigMap>> = reader.state().iter().map(|o| ObjectRef::from_obj(&**o)).collect();
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    let step = (refs.len() / 10_000).max(1);
+    let mut gets = Vec::new();
+    for r in refs.iter().step_by(step) {
+        let t = Instant::now();
+        let got = reader.get(r);
+        gets.push(t.elapsed().as_secs_f64() * 1e6);
+        got.ok_or(format!("store get {}: not found", r.name))?;
+    }
+    gets.sort_by(f64::total_cmp);
+    let mut lists = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let all = reader.state();
+        lists.push(t.elapsed().as_secs_f64() * 1000.0);
+        if all.len() != objects {
+            return Err(format!("listed {} of {objects} objects", all.len()).into());
+        }
+    }
+    lists.sort_by(f64::total_cmp);
     task.abort();
     println!(
-        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2}",
+        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1}",
         synced.as_millis(),
         cpu.as_millis(),
         pct(&lat, 50),
-        pct(&lat, 99)
+        pct(&lat, 99),
+        pct(&gets, 99),
+        lists[1],
     );
     Ok(())
 }
