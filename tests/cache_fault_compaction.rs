@@ -9,9 +9,12 @@
 //! resourceVersion "". Both times the cache converges to the server's state, deletions of
 //! known objects arrive as tombstones, and nothing is added twice.
 //!
-//! A compact informer (`StoreKind::Compact`) runs beside the typed one through the same
-//! proxy, on enough objects to train its dictionary: its handler sees the same objects,
-//! versions and tombstones, and its lister hands out objects equal to the typed one's.
+//! Three more informers run beside the typed one through the same proxy, on enough objects
+//! to train a compact store's dictionary: a compact one (`StoreKind::Compact`), a
+//! metadata-only one (`PartialObjectMeta<ConfigMap>`) and a compact metadata-only one. Each
+//! handler sees the same objects at the same versions and the same tombstones, the compact
+//! lister hands out objects equal to the typed one's, and the metadata-only listers their
+//! metadata, as `PartialObjectMetadata` from the apiserver.
 
 mod cache_common;
 
@@ -22,6 +25,7 @@ use cache_common::{Checker, Recording, assert_converges, churn, configmap, seed_
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
+use kube_client::core::PartialObjectMeta;
 use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer, StoreKind,
 };
@@ -69,21 +73,40 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
         },
         config(StoreKind::Typed),
     );
+    // The others report elsewhere, so the metrics printed at the end are the typed one's.
+    let elsewhere = |store| InformerConfig {
+        metrics: CacheMetrics::new(),
+        ..config(store)
+    };
     let compact = SharedIndexInformer::new(
-        ListWatch::<ConfigMap>::namespaced(proxied, &ns),
-        InformerConfig {
-            metrics: CacheMetrics::new(),
-            ..config(StoreKind::Compact)
-        },
+        ListWatch::<ConfigMap>::namespaced(proxied.clone(), &ns),
+        elsewhere(StoreKind::Compact),
     );
+    let metadata = |store| {
+        SharedIndexInformer::new(
+            ListWatch::<PartialObjectMeta<ConfigMap>>::namespaced(proxied.clone(), &ns),
+            elsewhere(store),
+        )
+    };
+    let (meta, meta_compact) = (metadata(StoreKind::Typed), metadata(StoreKind::Compact));
     let checker = Checker::default();
     informer.add_event_handler(checker.clone()).unwrap();
     let compact_checker = Checker::default();
     compact.add_event_handler(compact_checker.clone()).unwrap();
+    let meta_checker = Checker::default();
+    meta.add_event_handler(meta_checker.clone()).unwrap();
+    let meta_compact_checker = Checker::default();
+    meta_compact
+        .add_event_handler(meta_compact_checker.clone())
+        .unwrap();
     informer.start();
     compact.start();
+    meta.start();
+    meta_compact.start();
     assert!(informer.wait_for_cache_sync().await);
     assert!(compact.wait_for_cache_sync().await);
+    assert!(meta.wait_for_cache_sync().await);
+    assert!(meta_compact.wait_for_cache_sync().await);
     assert!(requests.lock()[0].paginated);
 
     // Phase 1: writes the informer does not watch move etcd on; compact; cut.
@@ -150,40 +173,55 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     )
     .await;
 
+    let wait = Duration::from_secs(90);
+    assert_converges(&client, &ns, &compact.indexer(), &compact_checker, wait).await;
+    assert_converges(&client, &ns, &meta.indexer(), &meta_checker, wait).await;
+    let meta_compact_indexer = meta_compact.indexer();
     assert_converges(
         &client,
         &ns,
-        &compact.indexer(),
-        &compact_checker,
-        Duration::from_secs(90),
+        &meta_compact_indexer,
+        &meta_compact_checker,
+        wait,
     )
     .await;
 
     let seen = checker.snapshot();
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
-    for name in victims.iter().filter(|v| deleted.contains(*v)) {
-        let key = format!("{ns}/{name}");
+    let outage_deletions: Vec<String> = victims
+        .iter()
+        .filter(|v| deleted.contains(*v))
+        .map(|name| format!("{ns}/{name}"))
+        .collect();
+    for key in &outage_deletions {
         assert!(
-            seen.tombstones.contains(&key),
+            seen.tombstones.contains(key),
             "{key} deleted during the outage, no tombstone"
         );
     }
-    // The compact informer: the same objects at the same versions, the same tombstones for
-    // the outage's deletions, and listers handing out equal objects.
-    let compact_seen = compact_checker.snapshot();
-    assert!(
-        compact_seen.violations.is_empty(),
-        "{:?}",
-        compact_seen.violations
-    );
-    assert_eq!(compact_seen.present, seen.present);
-    for name in victims.iter().filter(|v| deleted.contains(*v)) {
-        let key = format!("{ns}/{name}");
+    // The others: the same objects at the same versions, the same tombstones for the
+    // outage's deletions.
+    for (which, other) in [
+        ("compact", &compact_checker),
+        ("metadata-only", &meta_checker),
+        ("compact metadata-only", &meta_compact_checker),
+    ] {
+        let other = other.snapshot();
         assert!(
-            compact_seen.tombstones.contains(&key),
-            "compact: {key}: no tombstone"
+            other.violations.is_empty(),
+            "{which}: {:?}",
+            other.violations
         );
+        assert_eq!(other.present, seen.present, "{which}");
+        for key in &outage_deletions {
+            assert!(
+                other.tombstones.contains(key),
+                "{which}: {key}: no tombstone"
+            );
+        }
     }
+    // Listers: the compact one hands out objects equal to the typed one's; the metadata-only
+    // ones their metadata, sent by the apiserver as PartialObjectMetadata.
     let typed_objects = informer.indexer().list();
     assert_eq!(typed_objects.len(), compact.indexer().len());
     for obj in typed_objects {
@@ -193,6 +231,16 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
             Some(&*obj),
             "{name}"
         );
+        for (which, informer) in [
+            ("metadata-only", &meta),
+            ("compact metadata-only", &meta_compact),
+        ] {
+            let partial = informer.lister().get(&ns, name);
+            let partial = partial.unwrap_or_else(|| panic!("{which}: {name} missing"));
+            assert_eq!(partial.metadata, obj.metadata, "{which}: {name}");
+            let kind = partial.types.as_ref().map(|t| t.kind.as_str());
+            assert_eq!(kind, Some("PartialObjectMetadata"), "{which}: {name}");
+        }
     }
     // The relist at the compacted version got 410 and was retried at once with "".
     let reqs = requests.lock().clone();
@@ -219,4 +267,6 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
     );
     informer.shutdown().await;
     compact.shutdown().await;
+    meta.shutdown().await;
+    meta_compact.shutdown().await;
 }

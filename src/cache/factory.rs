@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube_client::core::{ApiResource, DynamicObject};
+use kube_client::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube_client::{Client, Resource};
 use parking_lot::Mutex;
 
@@ -67,7 +67,19 @@ enum InformerKey {
         group: String,
         version: String,
         plural: String,
+        metadata_only: bool,
     },
+}
+
+impl InformerKey {
+    fn dynamic(resource: &ApiResource, metadata_only: bool) -> Self {
+        Self::Dynamic {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            metadata_only,
+        }
+    }
 }
 
 /// What the factory (and the controller runtime) needs from an informer of any type.
@@ -130,13 +142,30 @@ impl SharedInformerFactory {
         self.get_or_create(InformerKey::Typed(TypeId::of::<K>()), &(), namespace)
     }
 
+    /// The metadata-only informer of a typed resource (client-go's `metadatainformer`,
+    /// controller-runtime's `OnlyMetadata`): its objects are `PartialObjectMeta<K>`, each
+    /// object's metadata as the apiserver sends it for `PartialObjectMetadata`, on the same
+    /// reflector, lists and watches. A separate informer from `informer::<K>()`.
+    pub fn metadata_informer<K>(&self) -> SharedIndexInformer<PartialObjectMeta<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        self.informer::<PartialObjectMeta<K>>()
+    }
+
     /// The informer of a dynamic resource (created on first use).
     pub fn dynamic_informer(&self, resource: &ApiResource) -> SharedIndexInformer<DynamicObject> {
-        let key = InformerKey::Dynamic {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            plural: resource.plural.clone(),
-        };
+        let key = InformerKey::dynamic(resource, false);
+        self.get_or_create(key, resource, self.options.namespace.as_deref())
+    }
+
+    /// The metadata-only informer of a dynamic resource (client-go's
+    /// `metadatainformer.NewFilteredMetadataInformer` with a GVR).
+    pub fn dynamic_metadata_informer(
+        &self,
+        resource: &ApiResource,
+    ) -> SharedIndexInformer<PartialObjectMeta<DynamicObject>> {
+        let key = InformerKey::dynamic(resource, true);
         self.get_or_create(key, resource, self.options.namespace.as_deref())
     }
 

@@ -19,6 +19,12 @@
 //! the size bound, are not errors of the stream: the object is skipped and reported
 //! ([`ListWatchError::Undecodable`], [`ListPage::undecodable`]; see `undecodable.rs`).
 //!
+//! Metadata-only: a `ListWatch<PartialObjectMeta<K>>` (kube-client's type, whose `Resource`
+//! says `metadata_api()`) asks for `PartialObjectMetadata` by content negotiation, as
+//! client-go's `metadata` client does (`metadata/metadata.go`: the `Accept` headers of its
+//! List and Watch, their JSON parts; kube-rs asks the same): the apiserver sends each object's
+//! metadata only, through the same list, streaming list and watch.
+//!
 //! Below `send`, kube-client's retry layer (`Config::default_retry`, on by default) retries
 //! 429, 503 and 504 answers itself, honouring `Retry-After`, as client-go's rest client
 //! does; an answer reaches this module as an error only when those retries run out, or
@@ -421,6 +427,25 @@ impl<K: Resource> ListWatch<K> {
         &self.path
     }
 
+    /// The `Accept` header of a LIST: JSON, or [`METADATA_LIST_ACCEPT`] for a metadata-only
+    /// type (`PartialObjectMeta<K>`).
+    pub fn list_accept(&self) -> &'static str {
+        if K::metadata_api() {
+            METADATA_LIST_ACCEPT
+        } else {
+            "application/json"
+        }
+    }
+
+    /// The `Accept` header of a WATCH: JSON, or [`METADATA_WATCH_ACCEPT`].
+    pub fn watch_accept(&self) -> &'static str {
+        if K::metadata_api() {
+            METADATA_WATCH_ACCEPT
+        } else {
+            "application/json"
+        }
+    }
+
     fn selector_params(&self, q: &mut Query) {
         if let Some(l) = &self.label_selector {
             q.push("labelSelector", l);
@@ -542,15 +567,21 @@ async fn send(
     ))
 }
 
-fn get_request(url: &str) -> http::Request<Vec<u8>> {
+/// `Accept` of a metadata-only LIST: `PartialObjectMetadataList`, or plain JSON from a server
+/// that cannot convert (whose full objects decode into `PartialObjectMeta` all the same).
+pub const METADATA_LIST_ACCEPT: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// `Accept` of a metadata-only WATCH (and streaming list): one `PartialObjectMetadata` per event.
+pub const METADATA_WATCH_ACCEPT: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+fn get_request(url: &str, accept: &'static str) -> http::Request<Vec<u8>> {
     let mut req = http::Request::new(Vec::new());
     // The URL is built from a path the Resource trait gives and escaped parameters, so it
     // always parses; a failure would be a bug here, reported as a 400 by the server at worst.
     *req.uri_mut() = url.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
-    req.headers_mut().insert(
-        http::header::ACCEPT,
-        http::HeaderValue::from_static("application/json"),
-    );
+    req.headers_mut()
+        .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
     req
 }
 
@@ -570,10 +601,11 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         let url = self.list_url(options);
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
+        let accept = self.list_accept();
         async move {
             // The body is decoded item by item as it arrives (list_decoder.rs): a LIST the
             // watch cache answers whole is never held as one string.
-            let res = send(&client, "LIST", &url, get_request(&url)).await?;
+            let res = send(&client, "LIST", &url, get_request(&url, accept)).await?;
             let reader = res
                 .into_body()
                 .into_data_stream()
@@ -619,8 +651,9 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         let url = self.watch_url(options);
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
+        let accept = self.watch_accept();
         async move {
-            let mut req = get_request(&url);
+            let mut req = get_request(&url, accept);
             // As kube-client's request_events: watch streams are not compressed (a gzip
             // member per event is more than its decompression layer reads).
             req.headers_mut().insert(
@@ -893,7 +926,7 @@ impl Query {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
+    use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 
     fn client() -> Client {
         // A client that is never used to send: only URL building is tested here.
@@ -923,6 +956,37 @@ mod tests {
         });
         assert!(page2.ends_with("&limit=500&continue=tok%3D"), "{page2}");
         assert_eq!(lw.type_description(), "v1/configmaps");
+    }
+
+    // kubeloop's own (the headers of client-go's metadata client, metadata/metadata.go): a
+    // metadata-only ListWatch goes to the same URLs and asks for PartialObjectMetadata.
+    #[tokio::test]
+    async fn a_metadata_only_list_watch_negotiates_partial_object_metadata() {
+        let full = ListWatch::<ConfigMap>::namespaced(client(), "ns1");
+        let meta = ListWatch::<PartialObjectMeta<ConfigMap>>::namespaced(client(), "ns1");
+        let list = ListOptions {
+            limit: Some(500),
+            ..Default::default()
+        };
+        let watch = WatchOptions {
+            send_initial_events: true,
+            ..Default::default()
+        };
+        assert_eq!(meta.list_url(&list), full.list_url(&list));
+        assert_eq!(meta.watch_url(&watch), full.watch_url(&watch));
+        assert_eq!(meta.type_description(), "v1/configmaps");
+        assert_eq!(
+            (full.list_accept(), full.watch_accept()),
+            ("application/json", "application/json")
+        );
+        assert_eq!(
+            meta.list_accept(),
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        );
+        assert_eq!(
+            meta.watch_accept(),
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+        );
     }
 
     #[tokio::test]

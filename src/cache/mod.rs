@@ -31,8 +31,16 @@
 //! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | `store.go` (keys) and the reflector's `Store`; controller-runtime's `TransformStripManagedFields` |
 //! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
-//! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types, or
-//! `kube_client::core::DynamicObject` with an `ApiResource`.
+//! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types,
+//! `kube_client::core::DynamicObject` with an `ApiResource`, or metadata only,
+//! `kube_client::core::PartialObjectMeta<K>` ([`SharedInformerFactory::metadata_informer`]:
+//! the apiserver sends `PartialObjectMetadata`, see `list_watch.rs`).
+//!
+//! How a cache holds its objects is [`StoreKind`]: typed (client-go's, the default) or
+//! compact (each object a zstd frame of its JSON, about 0.6x its wire size; decoded on every
+//! read; see `compact.rs`), per factory ([`FactoryOptions::store`]) or informer
+//! ([`InformerConfig::store`]). Handlers, listers and indexers see the same `Arc<K>`s either
+//! way, and a metadata-only informer can be compact too.
 //!
 //! An object that does not decode into the informer's type (a field the Rust type requires
 //! and the CRD does not, say), or is over [`MAX_OBJECT_BYTES`], never stalls the informer,
@@ -107,8 +115,8 @@ pub use index::{
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
 pub use list_decoder::ListDecodeError;
 pub use list_watch::{
-    CacheObject, ListOptions, ListPage, ListWatch, ListWatchError, ListerWatcher, WatchOptions,
-    WatchStream,
+    CacheObject, ListOptions, ListPage, ListWatch, ListWatchError, ListerWatcher,
+    METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT, WatchOptions, WatchStream,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};

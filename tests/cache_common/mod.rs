@@ -123,10 +123,10 @@ pub async fn server_configmaps(
 }
 
 /// Waits until the cache and the handler's view both equal the server's list.
-pub async fn assert_converges(
+pub async fn assert_converges<K: Resource>(
     client: &Client,
     ns: &str,
-    indexer: &Indexer<ConfigMap>,
+    indexer: &Indexer<K>,
     checker: &Checker,
     timeout: Duration,
 ) {
