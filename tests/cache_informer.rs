@@ -15,7 +15,7 @@ use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube_client::{Resource, ResourceExt};
 use kubeloop::cache::{
     FactoryOptions, InformerConfig, LabelSelector, ListWatch, ReflectorConfig, SharedIndexInformer,
-    SharedInformerFactory,
+    SharedInformerFactory, StoreKind,
 };
 use kubeloop::testenv;
 use serde::{Deserialize, Serialize};
@@ -587,4 +587,70 @@ async fn the_strip_managed_fields_transform_leaves_none_in_the_cache() {
         );
     }
     factory.shutdown().await;
+}
+
+// kubeloop's own: the factory's metadata-only informers (client-go's metadatainformer) on
+// the default streaming list, typed and compact: the apiserver sends PartialObjectMetadata,
+// the cache holds every object's metadata, and a label change arrives as an update.
+#[tokio::test]
+async fn the_factory_metadata_informer_streams_partial_object_metadata() {
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.new_namespace("cache-metadata").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for i in 0..5 {
+        let cm = configmap(&format!("cm-{i}"), &[("app", "web")], "x");
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    for store in [StoreKind::Typed, StoreKind::Compact] {
+        let factory = SharedInformerFactory::new(
+            client.clone(),
+            FactoryOptions {
+                namespace: Some(ns.clone()),
+                store,
+                ..Default::default()
+            },
+        );
+        let informer = factory.metadata_informer::<ConfigMap>();
+        assert!(informer.ptr_eq(&factory.metadata_informer::<ConfigMap>()));
+        let checker = Checker::default();
+        informer.add_event_handler(checker.clone()).unwrap();
+        factory.start();
+        assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
+        let cached = informer
+            .lister()
+            .list(&LabelSelector::parse("app=web").unwrap());
+        assert_eq!(cached.len(), 5, "{store:?}");
+        for partial in &cached {
+            let kind = partial.types.as_ref().map(|t| t.kind.as_str());
+            assert_eq!(kind, Some("PartialObjectMetadata"), "{store:?}");
+            let full = api
+                .get(partial.metadata.name.as_deref().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(partial.metadata, full.metadata, "{store:?}");
+        }
+        let patch = serde_json::json!({"metadata": {"labels": {"store": format!("{store:?}")}}});
+        api.patch("cm-0", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        eventually(
+            "the label change in the metadata cache",
+            Duration::from_secs(30),
+            || async {
+                let labels = informer
+                    .lister()
+                    .get(&ns, "cm-0")
+                    .and_then(|p| p.metadata.labels.clone());
+                match labels.as_ref().and_then(|l| l.get("store")) {
+                    Some(app) if *app == format!("{store:?}") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        let update = format!("update {ns}/cm-0");
+        assert!(checker.snapshot().log.contains(&update), "{store:?}");
+        factory.shutdown().await;
+    }
 }
