@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release --example bench_informer -- --kubeconfig K --namespace NS \
-//!     [--transform strip-managed-fields] [--store typed|compact] [--streaming on|off] \
+//!     [--transform strip-managed-fields] [--store typed|compact|metadata|metadata-compact] \
+//!     [--streaming on|off] \
 //!     [--updates 200] [--interval-ms 20]
 //! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
 //!     get_p99_us=.. list_ms=.. json_bytes=.. stored_bytes=.. base_rss_kib=..
@@ -15,8 +16,8 @@
 //! latencies from just before an update request is sent to the handler seeing it. Then the
 //! read cost through the lister: `get_p99_us` over a get of every (N/10000)th object,
 //! `list_ms` the median of three full lists. Last, `json_bytes`: the size of the JSON LIST
-//! body the apiserver sends for the namespace (its objects as JSON, plus a few hundred bytes
-//! of list envelope), `stored_bytes`, what the compact store's frames hold (0: typed), and
+//! body the apiserver sends for the namespace (its objects as JSON, or their
+//! PartialObjectMetadata for a metadata-only side, plus a few hundred bytes of envelope), `stored_bytes`, what the compact store's frames hold (0: typed), and
 //! `base_rss_kib`, VmRSS just before the informer starts (the process's baseline).
 //!
 //! It allocates with the system allocator (glibc's malloc), as the kube-runtime side does, so
@@ -30,9 +31,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
+use kube_client::core::PartialObjectMeta;
+use kube_client::{Resource, ResourceExt};
 use kubeloop::cache::{
-    InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
-    StoreKind,
+    CacheObject, InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs,
+    SharedIndexInformer, StoreKind, strip_managed_fields,
 };
 use parking_lot::Mutex;
 
@@ -40,7 +43,7 @@ struct Args {
     kubeconfig: String,
     namespace: String,
     transform: String,
-    store: StoreKind,
+    store: String,
     streaming: bool,
     updates: usize,
     interval: Duration,
@@ -51,7 +54,7 @@ fn parse_args() -> Result<Args, String> {
         kubeconfig: String::new(),
         namespace: "bench".into(),
         transform: "none".into(),
-        store: StoreKind::Typed,
+        store: "typed".into(),
         streaming: true,
         updates: 200,
         interval: Duration::from_millis(20),
@@ -63,13 +66,7 @@ fn parse_args() -> Result<Args, String> {
             "--kubeconfig" => args.kubeconfig = value()?,
             "--namespace" => args.namespace = value()?,
             "--transform" => args.transform = value()?,
-            "--store" => {
-                args.store = match value()?.as_str() {
-                    "typed" => StoreKind::Typed,
-                    "compact" => StoreKind::Compact,
-                    other => return Err(format!("--store: typed or compact, not {other}")),
-                }
-            }
+            "--store" => args.store = value()?,
             "--streaming" => {
                 args.streaming = match value()?.as_str() {
                     "on" => true,
@@ -101,40 +98,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         kube_client::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await?;
     let client = kube_client::Client::try_from(config)?;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
 
+    match args.store.as_str() {
+        "typed" | "compact" => run::<ConfigMap>(&args, client).await,
+        "metadata" | "metadata-compact" => run::<PartialObjectMeta<ConfigMap>>(&args, client).await,
+        other => Err(
+            format!("--store: typed, compact, metadata or metadata-compact, not {other}").into(),
+        ),
+    }
+}
+
+/// Syncs an informer of `K` (ConfigMaps, or their metadata) and measures it.
+async fn run<K>(args: &Args, client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>>
+where
+    K: CacheObject + Resource<DynamicType = ()>,
+{
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
+    let store = if args.store.ends_with("compact") {
+        StoreKind::Compact
+    } else {
+        StoreKind::Typed
+    };
     let informer = SharedIndexInformer::new(
-        ListWatch::<ConfigMap>::namespaced(client.clone(), &args.namespace),
+        ListWatch::<K>::namespaced(client.clone(), &args.namespace),
         InformerConfig {
             reflector: ReflectorConfig {
                 use_watch_list: args.streaming,
                 ..Default::default()
             },
-            store: args.store,
+            store,
             ..Default::default()
         },
     );
     match args.transform.as_str() {
         "none" => {}
-        "strip-managed-fields" => informer.set_transform(|mut cm: ConfigMap| {
-            cm.metadata.managed_fields = None;
-            cm
-        })?,
+        "strip-managed-fields" => informer.set_transform(strip_managed_fields::<K>)?,
         other => return Err(format!("unknown --transform {other}").into()),
     }
     // The latency phase's probe: the handler records when it sees each sequence number.
     let seen: Arc<Mutex<HashMap<i64, Instant>>> = Default::default();
     let seen2 = seen.clone();
     informer.add_event_handler(ResourceEventHandlerFuncs::new().on_update(
-        move |_old: &Arc<ConfigMap>, new: &Arc<ConfigMap>| {
-            if new.metadata.name.as_deref() != Some("probe") {
+        move |_old: &Arc<K>, new: &Arc<K>| {
+            if new.meta().name.as_deref() != Some("probe") {
                 return;
             }
-            let seq = new
-                .data
-                .as_ref()
-                .and_then(|d| d.get("seq"))
-                .and_then(|s| s.parse().ok());
+            // In an annotation, which a metadata-only informer sees too.
+            let seq = new.annotations().get("seq").and_then(|s| s.parse().ok());
             if let Some(n) = seq {
                 seen2.lock().entry(n).or_insert_with(Instant::now);
             }
@@ -209,11 +219,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lists.sort_by(f64::total_cmp);
     let stored_bytes = informer.indexer().stored_bytes().unwrap_or(0);
     informer.shutdown().await;
-    let url = format!("/api/v1/namespaces/{}/configmaps", args.namespace);
-    let json_bytes = client
-        .request_text(http::Request::get(url).body(Vec::new())?)
-        .await?
-        .len();
+    // The same negotiation as the informer's: a metadata-only side counts the metadata.
+    let lw = ListWatch::<K>::namespaced(client.clone(), &args.namespace);
+    let request = http::Request::get(lw.path())
+        .header(http::header::ACCEPT, lw.list_accept())
+        .body(Vec::new())?;
+    let json_bytes = client.request_text(request).await?.len();
     println!(
         "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} json_bytes={json_bytes} stored_bytes={stored_bytes} base_rss_kib={base}",
         synced.as_millis(),
@@ -230,6 +241,7 @@ fn probe(seq: i64) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some("probe".into()),
+            annotations: Some(BTreeMap::from([("seq".to_string(), seq.to_string())])),
             ..Default::default()
         },
         data: Some(BTreeMap::from([("seq".to_string(), seq.to_string())])),

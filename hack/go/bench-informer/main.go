@@ -8,7 +8,10 @@
 //	bench-informer -kubeconfig K -namespace NS -mode sync [-transform strip-managed-fields] [-store typed]
 //
 // -store compact runs the same default informer: client-go has no compact store, and the
-// kubeloop compact store's targets are against this one.
+// kubeloop compact store's targets are against this one. -store metadata (and
+// metadata-compact, the same) runs the metadata-only informer of client-go's metadatainformer
+// factory (metadatainformer.NewFilteredSharedInformerFactory over metadata.NewForConfig,
+// ForResource), as its users build one, with its defaults.
 //
 // An earlier version built the informer from a hand-made cache.NewListWatchFromClient over
 // the clientset's RESTClient, and took four to five times as long (and as much CPU) to sync:
@@ -32,10 +35,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -70,10 +78,14 @@ func main() {
 	case "create":
 		create(ctx, writer, *namespace, *count, *payload)
 	case "sync":
-		if *store != "typed" && *store != "compact" {
+		switch *store {
+		case "typed", "compact":
+			syncAndMeasure(ctx, typedInformer(client, *namespace), writer, *namespace, *transform, *updates, *interval)
+		case "metadata", "metadata-compact":
+			syncAndMeasure(ctx, metadataInformer(cfg, *namespace), writer, *namespace, *transform, *updates, *interval)
+		default:
 			check(fmt.Errorf("unknown -store %q", *store))
 		}
-		syncAndMeasure(ctx, client, writer, *namespace, *transform, *updates, *interval)
 	default:
 		check(fmt.Errorf("unknown -mode %q", *mode))
 	}
@@ -145,9 +157,53 @@ func create(ctx context.Context, client *kubernetes.Clientset, ns string, count 
 	wg.Wait()
 }
 
-func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, ns, transform string, updates int, interval time.Duration) {
+// An informer as a factory hands it out, with the factory's Start and WaitForCacheSync and
+// the lister's Get and List.
+type built struct {
+	informer cache.SharedIndexInformer
+	start    func(stop <-chan struct{})
+	wait     func(stop <-chan struct{}) bool
+	get      func(name string) error
+	list     func() (int, error)
+}
+
+func typedInformer(client *kubernetes.Clientset, ns string) built {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
-	informer := factory.Core().V1().ConfigMaps().Informer()
+	cms := factory.Core().V1().ConfigMaps()
+	lister := cms.Lister().ConfigMaps(ns)
+	return built{
+		informer: cms.Informer(),
+		start:    factory.Start,
+		wait:     func(stop <-chan struct{}) bool { return allSynced(factory.WaitForCacheSync(stop)) },
+		get:      func(name string) error { _, err := lister.Get(name); return err },
+		list:     func() (int, error) { all, err := lister.List(labels.Everything()); return len(all), err },
+	}
+}
+
+func metadataInformer(cfg *rest.Config, ns string) built {
+	factory := metadatainformer.NewFilteredSharedInformerFactory(metadata.NewForConfigOrDie(cfg), 0, ns, nil)
+	cms := factory.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
+	lister := cms.Lister().ByNamespace(ns)
+	return built{
+		informer: cms.Informer(),
+		start:    factory.Start,
+		wait:     func(stop <-chan struct{}) bool { return allSynced(factory.WaitForCacheSync(stop)) },
+		get:      func(name string) error { _, err := lister.Get(name); return err },
+		list:     func() (int, error) { all, err := lister.List(labels.Everything()); return len(all), err },
+	}
+}
+
+func allSynced[K comparable](synced map[K]bool) bool {
+	for _, ok := range synced {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func syncAndMeasure(ctx context.Context, b built, writer *kubernetes.Clientset, ns, transform string, updates int, interval time.Duration) {
+	informer := b.informer
 	switch transform {
 	case "none":
 	case "strip-managed-fields":
@@ -167,11 +223,12 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {},
 		UpdateFunc: func(_, obj interface{}) {
-			cm := obj.(*corev1.ConfigMap)
-			if cm.Name != "probe" {
+			// In an annotation, which a metadata-only informer sees too.
+			m, err := meta.Accessor(obj)
+			if err != nil || m.GetName() != "probe" {
 				return
 			}
-			if n, err := strconv.Atoi(cm.Data["seq"]); err == nil {
+			if n, err := strconv.Atoi(m.GetAnnotations()["seq"]); err == nil {
 				mu.Lock()
 				if _, ok := seen[n]; !ok {
 					seen[n] = time.Now()
@@ -184,17 +241,15 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 	// The probe exists before the informer starts, so it is part of the initial list.
 	cms := writer.CoreV1().ConfigMaps(ns)
 	_ = cms.Delete(ctx, "probe", metav1.DeleteOptions{})
-	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Data: map[string]string{"seq": "-1"}}, metav1.CreateOptions{})
+	_, err = cms.Create(ctx, probe(-1), metav1.CreateOptions{})
 	check(err)
 
 	stop := make(chan struct{})
 	cpu0 := cpuTime()
 	start := time.Now()
-	factory.Start(stop)
-	for typ, ok := range factory.WaitForCacheSync(stop) {
-		if !ok {
-			check(fmt.Errorf("the %v cache did not sync", typ))
-		}
+	b.start(stop)
+	if !b.wait(stop) {
+		check(fmt.Errorf("the cache did not sync"))
 	}
 	synced := time.Since(start)
 	cpu := cpuTime() - cpu0
@@ -205,9 +260,8 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 
 	sent := make([]time.Time, updates)
 	for i := 0; i < updates; i++ {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Data: map[string]string{"seq": strconv.Itoa(i)}}
 		sent[i] = time.Now()
-		_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+		_, err := cms.Update(ctx, probe(i), metav1.UpdateOptions{})
 		check(err)
 		time.Sleep(interval)
 	}
@@ -236,7 +290,6 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 
 	// Read cost, through the lister users read with: a get of every (objects/10000)th
 	// object, and the median of three full lists.
-	lister := factory.Core().V1().ConfigMaps().Lister().ConfigMaps(ns)
 	keys := informer.GetStore().ListKeys()
 	sort.Strings(keys)
 	step := max(1, len(keys)/10000)
@@ -245,7 +298,7 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 		_, name, err := cache.SplitMetaNamespaceKey(keys[i])
 		check(err)
 		t := time.Now()
-		_, err = lister.Get(name)
+		err = b.get(name)
 		gets = append(gets, float64(time.Since(t).Nanoseconds())/1000)
 		check(err)
 	}
@@ -253,17 +306,26 @@ func syncAndMeasure(ctx context.Context, client, writer *kubernetes.Clientset, n
 	var lists []float64
 	for i := 0; i < 3; i++ {
 		t := time.Now()
-		all, err := lister.List(labels.Everything())
+		n, err := b.list()
 		check(err)
 		lists = append(lists, float64(time.Since(t).Microseconds())/1000)
-		if len(all) != objects {
-			check(fmt.Errorf("listed %d of %d objects", len(all), objects))
+		if n != objects {
+			check(fmt.Errorf("listed %d of %d objects", n, objects))
 		}
 	}
 	sort.Float64s(lists)
 	close(stop)
 	fmt.Printf("RESULT objects=%d synced_ms=%d cpu_ms=%d peak_rss_kib=%d rss_after_kib=%d p50_ms=%.2f p99_ms=%.2f get_p99_us=%.2f list_ms=%.1f\n",
 		objects, synced.Milliseconds(), cpu.Milliseconds(), peak, after, pct(lat, 50), pct(lat, 99), pct(gets, 99), lists[1])
+}
+
+// The latency probe: its sequence number in data and in an annotation.
+func probe(seq int) *corev1.ConfigMap {
+	s := strconv.Itoa(seq)
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Annotations: map[string]string{"seq": s}},
+		Data:       map[string]string{"seq": s},
+	}
 }
 
 func pct(sorted []float64, p int) float64 {
