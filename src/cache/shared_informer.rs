@@ -807,6 +807,14 @@ impl<K: CacheObject> Shared<K> {
             undecodable,
         } = info;
         let mut entries = Vec::with_capacity(objects.len() + undecodable.len());
+        // Only the processing loop writes the store, so nothing changes it in between.
+        let mut kept = Vec::new();
+        for key in undecodable {
+            if let Some(stored) = self.store.stored(&key) {
+                entries.push((key.clone(), stored));
+                kept.push(key);
+            }
+        }
         // What to notify, in list order. Keys are computed again from decoded objects rather
         // than kept: a 100k-object list would otherwise hold a second copy of every key until
         // the handlers are notified. An encoded list has only its keys to go by.
@@ -829,14 +837,6 @@ impl<K: CacheObject> Shared<K> {
                 (listed, Some(keys))
             }
         };
-        // Only the processing loop writes the store, so nothing changes it in between.
-        let mut kept = Vec::new();
-        for key in undecodable {
-            if let Some(stored) = self.store.stored(&key) {
-                entries.push((key.clone(), stored));
-                kept.push(key);
-            }
-        }
         let mut old = self.store.replace_entries(entries, &rv);
         for key in kept {
             old.take(&key);
