@@ -75,13 +75,12 @@ impl Connections {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// Runs `conn` until it ends or the next `cut_all`.
-    async fn until_cut(&self, conn: impl Future<Output = ()>) {
-        let mut generation = self.generation.subscribe();
-        let born = *generation.borrow_and_update();
+    /// Runs `conn` until it ends or the first `cut_all` after `born` (a receiver taken when
+    /// the connection was accepted).
+    async fn until_cut(mut born: watch::Receiver<u64>, conn: impl Future<Output = ()>) {
         tokio::select! {
             _ = conn => {}
-            _ = generation.wait_for(|g| *g != born) => {
+            _ = born.changed() => {
                 // Dropping the connection resets it: the client sees it end mid-stream.
             }
         }
@@ -113,7 +112,13 @@ fn spawn_accept_loop<S, Fut>(
                 drop(inbound);
                 continue;
             }
-            tokio::spawn(serve(inbound, shared.clone()));
+            // The generation is read here, not when the task first runs: a `cut_all` between
+            // the two (say `set_blocked` then `cut_all` while this one was being accepted)
+            // still cuts it, where it would otherwise outlive the outage it was meant to be
+            // part of.
+            let born = conns.generation.subscribe();
+            let conn = serve(inbound, shared.clone());
+            tokio::spawn(Connections::until_cut(born, conn));
         }
     });
 }
@@ -178,16 +183,10 @@ impl Drop for FaultProxy {
 }
 
 async fn forward(mut inbound: TcpStream, shared: Arc<Shared>) {
-    let target = shared.target;
-    shared
-        .conns
-        .until_cut(async move {
-            let Ok(mut outbound) = TcpStream::connect(target).await else {
-                return;
-            };
-            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-        })
-        .await;
+    let Ok(mut outbound) = TcpStream::connect(shared.target).await else {
+        return;
+    };
+    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
 }
 
 /// An HTTP proxy in front of the apiserver that can throttle watches, corrupt watch events,
@@ -406,22 +405,16 @@ impl Drop for HttpFaultProxy {
 }
 
 async fn serve_http(inbound: TcpStream, shared: Arc<HttpShared>) {
-    let conn = {
-        let shared = shared.clone();
-        async move {
-            let Ok(tls) = shared.tls.accept(inbound).await else {
-                return;
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(&shared, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
-        }
+    let Ok(tls) = shared.tls.accept(inbound).await else {
+        return;
     };
-    shared.conns.until_cut(conn).await;
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
 }
 
 fn query_param<'q>(query: &'q str, name: &str) -> Option<&'q str> {
