@@ -17,8 +17,9 @@
 //! read cost through the lister: `get_p99_us` over a get of every (N/10000)th object,
 //! `list_ms` the median of three full lists. Last, `json_bytes`: the size of the JSON LIST
 //! body the apiserver sends for the namespace (its objects as JSON, or their
-//! PartialObjectMetadata for a metadata-only side, plus a few hundred bytes of envelope), `stored_bytes`, what the compact store's frames hold (0: typed), and
-//! `base_rss_kib`, VmRSS just before the informer starts (the process's baseline).
+//! PartialObjectMetadata for a metadata-only side, plus a few hundred bytes of envelope);
+//! `stored_bytes`, what the compact store's frames hold (0: typed); and `base_rss_kib`,
+//! VmRSS just before the informer starts (the process's baseline).
 //!
 //! It allocates with the system allocator (glibc's malloc), as the kube-runtime side does, so
 //! the two Rust informers are compared on the same allocator; the `kubeloop` binary's mimalloc

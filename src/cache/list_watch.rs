@@ -430,17 +430,17 @@ impl<K: Resource> ListWatch<K> {
     /// The `Accept` header of a LIST: JSON, or [`METADATA_LIST_ACCEPT`] for a metadata-only
     /// type (`PartialObjectMeta<K>`).
     pub fn list_accept(&self) -> &'static str {
-        if K::metadata_api() {
-            METADATA_LIST_ACCEPT
-        } else {
-            "application/json"
-        }
+        Self::accept(METADATA_LIST_ACCEPT)
     }
 
     /// The `Accept` header of a WATCH: JSON, or [`METADATA_WATCH_ACCEPT`].
     pub fn watch_accept(&self) -> &'static str {
+        Self::accept(METADATA_WATCH_ACCEPT)
+    }
+
+    fn accept(metadata_only: &'static str) -> &'static str {
         if K::metadata_api() {
-            METADATA_WATCH_ACCEPT
+            metadata_only
         } else {
             "application/json"
         }

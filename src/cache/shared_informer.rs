@@ -844,12 +844,12 @@ impl<K: CacheObject> Shared<K> {
         // The previous object of each listed one, as the store held it (`None`: no key).
         let mut previous = Vec::with_capacity(listed.len());
         for (i, stored) in listed.iter().enumerate() {
-            let key = match (&keys, stored) {
-                (Some(keys), _) => Ok(keys[i].clone()),
-                (None, Stored::Object(obj)) => (self.key_func)(obj),
+            let prev = match (&keys, stored) {
+                (Some(keys), _) => Some(old.take(&keys[i])),
+                (None, Stored::Object(obj)) => (self.key_func)(obj).ok().map(|k| old.take(&k)),
                 (None, Stored::Encoded(_)) => unreachable!("a decoded list holds objects"),
             };
-            previous.push(key.ok().map(|key| old.take(&key)));
+            previous.push(prev);
         }
         for (key, obj) in old.into_objects() {
             if crate::trace::on() {
