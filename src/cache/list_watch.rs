@@ -633,8 +633,7 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                     .map_err(|e| list_decode_error(&url, e))?;
                 reader.as_mut().consume(n);
             }
-            let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
-            list.items.iter_mut().for_each(shrink_metadata);
+            let list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
             Ok(ListPage {
                 items: list.items,
                 resource_version: list.metadata.resource_version.unwrap_or_default(),
@@ -813,7 +812,7 @@ fn decode_watch_line<K: CacheObject>(
     url: &str,
 ) -> Result<WatchEvent<K>, ListWatchError> {
     match serde_json::from_slice::<WatchEvent<K>>(line) {
-        Ok(event) => Ok(shrunk(event)),
+        Ok(event) => Ok(event),
         Err(source) => {
             #[derive(serde::Deserialize)]
             struct Kind {
@@ -863,65 +862,6 @@ fn ends_cleanly(err: &kube_client::Error) -> bool {
     false
 }
 
-/// Gives back the spare room serde's growth leaves in the metadata a cached object keeps for
-/// its whole life. serde_json grows a `Vec` and a JSON object's map from room for four, so a
-/// 1 KiB ConfigMap's one managedFields entry sits in room for four (650 bytes spare) and each
-/// fieldsV1 map of one or two fields in room for four (500 bytes spare over its four maps), of
-/// the 5.6 KB the object takes decoded (glibc's chunk sizes).
-fn shrink_metadata<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    if let Some(v) = &mut meta.managed_fields {
-        v.shrink_to_fit();
-        for fields in v.iter_mut().filter_map(|e| e.fields_v1.as_mut()) {
-            shrink_json(&mut fields.0);
-        }
-    }
-    if let Some(v) = &mut meta.owner_references {
-        v.shrink_to_fit();
-    }
-    if let Some(v) = &mut meta.finalizers {
-        v.shrink_to_fit();
-    }
-}
-
-/// `value` with every map and array rebuilt at its length (a map cannot shrink in place).
-fn shrink_json(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) if !map.is_empty() => {
-            *map = std::mem::take(map)
-                .into_iter()
-                .map(|(k, mut v)| {
-                    shrink_json(&mut v);
-                    (k, v)
-                })
-                .collect();
-        }
-        serde_json::Value::Array(items) => {
-            items.iter_mut().for_each(shrink_json);
-            items.shrink_to_fit();
-        }
-        _ => {}
-    }
-}
-
-fn shrunk<K: Resource>(event: WatchEvent<K>) -> WatchEvent<K> {
-    match event {
-        WatchEvent::Added(mut o) => {
-            shrink_metadata(&mut o);
-            WatchEvent::Added(o)
-        }
-        WatchEvent::Modified(mut o) => {
-            shrink_metadata(&mut o);
-            WatchEvent::Modified(o)
-        }
-        WatchEvent::Deleted(mut o) => {
-            shrink_metadata(&mut o);
-            WatchEvent::Deleted(o)
-        }
-        other => other,
-    }
-}
-
 /// A query string with percent-encoded values.
 #[derive(Default)]
 struct Query {
@@ -957,37 +897,6 @@ mod tests {
         // A client that is never used to send: only URL building is tested here.
         let cfg = kube_client::Config::new("http://127.0.0.1:1".parse().unwrap());
         Client::try_from(cfg).unwrap()
-    }
-
-    #[test]
-    fn a_decoded_event_keeps_its_metadata_at_its_length_and_unchanged() {
-        let line = br#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{
-            "name":"a","namespace":"ns","finalizers":["f"],
-            "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"u"}],
-            "managedFields":[{"manager":"m","operation":"Update","fieldsType":"FieldsV1",
-              "fieldsV1":{"f:data":{".":{},"f:b":{},"f:a":{}},"f:metadata":{"f:labels":{"f:x":{}}}},
-              "time":"2026-11-26T07:00:00Z"}]},"data":{"a":"1","b":"2"}}}"#;
-        let plain: WatchEvent<ConfigMap> = serde_json::from_slice(line).unwrap();
-        let WatchEvent::Added(plain) = plain else {
-            panic!("not ADDED")
-        };
-        let Ok(WatchEvent::Added(cm)) = decode_watch_line::<ConfigMap>(line, "/w") else {
-            panic!("not decoded as ADDED")
-        };
-        let meta = &cm.metadata;
-        assert_eq!(meta.managed_fields.as_ref().unwrap().capacity(), 1);
-        assert_eq!(meta.owner_references.as_ref().unwrap().capacity(), 1);
-        assert_eq!(meta.finalizers.as_ref().unwrap().capacity(), 1);
-        // Rebuilt maps keep their fields in the apiserver's order.
-        assert_eq!(
-            serde_json::to_string(&cm).unwrap(),
-            serde_json::to_string(&plain).unwrap()
-        );
-        assert!(
-            serde_json::to_string(&meta.managed_fields)
-                .unwrap()
-                .contains(r#"{".":{},"f:b":{},"f:a":{}}"#)
-        );
     }
 
     #[tokio::test]
