@@ -1225,6 +1225,12 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
     );
     let mut edited: serde_json::Value = serde_json::from_str(&theirs).unwrap();
     edited["spec"]["replicas"] = serde_json::json!(0);
+    // Unconditional: the deployment controller writes the status between the get and the
+    // replace, and a stale resourceVersion would be refused as a conflict before admission.
+    edited["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     let path = dir.join("theirs.json");
     std::fs::write(&path, edited.to_string()).unwrap();
     let refusal = kubectl_as(
