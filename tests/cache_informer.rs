@@ -14,8 +14,8 @@ use kube_client::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchPa
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube_client::{Resource, ResourceExt};
 use kubeloop::cache::{
-    FactoryOptions, InformerConfig, LabelSelector, ListWatch, ReflectorConfig, SharedIndexInformer,
-    SharedInformerFactory, StoreKind,
+    FactoryOptions, Indexer, InformerConfig, LabelSelector, ListWatch, ReflectorConfig,
+    SharedIndexInformer, SharedInformerFactory, StoreKind,
 };
 use kubeloop::testenv;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,19 @@ fn names<K: Resource>(objs: &[std::sync::Arc<K>]) -> BTreeSet<String> {
     objs.iter()
         .map(|o| o.meta().name.clone().unwrap())
         .collect()
+}
+
+/// A typed store keeps each object's metadata at its length: serde decodes a managedFields
+/// list of one entry into room for four, and the informer's transform gives it back.
+fn assert_metadata_at_its_length(indexer: &Indexer<ConfigMap>) {
+    for cm in indexer.list() {
+        let fields = cm
+            .metadata
+            .managed_fields
+            .as_ref()
+            .expect("written by the apiserver");
+        assert_eq!(fields.capacity(), fields.len(), "{}", cm.name_any());
+    }
 }
 
 #[tokio::test]
@@ -350,6 +363,8 @@ async fn streaming_list_mode_syncs_from_send_initial_events() {
         Duration::from_secs(30),
     )
     .await;
+    // Listed through the stream, and "late" through a watch event.
+    assert_metadata_at_its_length(&informer.indexer());
     // No fallback to a paged LIST happened: the stream delivered the initial state.
     assert!(errors.lock().is_empty(), "{:?}", errors.lock());
     informer.shutdown().await;
@@ -452,6 +467,7 @@ async fn streaming_list_that_cannot_finish_in_time_falls_back_to_a_paged_list() 
         Duration::from_secs(30),
     )
     .await;
+    assert_metadata_at_its_length(&informer.indexer());
     assert!(
         errors
             .lock()

@@ -45,7 +45,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
-use super::store::{meta_namespace_key, shrink_metadata};
+use super::store::meta_namespace_key;
 
 /// How an informer's store holds its objects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -352,10 +352,7 @@ impl<K: Resource> ListBuilder<K> {
     }
 
     /// Adds the next listed object (already transformed).
-    pub(crate) fn push(&mut self, mut obj: K) {
-        if self.codec.is_none() {
-            shrink_metadata(&mut obj);
-        }
+    pub(crate) fn push(&mut self, obj: K) {
         self.decoded.push(Arc::new(obj));
         if let Some(codec) = &self.codec
             && (codec.settled() || self.decoded.len() >= TRAIN_SAMPLES)

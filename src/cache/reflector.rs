@@ -53,7 +53,6 @@ use super::list_watch::{
 use super::metrics::{CacheMetrics, ReflectorMetrics};
 use super::store::{
     ReflectorStore, StoreError, apply_transform, meta_namespace_key, resource_version,
-    shrink_metadata,
 };
 use super::undecodable::{UndecodableObject, WatchEventType};
 
@@ -699,22 +698,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         if crate::trace::on() {
             trace_watch_event(&event, "");
         }
-        // An object a typed store keeps decoded, at its length (the compact store encodes it).
-        let kept = |mut obj: K| {
-            if self.store.list_codec().is_none() {
-                shrink_metadata(&mut obj);
-            }
-            obj
-        };
         let (rv, result) = match event {
-            WatchEvent::Added(obj) => (
-                resource_version(&obj).to_string(),
-                self.store.add(kept(obj)),
-            ),
-            WatchEvent::Modified(obj) => (
-                resource_version(&obj).to_string(),
-                self.store.update(kept(obj)),
-            ),
+            WatchEvent::Added(obj) => (resource_version(&obj).to_string(), self.store.add(obj)),
+            WatchEvent::Modified(obj) => {
+                (resource_version(&obj).to_string(), self.store.update(obj))
+            }
             WatchEvent::Deleted(obj) => {
                 (resource_version(&obj).to_string(), self.store.delete(obj))
             }

@@ -53,7 +53,9 @@ use super::processor::{
 use super::queue::{InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
-use super::store::{KeyFunc, ReflectorStore, TransformFunc, default_key_func, resource_version};
+use super::store::{
+    KeyFunc, ReflectorStore, TransformFunc, default_key_func, kept_decoded, resource_version,
+};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
 
 /// Informer settings.
@@ -230,6 +232,9 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             }
             QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
         };
+        if store.kind() == StoreKind::Typed {
+            fifo.set_transform(Some(kept_decoded(None)));
+        }
         let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
             let mut r = Reflector::new(lw, p.store, p.config)
                 .with_metrics(&p.metrics)
@@ -304,6 +309,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let inner = self.shared.inner.lock();
         self.ensure_not_started(&inner, "set a transform")?;
         let t: TransformFunc<K> = Arc::new(transform);
+        let t = match self.shared.store.kind() {
+            StoreKind::Typed => kept_decoded(Some(t)),
+            StoreKind::Compact => t,
+        };
         self.shared.fifo.set_transform(Some(t));
         Ok(())
     }

@@ -200,9 +200,8 @@ pub fn strip_managed_fields<K: kube_client::Resource>(mut obj: K) -> K {
 /// room for four (650 bytes spare) and each fieldsV1 map of one or two fields in room for four
 /// (500 bytes spare over its four maps), of the 5.6 KB the object takes decoded (glibc's chunk
 /// sizes). It costs about 1.5 us per such object (the maps are rebuilt; a third of decoding
-/// it), so it runs only where an object is kept decoded, never for the compact store: on a
-/// listed object after the transform (`ListBuilder::push`), and on a watch event's object as
-/// the reflector hands it to a typed store (whose FIFO transforms it after).
+/// it), so only an informer with a typed store runs it, as the last step of its transform
+/// ([`kept_decoded`]); the compact store encodes its objects instead.
 pub(crate) fn shrink_metadata<K: kube_client::Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     if let Some(v) = &mut meta.managed_fields {
@@ -237,6 +236,19 @@ fn shrink_json(value: &mut serde_json::Value) {
         }
         _ => {}
     }
+}
+
+/// The transform of an informer whose store keeps its objects decoded: `transform`, then
+/// [`shrink_metadata`] on what it leaves. The queue runs it on every listed object and watch
+/// event, so each object is shrunk once, after a managedFields-dropping transform.
+pub(crate) fn kept_decoded<K: kube_client::Resource + 'static>(
+    transform: Option<TransformFunc<K>>,
+) -> TransformFunc<K> {
+    Arc::new(move |obj| {
+        let mut obj = apply_transform(transform.as_ref(), obj);
+        shrink_metadata(&mut obj);
+        obj
+    })
 }
 
 /// `obj` through `transform`, if there is one.
