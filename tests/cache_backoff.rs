@@ -2,7 +2,7 @@
 //! of looping (kube-rs's watcher once retried a failing LIST in a tight loop; kubeloop's
 //! reflector must not). Short backoff parameters
 //! keep the test quick; the default values are checked by the unit tests in
-//! `src/cache/backoff.rs` and `src/cache/reflector.rs`.
+//! `kubeloop/src/cache/backoff.rs` and `kubeloop/src/cache/reflector.rs`.
 
 mod cache_common;
 

@@ -924,7 +924,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
 
 /// One VM controller replica as `kubeloop vm-controller` would run it once it serves the ops
 /// flags: an elector reporting `leader_election_master_status`, its `leaderElection` health
-/// check on /healthz, the workqueue series, all on one [`kubeloop::ops::OpsArgs`] server.
+/// check on /healthz, the workqueue series, all on one [`kubeloop_cli::OpsArgs`] server.
 async fn vm_replica(
     client: kube_client::Client,
     ns: &str,
@@ -938,7 +938,8 @@ async fn vm_replica(
     use kubeloop::leaderelection::{
         HealthzAdaptor, LeaderElectionConfig, LeaderElector, LeaderMetricsProvider, LeaseLock,
     };
-    use kubeloop::ops::{Check, CheckFn, OpsArgs};
+    use kubeloop::ops::{Check, CheckFn};
+    use kubeloop_cli::OpsArgs;
 
     let provider = LeaderMetricsProvider::new();
     let config = LeaderElectionConfig {

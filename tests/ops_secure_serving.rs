@@ -418,7 +418,8 @@ async fn closed_after(mut stream: TcpStream, since: Instant) -> Duration {
 /// /healthz keeps answering on the probe server.
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_that_never_finish_their_headers_are_disconnected_while_healthz_answers() {
-    use kubeloop::ops::{Check, CheckFn, OpsArgs, ServerLimits};
+    use kubeloop::ops::{Check, CheckFn, ServerLimits};
+    use kubeloop_cli::OpsArgs;
 
     let cluster = testenv::shared().await;
     let header_timeout = Duration::from_secs(2);

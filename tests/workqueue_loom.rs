@@ -1,6 +1,6 @@
 //! Model-checks the workqueue's hand-off protocol with loom (kubeloop's own tests).
 //!
-//! `src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
+//! `kubeloop/src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
 //! test target compiles that very file next to a shim of the same shape that hands out loom's
 //! `Mutex`, so loom runs every interleaving of the queue's transitions, its parked-`get` list
 //! and its wake-ups (at most three preemptions per execution, loom's usual bound). No
@@ -15,7 +15,7 @@
 //! - `shutdown` wakes every parked `get`;
 //! - the queue ends with nothing tracked and nothing parked.
 //!
-//! `src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
+//! `kubeloop/src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
 //! `state.rs`'s stamps) is compiled here too and checked for the same promises, plus: a
 //! higher priority added concurrently is never lost.
 
@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 
-/// The loom side of `src/workqueue/sync.rs`: same shape, loom's lock.
+/// The loom side of `kubeloop/src/workqueue/sync.rs`: same shape, loom's lock.
 mod sync {
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
@@ -42,15 +42,15 @@ mod sync {
     }
 }
 
-#[path = "../src/workqueue/parked.rs"]
+#[path = "../kubeloop/src/workqueue/parked.rs"]
 #[allow(dead_code)]
 mod parked;
 
-#[path = "../src/workqueue/state.rs"]
+#[path = "../kubeloop/src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;
 
-#[path = "../src/workqueue/priority_state.rs"]
+#[path = "../kubeloop/src/workqueue/priority_state.rs"]
 #[allow(dead_code)]
 mod priority_state;
 

@@ -5,7 +5,7 @@
 //! `scenario.rs` for what a round does and measures).
 //!
 //! ```text
-//! cargo run --release --features runtime,testenv --example bench_priority -- [N] [ROUNDS]
+//! cargo run --release --example bench_priority -- [N] [ROUNDS]
 //! ```
 
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! - [`normalize_args`]: Go-style one-dash long flags rewritten for clap.
 //! - [`holder_identity`]: the leader-election identity default.
 //!
-//! The metrics / health flags are `kubeloop::ops::OpsArgs`, shared the same way.
+//! The metrics / health flags are `crate::OpsArgs`, shared the same way.
 
 mod argv;
 pub mod duration;
@@ -43,7 +43,7 @@ use kubeloop::leaderelection::default_identity;
 /// that passes while `ready` is set (caches synced, not shutting down). `client` sends the
 /// TokenReviews and SubjectAccessReviews of secure metrics.
 pub async fn serve_controller_ops(
-    ops: &kubeloop::ops::OpsArgs,
+    ops: &crate::OpsArgs,
     client: &kube_client::Client,
     cache_metrics: &kubeloop::cache::CacheMetrics,
     ready: std::sync::Arc<std::sync::atomic::AtomicBool>,

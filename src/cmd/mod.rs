@@ -1,8 +1,9 @@
 //! The binary's subcommands, one file each, and the flags and plumbing they share (`common`).
 
-#[cfg(feature = "testenv")]
+#[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod common;
+pub mod ops_flags;
 pub mod sample_controller;
 pub mod trace;
 pub mod vm_controller;

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::OpsArgs;
 use anyhow::Context;
 use kubeloop::controller::sample::{ControllerConfig, run as run_controller};
-use kubeloop::ops::OpsArgs;
 use kubeloop::runtime::ShardingConfig;
 
 use super::common::{self, ClusterArgs};

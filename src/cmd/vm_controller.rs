@@ -112,7 +112,7 @@ pub struct Args {
     #[arg(long)]
     pub namespace: Option<String>,
     #[command(flatten)]
-    pub ops: kubeloop::ops::OpsArgs,
+    pub ops: crate::OpsArgs,
 }
 
 /// `--vm-driver`.

@@ -22,7 +22,7 @@
 //! - Beyond controller101: a server whose limits differ from the spec (the spec was edited) is
 //!   recreated with the new limits, since podman's Docker API has no live `update`.
 //!
-//! Safe failover, three defences (the fence arithmetic is in `src/runtime/leadership.rs`):
+//! Safe failover, three defences (the fence arithmetic is in `kubeloop/src/runtime/leadership.rs`):
 //! - Fencing: every side effect the reconcile causes (finalizer patch, status write, server
 //!   create/start/delete) is preceded by [`ReconcileContext::check`]; once it fails the pass
 //!   ends with [`ReconcileError::NotEntitled`], writing nothing more (no Failed status, no

@@ -347,6 +347,7 @@ static KEY_TYPES: Mutex<Vec<KeyView>> = Mutex::new(Vec::new());
 /// Lets the workqueue trace items of a type of a higher layer (the runtime's `ObjectKey`)
 /// without this module knowing it: `view` downcasts an item and hands out its key text.
 /// Registering the same view again changes nothing.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub(crate) fn key_type(view: KeyView) {
     let mut views = KEY_TYPES.lock();
     if !views.iter().any(|v| std::ptr::fn_addr_eq(*v, view)) {

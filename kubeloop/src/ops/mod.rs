@@ -4,8 +4,9 @@
 //! Counterparts: controller-runtime's `pkg/metrics/server` (HTTPS, behind
 //! `pkg/metrics/filters.WithAuthenticationAndAuthorization`, certificates from
 //! `pkg/certwatcher`) and its manager's health probe server; component-base's
-//! `metrics/legacyregistry` and k8s.io/apiserver's `pkg/server/healthz`. [`OpsArgs`] is
-//! controller-runtime's (kubebuilder scaffold's) flags for any subcommand (`#[command(flatten)]`).
+//! `metrics/legacyregistry` and k8s.io/apiserver's `pkg/server/healthz`. The flags that start
+//! these servers (kubebuilder scaffold's `--metrics-bind-address` and the rest) are the
+//! command line's: `kubeloop_cli::OpsArgs` in the workspace's root package.
 //!
 //! | File | Holds | Counterpart |
 //! |---|---|---|
@@ -15,12 +16,9 @@
 //! | `filters.rs` | [`Authorizer`]: TokenReview + SubjectAccessReview | `pkg/metrics/filters` |
 //! | `decision_cache.rs` | [`DecisionCache`] | apiserver's token and webhook authorizer caches |
 //! | `tls.rs` | [`CertWatcher`]: self-signed or files, reloaded | `pkg/certwatcher` |
-//! | `flags.rs` | [`OpsArgs`] | kubebuilder's `cmd/main.go` flags |
 
 mod decision_cache;
 mod filters;
-#[cfg(feature = "cli")]
-mod flags;
 mod limits;
 mod routes;
 mod server;
@@ -28,8 +26,6 @@ mod tls;
 
 pub use decision_cache::DecisionCache;
 pub use filters::{AuthConfig, Authorizer, Refusal};
-#[cfg(feature = "cli")]
-pub use flags::{OpsArgs, OpsFlagError, Serving};
 pub use limits::{AcceptBackoff, ServerLimits};
 pub use routes::{Check, CheckFn};
 pub use server::{OpsServer, OpsServerError, ServeConfig};

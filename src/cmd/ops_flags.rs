@@ -5,7 +5,7 @@
 //! `HealthProbeBindAddress`, under the flag names kubebuilder's scaffold gives them
 //! (`--metrics-bind-address`, `--metrics-secure`, `--metrics-cert-path`, `--metrics-cert-name`,
 //! `--metrics-cert-key`, `--health-probe-bind-address`), plus `--trace ns/name` (see
-//! [`crate::trace`]), served on the metrics address.
+//! [`kubeloop::trace`]), served on the metrics address.
 //! A subcommand adds them with `#[command(flatten)] ops: OpsArgs` and calls [`OpsArgs::serve`].
 //!
 //! Invariants: `0` (the default) turns a server off; metrics are HTTPS behind TokenReview and
@@ -22,11 +22,10 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use super::filters::{AuthConfig, Authorizer};
-use super::limits::ServerLimits;
-use super::routes::Check;
-use super::server::{OpsServer, OpsServerError, ServeConfig};
-use super::tls::{CertWatcher, DEFAULT_CERT_POLL_INTERVAL};
+use kubeloop::ops::{
+    AuthConfig, Authorizer, CertWatcher, Check, DEFAULT_CERT_POLL_INTERVAL, OpsServer,
+    OpsServerError, ServeConfig, ServerLimits,
+};
 
 /// The metrics and probe flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -112,7 +111,7 @@ impl OpsArgs {
         client: Option<kube_client::Client>,
         stop: &CancellationToken,
     ) -> Result<Serving, OpsFlagError> {
-        crate::trace::follow(&self.trace).map_err(|e| OpsFlagError {
+        kubeloop::trace::follow(&self.trace).map_err(|e| OpsFlagError {
             flag: "--trace",
             source: e.into(),
         })?;
@@ -191,7 +190,7 @@ impl OpsArgs {
             flag: "--metrics-secure",
             source: OpsServerError::NoClient,
         })?;
-        let cert_error = |e: super::tls::TlsError| OpsFlagError {
+        let cert_error = |e: kubeloop::ops::TlsError| OpsFlagError {
             flag: "--metrics-cert-path",
             source: e.into(),
         };
@@ -243,8 +242,8 @@ mod tests {
     use prometheus_client::metrics::gauge::Gauge;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    use super::super::routes::CheckFn;
     use super::*;
+    use kubeloop::ops::CheckFn;
 
     async fn status(addr: SocketAddr, path: &str) -> u16 {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

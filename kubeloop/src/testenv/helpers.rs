@@ -173,7 +173,7 @@ impl Kubectl {
 
 impl Cluster {
     /// Runs the cluster's kubectl (from the control plane's bin directory) with the admin
-    /// kubeconfig, in the crate's root directory (so `-f crds/foo.yaml` works). Never panics
+    /// kubeconfig, in the repository's root directory (so `-f crds/foo.yaml` works). Never panics
     /// on kubectl's failure: see [`Kubectl::ok`].
     pub fn kubectl(&self, args: &[&str]) -> Kubectl {
         self.kubectl_stdin(args, None)
@@ -185,7 +185,7 @@ impl Cluster {
             .arg("--kubeconfig")
             .arg(self.kubeconfig_path())
             .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

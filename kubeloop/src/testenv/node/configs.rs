@@ -17,7 +17,7 @@ pub(super) fn containerd_config(dir: &Path) -> String {
     // restrict_oom_score_adj: runc fails to start a container ("can't get final child's PID
     // from pipe") where root lacks CAP_SYS_RESOURCE and the kubelet asks for a lower score.
     format!(
-        r#"# Written by kubeloop's testenv (src/testenv/node/configs.rs).
+        r#"# Written by kubeloop's testenv (kubeloop/src/testenv/node/configs.rs).
 version = 2
 root = "{root}"
 state = "{state}"

@@ -1099,7 +1099,7 @@ async fn a_blocking_on_new_leader_never_delays_renewals() {
 }
 
 // No successor acquires before t_send(last successful renew) + lease_duration (the
-// arithmetic in src/controller/leadership.rs).
+// arithmetic in kubeloop/src/runtime/leadership.rs).
 #[tokio::test(start_paused = true)]
 async fn lease_valid_until_is_the_last_renewal_sent_plus_lease_duration_even_after_the_term() {
     let store = FakeLockStore::new();

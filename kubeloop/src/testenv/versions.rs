@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-const VERSIONS_ENV: &str = include_str!("../../hack/versions.env");
+const VERSIONS_ENV: &str = include_str!("../../../hack/versions.env");
 
 fn lookup(key: &str) -> &'static str {
     VERSIONS_ENV
