@@ -165,6 +165,7 @@ pub mod controller;
 pub mod leaderelection;
 #[cfg(feature = "ops")]
 pub mod ops;
+pub mod protobuf;
 pub mod record;
 #[cfg(feature = "runtime")]
 pub mod runtime;

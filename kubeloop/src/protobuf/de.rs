@@ -1,0 +1,659 @@
+//! A serde `Deserializer` over one protobuf message, driven by the field table, that shows the
+//! message to a `Deserialize` impl exactly as Go's JSON of the same object would: the JSON
+//! names, the zero values Go writes and the empty ones it omits, inline fields flattened, and
+//! the special types (`Time`, `Quantity`, `IntOrString`, raw JSON, ...) in their JSON form.
+//!
+//! Counterpart: k8s.io/apimachinery's protobuf serializer decoding into Go structs
+//! (`generated.pb.go`'s `Unmarshal`) followed by `encoding/json`'s `Marshal`, in one pass.
+
+use serde::de::value::BorrowedStrDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::Error;
+use super::table::{self, E, Field, I, Kind, L, Message, P, Z};
+use super::wire::{Raw, Reader, each_field};
+
+/// One message's fields, shown as a JSON object.
+pub(crate) struct MessageDe<'de> {
+    message: &'static Message,
+    bytes: &'de [u8],
+}
+
+impl<'de> MessageDe<'de> {
+    pub(crate) fn new(message: &'static Message, bytes: &'de [u8]) -> Self {
+        Self { message, bytes }
+    }
+}
+
+/// The methods that mean "whatever comes": each type below answers them from its own
+/// `deserialize_any`, `deserialize_option` and `deserialize_newtype_struct`.
+macro_rules! forward_the_rest {
+    () => {
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
+        }
+
+        fn deserialize_newtype_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            visitor.visit_newtype_struct(self)
+        }
+    };
+}
+
+impl<'de> Deserializer<'de> for MessageDe<'de> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_map(Fields::new(self.message, self.bytes))
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_some(self)
+    }
+
+    forward_the_rest!();
+}
+
+/// A message being read: where, which of its fields were seen, and (once its bytes are read)
+/// which field's zero value comes next.
+struct Frame<'de> {
+    message: &'static Message,
+    reader: Reader<'de>,
+    seen: u128,
+    /// `None` while the bytes are read; then the next field to consider for a zero value.
+    zeros: Option<usize>,
+}
+
+impl<'de> Frame<'de> {
+    fn new(message: &'static Message, bytes: &'de [u8]) -> Self {
+        Self {
+            message,
+            reader: Reader::new(bytes),
+            seen: 0,
+            zeros: None,
+        }
+    }
+}
+
+/// The value of the key just handed out.
+enum Pending<'de> {
+    One(&'static Field, Option<Raw<'de>>),
+    /// A repeated or map field, from its first occurrence's key on.
+    Items(&'static Field, Reader<'de>),
+    /// A pointer, slice or map the wire lacked, which Go's JSON shows as `null`.
+    Null(&'static Field),
+}
+
+/// The `MapAccess` of a message: its fields in wire order (repeated fields gathered at their
+/// first occurrence), then the zero values of the fields Go's JSON shows but the wire lacked.
+struct Fields<'de> {
+    top: Frame<'de>,
+    /// The frames an inline field's message interrupted.
+    outer: Vec<Frame<'de>>,
+    pending: Option<Pending<'de>>,
+}
+
+impl<'de> Fields<'de> {
+    fn new(message: &'static Message, bytes: &'de [u8]) -> Self {
+        Self {
+            top: Frame::new(message, bytes),
+            outer: Vec::new(),
+            pending: None,
+        }
+    }
+
+    fn enter_inline(&mut self, field: &'static Field, bytes: &'de [u8]) -> Result<(), Error> {
+        let Kind::Msg(index) = field.kind else {
+            return Err(Error::wire(format!(
+                "inline field {} is not a message",
+                field.tag
+            )));
+        };
+        let inner = Frame::new(table::message(index), bytes);
+        self.outer.push(std::mem::replace(&mut self.top, inner));
+        Ok(())
+    }
+
+    /// The next field to hand out, reading the wire and then the zero values.
+    fn next_field(&mut self) -> Result<Option<&'static Field>, Error> {
+        loop {
+            let frame = &mut self.top;
+            let message = frame.message;
+            let Some(next_zero) = frame.zeros else {
+                let start = frame.reader.position();
+                let Some((tag, raw)) = frame.reader.field()? else {
+                    frame.zeros = Some(0);
+                    continue;
+                };
+                // A tag the table lacks comes from a newer server: skipped, as Go skips it.
+                let Some(i) = message.field(tag) else {
+                    continue;
+                };
+                let field = &message.fields[i];
+                let bit = 1u128 << i;
+                if field.has(L) || matches!(field.kind, Kind::Map(_)) {
+                    // Every occurrence is handed out with the first.
+                    if frame.seen & bit == 0 {
+                        frame.seen |= bit;
+                        let items = frame.reader.at(start);
+                        self.pending = Some(Pending::Items(field, items));
+                        return Ok(Some(field));
+                    }
+                    continue;
+                }
+                frame.seen |= bit;
+                if field.has(I) {
+                    let Raw::Bytes(bytes) = raw else {
+                        return Err(wrong_wire(message, field, &raw));
+                    };
+                    self.enter_inline(field, bytes)?;
+                    continue;
+                }
+                if omitted_when_zero(field) && raw.is_zero() {
+                    continue;
+                }
+                self.pending = Some(Pending::One(field, Some(raw)));
+                return Ok(Some(field));
+            };
+            if let Some(field) = message.fields.get(next_zero) {
+                frame.zeros = Some(next_zero + 1);
+                if frame.seen & (1u128 << next_zero) != 0 || !shown_when_absent(field) {
+                    continue;
+                }
+                if field.has(I) {
+                    self.enter_inline(field, &[])?;
+                    continue;
+                }
+                let nil = field.has(P) || field.has(L) || matches!(field.kind, Kind::Map(_));
+                self.pending = Some(if nil {
+                    Pending::Null(field)
+                } else {
+                    Pending::One(field, None)
+                });
+                return Ok(Some(field));
+            }
+            match self.outer.pop() {
+                Some(parent) => self.top = parent,
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Whether Go's JSON leaves the field out when its value is zero: `omitempty` on a scalar,
+/// string, bytes (never on a struct, which encoding/json does not call empty), or `omitzero`;
+/// never a pointer, whose presence is the point.
+fn omitted_when_zero(field: &Field) -> bool {
+    if field.has(P) {
+        return false;
+    }
+    field.has(Z)
+        || field.has(E)
+            && matches!(
+                field.kind,
+                Kind::Str | Kind::Bool | Kind::I32 | Kind::I64 | Kind::F64 | Kind::Bytes
+            )
+}
+
+/// Whether Go's JSON shows the field when the wire lacks it: any field without
+/// `omitempty`/`omitzero` (a nil pointer, slice or map as `null`, a value as its zero).
+fn shown_when_absent(field: &Field) -> bool {
+    !(field.has(E) || field.has(Z))
+}
+
+fn wrong_wire(message: &Message, field: &Field, raw: &Raw<'_>) -> Error {
+    Error::wire(format!(
+        "{}.{} (tag {}): {raw:?} where the table says {:?}",
+        message.short_name(),
+        field.json,
+        field.tag,
+        field.kind
+    ))
+}
+
+impl<'de> MapAccess<'de> for Fields<'de> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        match self.next_field()? {
+            Some(field) => seed
+                .deserialize(BorrowedStrDeserializer::new(field.json))
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let (field, result) = match self.pending.take() {
+            Some(Pending::One(field, raw)) => (
+                field,
+                seed.deserialize(ValueDe {
+                    kind: field.kind,
+                    raw,
+                }),
+            ),
+            Some(Pending::Items(field, reader)) => (
+                field,
+                seed.deserialize(ItemsDe {
+                    tag: field.tag,
+                    kind: field.kind,
+                    reader,
+                }),
+            ),
+            Some(Pending::Null(field)) => (
+                field,
+                seed.deserialize(serde::de::value::UnitDeserializer::new()),
+            ),
+            None => return Err(Error::wire("a value asked for before its key".into())),
+        };
+        result.map_err(|e| e.within(field.json))
+    }
+}
+
+/// One value of a field (or of a repeated field's item, or a map entry's value); `None` when
+/// the wire lacked it and Go's JSON shows its zero value.
+struct ValueDe<'de> {
+    kind: Kind,
+    raw: Option<Raw<'de>>,
+}
+
+impl<'de> ValueDe<'de> {
+    fn bytes(&self) -> Result<&'de [u8], Error> {
+        match self.raw {
+            None => Ok(&[]),
+            Some(Raw::Bytes(bytes)) => Ok(bytes),
+            Some(other) => Err(Error::wire(format!(
+                "{other:?} where {:?} is length-delimited",
+                self.kind
+            ))),
+        }
+    }
+
+    fn varint(&self) -> Result<u64, Error> {
+        match self.raw {
+            None => Ok(0),
+            Some(Raw::Varint(v)) => Ok(v),
+            Some(other) => Err(Error::wire(format!(
+                "{other:?} where {:?} is a varint",
+                self.kind
+            ))),
+        }
+    }
+
+    /// Whether Go's JSON shows this value as `null`.
+    fn is_null(&self) -> Result<bool, Error> {
+        Ok(match self.kind {
+            Kind::Bytes => self.raw.is_none(),
+            Kind::Time | Kind::MicroTime | Kind::RawJson => {
+                raw_json_or_time_is_null(self.kind, self.bytes()?)?
+            }
+            Kind::SchemaOrArray(_) | Kind::SchemaOrStringArray(_) => self.bytes()?.is_empty(),
+            Kind::StringList => self.raw.is_none(),
+            _ => false,
+        })
+    }
+}
+
+fn raw_json_or_time_is_null(kind: Kind, bytes: &[u8]) -> Result<bool, Error> {
+    if kind != Kind::RawJson {
+        return Ok(bytes.is_empty());
+    }
+    let mut raw: &[u8] = &[];
+    each_field(bytes, |tag, value| {
+        if let (1, Raw::Bytes(b)) = (tag, value) {
+            raw = b;
+        }
+        Ok(())
+    })?;
+    Ok(raw.is_empty())
+}
+
+impl<'de> Deserializer<'de> for ValueDe<'de> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.kind {
+            Kind::Str => visitor.visit_borrowed_str(utf8(self.bytes()?)?),
+            Kind::Bool => visitor.visit_bool(self.varint()? != 0),
+            // A negative int32 is sign-extended to 64 bits on the wire.
+            Kind::I32 => visitor.visit_i64(i64::from(self.varint()? as i32)),
+            Kind::I64 => visitor.visit_i64(self.varint()? as i64),
+            Kind::F64 => match self.raw {
+                None => visitor.visit_f64(0.0),
+                Some(Raw::Fixed64(bits)) => visitor.visit_f64(f64::from_bits(bits)),
+                Some(other) => Err(Error::wire(format!("{other:?} where a double is fixed64"))),
+            },
+            Kind::Bytes => match self.raw {
+                None => visitor.visit_unit(),
+                _ => {
+                    use base64::Engine as _;
+                    visitor.visit_string(
+                        base64::engine::general_purpose::STANDARD.encode(self.bytes()?),
+                    )
+                }
+            },
+            Kind::Msg(index) => {
+                visitor.visit_map(Fields::new(table::message(index), self.bytes()?))
+            }
+            Kind::Map(_) => Err(Error::wire("a map entry outside its map".into())),
+            Kind::Time | Kind::MicroTime => match time(self.kind, self.bytes()?)? {
+                Some(text) => visitor.visit_string(text),
+                None => visitor.visit_unit(),
+            },
+            Kind::Quantity => {
+                let mut text = "0";
+                each_field(self.bytes()?, |tag, raw| {
+                    if let (1, Raw::Bytes(b)) = (tag, raw) {
+                        text = utf8(b)?;
+                    }
+                    Ok(())
+                })?;
+                visitor.visit_borrowed_str(text)
+            }
+            Kind::IntOrString => {
+                let (mut is_string, mut int, mut string) = (false, 0i32, "");
+                each_field(self.bytes()?, |tag, raw| {
+                    match (tag, raw) {
+                        (1, Raw::Varint(v)) => is_string = v == 1,
+                        (2, Raw::Varint(v)) => int = v as i32,
+                        (3, Raw::Bytes(b)) => string = utf8(b)?,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                if is_string {
+                    visitor.visit_borrowed_str(string)
+                } else {
+                    visitor.visit_i64(int.into())
+                }
+            }
+            Kind::RawJson => {
+                let mut raw: &'de [u8] = &[];
+                each_field(self.bytes()?, |tag, value| {
+                    if let (1, Raw::Bytes(b)) = (tag, value) {
+                        raw = b;
+                    }
+                    Ok(())
+                })?;
+                if raw.is_empty() {
+                    return visitor.visit_unit();
+                }
+                let mut json = serde_json::Deserializer::from_slice(raw);
+                let value = json.deserialize_any(visitor).map_err(Error::json)?;
+                json.end().map_err(Error::json)?;
+                Ok(value)
+            }
+            Kind::StringList => visitor.visit_seq(Items {
+                tag: 1,
+                kind: Kind::Str,
+                reader: Reader::new(self.bytes()?),
+                packed: None,
+            }),
+            Kind::SchemaOrArray(schema) => {
+                let bytes = self.bytes()?;
+                let mut one: Option<&[u8]> = None;
+                let mut many = false;
+                each_field(bytes, |tag, raw| {
+                    match (tag, raw) {
+                        (1, Raw::Bytes(b)) => one = Some(b),
+                        (2, _) => many = true,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                if many {
+                    let reader = Reader::new(bytes);
+                    visitor.visit_seq(Items {
+                        tag: 2,
+                        kind: Kind::Msg(schema),
+                        reader,
+                        packed: None,
+                    })
+                } else if let Some(one) = one {
+                    visitor.visit_map(Fields::new(table::message(schema), one))
+                } else {
+                    visitor.visit_unit()
+                }
+            }
+            Kind::SchemaOrBool(schema) => {
+                let (mut allows, mut one) = (false, None);
+                each_field(self.bytes()?, |tag, raw| {
+                    match (tag, raw) {
+                        (1, Raw::Varint(v)) => allows = v != 0,
+                        (2, Raw::Bytes(b)) => one = Some(b),
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                match one {
+                    Some(one) => visitor.visit_map(Fields::new(table::message(schema), one)),
+                    None => visitor.visit_bool(allows),
+                }
+            }
+            Kind::SchemaOrStringArray(schema) => {
+                let bytes = self.bytes()?;
+                let (mut one, mut many) = (None, false);
+                each_field(bytes, |tag, raw| {
+                    match (tag, raw) {
+                        (1, Raw::Bytes(b)) => one = Some(b),
+                        (2, _) => many = true,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                if many {
+                    visitor.visit_seq(Items {
+                        tag: 2,
+                        kind: Kind::Str,
+                        reader: Reader::new(bytes),
+                        packed: None,
+                    })
+                } else if let Some(one) = one {
+                    visitor.visit_map(Fields::new(table::message(schema), one))
+                } else {
+                    visitor.visit_unit()
+                }
+            }
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        if self.is_null()? {
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    forward_the_rest!();
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(bytes).map_err(|e| Error::wire(format!("a string that is not UTF-8: {e}")))
+}
+
+/// A `Time` as Go's JSON writes it (RFC 3339 in UTC, to the second), or a `MicroTime` (to the
+/// microsecond); `None` for the zero time, which the wire carries as an empty message.
+fn time(kind: Kind, bytes: &[u8]) -> Result<Option<String>, Error> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let (mut seconds, mut nanos) = (0i64, 0i32);
+    each_field(bytes, |tag, raw| {
+        match (tag, raw) {
+            (1, Raw::Varint(v)) => seconds = v as i64,
+            (2, Raw::Varint(v)) => nanos = v as i32,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    // metav1.Time's JSON has whole seconds (its protobuf form no longer carries nanos);
+    // MicroTime's keeps microseconds.
+    let nanos = if kind == Kind::Time {
+        0
+    } else {
+        nanos - nanos % 1000
+    };
+    let at = jiff::Timestamp::new(seconds, nanos).map_err(|e| {
+        Error::wire(format!(
+            "a time out of range ({seconds} s, {nanos} ns): {e}"
+        ))
+    })?;
+    Ok(Some(at.to_string()))
+}
+
+/// A repeated field or a map: every occurrence of its tag in the message, from the first.
+struct ItemsDe<'de> {
+    tag: u32,
+    kind: Kind,
+    reader: Reader<'de>,
+}
+
+impl<'de> Deserializer<'de> for ItemsDe<'de> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.kind {
+            Kind::Map(value) => visitor.visit_map(Entries {
+                tag: self.tag,
+                value: *value,
+                reader: self.reader,
+                pending: None,
+            }),
+            kind => visitor.visit_seq(Items {
+                tag: self.tag,
+                kind,
+                reader: self.reader,
+                packed: None,
+            }),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_some(self)
+    }
+
+    forward_the_rest!();
+}
+
+/// The items of a repeated field. A packed run of numbers (which Go's generated code does not
+/// write, but a proto3 writer would) is read item by item too.
+struct Items<'de> {
+    tag: u32,
+    kind: Kind,
+    reader: Reader<'de>,
+    packed: Option<Reader<'de>>,
+}
+
+impl<'de> Items<'de> {
+    fn next_raw(&mut self) -> Result<Option<Raw<'de>>, Error> {
+        loop {
+            if let Some(packed) = &mut self.packed {
+                if packed.position() < packed.len() {
+                    return Ok(Some(match self.kind {
+                        Kind::F64 => Raw::Fixed64(packed.fixed64()?),
+                        _ => Raw::Varint(packed.varint()?),
+                    }));
+                }
+                self.packed = None;
+            }
+            let Some((tag, raw)) = self.reader.field()? else {
+                return Ok(None);
+            };
+            if tag != self.tag {
+                continue;
+            }
+            let numeric = matches!(self.kind, Kind::Bool | Kind::I32 | Kind::I64 | Kind::F64);
+            match raw {
+                Raw::Bytes(run) if numeric => self.packed = Some(Reader::new(run)),
+                raw => return Ok(Some(raw)),
+            }
+        }
+    }
+}
+
+impl<'de> SeqAccess<'de> for Items<'de> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        match self.next_raw()? {
+            Some(raw) => seed
+                .deserialize(ValueDe {
+                    kind: self.kind,
+                    raw: Some(raw),
+                })
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A map's entries: each occurrence of its tag is a message with the key at tag 1 and the
+/// value at tag 2 (either may be missing when it is the zero value).
+struct Entries<'de> {
+    tag: u32,
+    value: Kind,
+    reader: Reader<'de>,
+    pending: Option<Option<Raw<'de>>>,
+}
+
+impl<'de> MapAccess<'de> for Entries<'de> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        loop {
+            let Some((tag, raw)) = self.reader.field()? else {
+                return Ok(None);
+            };
+            if tag != self.tag {
+                continue;
+            }
+            let Raw::Bytes(entry) = raw else {
+                return Err(Error::wire(format!("a map entry that is {raw:?}")));
+            };
+            let (mut key, mut value) = ("", None);
+            each_field(entry, |tag, raw| {
+                match (tag, raw) {
+                    (1, Raw::Bytes(b)) => key = utf8(b)?,
+                    (2, raw) => value = Some(raw),
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            self.pending = Some(value);
+            return seed
+                .deserialize(BorrowedStrDeserializer::new(key))
+                .map(Some);
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let raw = self
+            .pending
+            .take()
+            .ok_or_else(|| Error::wire("a map value asked for before its key".into()))?;
+        seed.deserialize(ValueDe {
+            kind: self.value,
+            raw,
+        })
+    }
+}
+
+impl de::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error::object(msg.to_string())
+    }
+}

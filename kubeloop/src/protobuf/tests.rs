@@ -1,0 +1,109 @@
+//! The decoder against the apiserver's own encoders: `testdata/` holds objects of the
+//! built-in kinds with the awkward fields set, each encoded by k8s.io/apimachinery's protobuf
+//! and JSON serializers (`hack/go/protobuf-table -fixtures`). Decoded from protobuf, each must
+//! equal its JSON, key for key, and decode into the same k8s-openapi value.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::*;
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protobuf/testdata")
+}
+
+fn fixture(name: &str) -> (Vec<u8>, Vec<u8>) {
+    let read = |ext: &str| {
+        let path = testdata().join(format!("{name}.{ext}"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    (read("pb"), read("json"))
+}
+
+fn fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(testdata())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".pb").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_fixture_decodes_to_its_json_key_for_key() {
+    let names = fixture_names();
+    assert!(names.len() >= 26, "{names:?}");
+    for name in names {
+        let (pb, json) = fixture(&name);
+        let mut want: Value = serde_json::from_slice(&json).unwrap();
+        let envelope = Envelope::parse(&pb).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let object = want.as_object_mut().unwrap();
+        assert_eq!(
+            object.remove("apiVersion").unwrap(),
+            envelope.api_version,
+            "{name}"
+        );
+        assert_eq!(object.remove("kind").unwrap(), envelope.kind, "{name}");
+        let got: Value = envelope.decode().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            got,
+            want,
+            "{name}: protobuf decoded to\n{}\nbut the JSON is\n{}",
+            serde_json::to_string_pretty(&got).unwrap(),
+            serde_json::to_string_pretty(&want).unwrap()
+        );
+    }
+}
+
+fn same_typed<T: DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str) {
+    let (pb, json) = fixture(name);
+    let from_json: T = serde_json::from_slice(&json).unwrap_or_else(|e| panic!("{name}.json: {e}"));
+    let from_pb: T = from_slice(&pb).unwrap_or_else(|e| panic!("{name}.pb: {e}"));
+    assert_eq!(from_pb, from_json, "{name}");
+}
+
+#[test]
+fn every_fixture_decodes_to_the_k8s_openapi_value_its_json_gives() {
+    same_typed::<ConfigMap>("configmap");
+    same_typed::<ConfigMap>("configmap-bare");
+    same_typed::<k8s_openapi::List<ConfigMap>>("configmap-list");
+    same_typed::<Secret>("secret");
+    same_typed::<Pod>("pod");
+    same_typed::<Service>("service");
+    same_typed::<Deployment>("deployment");
+    same_typed::<StatefulSet>("statefulset");
+    same_typed::<Job>("job");
+    same_typed::<CronJob>("cronjob");
+    same_typed::<Node>("node");
+    same_typed::<Lease>("lease");
+    same_typed::<Event>("event");
+    same_typed::<Namespace>("namespace");
+    same_typed::<ServiceAccount>("serviceaccount");
+    same_typed::<Role>("role");
+    same_typed::<RoleBinding>("rolebinding");
+    same_typed::<PersistentVolumeClaim>("pvc");
+    same_typed::<NetworkPolicy>("networkpolicy");
+    same_typed::<Ingress>("ingress");
+    same_typed::<HorizontalPodAutoscaler>("hpa");
+    same_typed::<PodDisruptionBudget>("pdb");
+    same_typed::<ControllerRevision>("controllerrevision");
+    same_typed::<CustomResourceDefinition>("crd");
+    same_typed::<Status>("status");
+}
