@@ -5,7 +5,8 @@
 //! and a client may compare them).
 //!
 //! How:
-//! - a reconcile reports each object it wrote with [`ReconcileContext::wrote`] (the object
+//! - a reconcile reports each object it wrote with
+//!   [`ReconcileContext::wrote`](super::ReconcileContext::wrote) (the object
 //!   the apiserver returned: a status update, a patch, a create of an owned object); the
 //!   runtime keeps, per key, the highest resourceVersion written per object;
 //! - before the key's next reconcile starts, the worker checks each of those objects in the
@@ -44,8 +45,8 @@ use kube_client::Resource;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::context::ReconcileContext;
 use super::key::ObjectKey;
 use super::reconcile_metrics::ReconcileMetrics;
 use crate::cache::{
@@ -206,8 +207,10 @@ impl Freshness {
     }
 
     /// Before `key`'s reconcile: waits, at most the bound, until every cache holds the key's
-    /// last writes, then forgets them. Returns early if `ctx` is cancelled.
-    pub(crate) async fn hold(&self, key: &ObjectKey, ctx: &ReconcileContext) {
+    /// last writes, then forgets them. Returns early if `cancelled` (the reconcile's token) is
+    /// cancelled. It takes the token rather than the `ReconcileContext`, which records writes
+    /// here: this file stays below `context.rs`.
+    pub(crate) async fn hold(&self, key: &ObjectKey, cancelled: &CancellationToken) {
         // Most reconciles have no write on record: one lookup, no clock, no waiter.
         if !self.writes.lock().contains_key(key) {
             return;
@@ -229,7 +232,7 @@ impl Freshness {
             tokio::select! {
                 _ = &mut delivered => {}
                 _ = tokio::time::sleep_until(deadline) => break Err(missing),
-                _ = ctx.cancelled() => return,
+                _ = cancelled.cancelled() => return,
             }
         };
         self.writes.lock().remove(key);
@@ -330,8 +333,7 @@ mod tests {
         let cache = Cache::<ConfigMap>::new(&freshness, true);
         cache.deliver("a", "10");
         freshness.wrote(&key(), obj::<ConfigMap>("a", "12").as_ref());
-        let ctx = ReconcileContext::detached();
-        let (f, c) = (freshness.clone(), ctx.clone());
+        let (f, c) = (freshness.clone(), CancellationToken::new());
         let held = tokio::spawn(async move { f.hold(&key(), &c).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!held.is_finished(), "the cache holds 10, the write was 12");
@@ -374,7 +376,7 @@ mod tests {
             let _cache = Cache::<ConfigMap>::new(&freshness, true);
             freshness.wrote(&key(), obj::<ConfigMap>("a", "5").as_ref());
             let started = Instant::now();
-            freshness.hold(&key(), &ReconcileContext::detached()).await;
+            freshness.hold(&key(), &CancellationToken::new()).await;
             assert_eq!(started.elapsed(), wait.unwrap_or_default(), "{name}");
             assert_eq!(ReconcileMetrics::global().stale_count(name), 1, "{name}");
             assert_eq!(
@@ -399,9 +401,8 @@ mod tests {
         let freshness = Freshness::new("deleted", Some(Duration::from_secs(60)));
         let foos = Cache::<ConfigMap>::new(&freshness, true);
         freshness.wrote(&key(), obj::<ConfigMap>("a", "9").as_ref());
-        let token = tokio_util::sync::CancellationToken::new();
-        let ctx = ReconcileContext::new(token.clone());
-        let (f, c) = (freshness.clone(), ctx.clone());
+        let token = CancellationToken::new();
+        let (f, c) = (freshness.clone(), token.clone());
         let held = tokio::spawn(async move { f.hold(&key(), &c).await });
         tokio::time::sleep(Duration::from_secs(1)).await;
         token.cancel();

@@ -181,7 +181,7 @@ where
     // Not on a cache older than this key's own last writes (`freshness.rs`).
     let ctx = match &shared.freshness {
         Some(freshness) => {
-            freshness.hold(&key, &ctx).await;
+            freshness.hold(&key, ctx.token()).await;
             ctx.recording_writes(Arc::clone(freshness), key.clone())
         }
         None => ctx,
