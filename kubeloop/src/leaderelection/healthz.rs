@@ -4,6 +4,9 @@
 //! it later with [`HealthzAdaptor::set_leader_election`]; until then it reports healthy, as
 //! client-go's does. It fails when the process believes it leads but its renewal is overdue by
 //! more than `timeout` (see [`LeaderElector::check`]).
+//!
+//! With the `ops` feature it is an `ops::Check`, for the ops server's `/healthz`; that impl is
+//! in `ops/routes.rs`, so that ops depends on leader election and never the reverse.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -49,17 +52,5 @@ impl HealthzAdaptor {
             Some(check) => check(self.timeout),
             None => Ok(()),
         }
-    }
-}
-
-/// Plugs straight into the ops server: `healthz: vec![Arc::new(adaptor.clone())]`.
-#[cfg(feature = "ops")]
-impl crate::ops::Check for HealthzAdaptor {
-    fn name(&self) -> &str {
-        HealthzAdaptor::name(self)
-    }
-
-    fn check(&self) -> Result<(), String> {
-        HealthzAdaptor::check(self).map_err(|e| e.to_string())
     }
 }

@@ -10,9 +10,9 @@
 //!
 //! | File | Holds | Counterpart |
 //! |---|---|---|
-//! | `server.rs` | [`OpsServer`], [`ServeConfig`]: listener, connection cap, TLS, hyper | `pkg/metrics/server` |
+//! | `server.rs` | [`OpsServer`]: listener, connection cap, TLS, hyper | `pkg/metrics/server` |
 //! | `limits.rs` | [`ServerLimits`], accept backoff, idle tracking | `net/http.Server` fields |
-//! | `routes.rs` | [`Check`], the handlers | apiserver `healthz`, `legacyregistry` |
+//! | `routes.rs` | [`ServeConfig`], [`Check`] (leader election's included), the handlers | apiserver `healthz`, `legacyregistry` |
 //! | `filters.rs` | [`Authorizer`]: TokenReview + SubjectAccessReview | `pkg/metrics/filters` |
 //! | `decision_cache.rs` | [`DecisionCache`] | apiserver's token and webhook authorizer caches |
 //! | `tls.rs` | [`CertWatcher`]: self-signed or files, reloaded | `pkg/certwatcher` |
@@ -27,6 +27,6 @@ mod tls;
 pub use decision_cache::DecisionCache;
 pub use filters::{AuthConfig, Authorizer, Refusal};
 pub use limits::{AcceptBackoff, ServerLimits};
-pub use routes::{Check, CheckFn};
-pub use server::{OpsServer, OpsServerError, ServeConfig};
+pub use routes::{Check, CheckFn, ServeConfig};
+pub use server::{OpsServer, OpsServerError};
 pub use tls::{CertWatcher, DEFAULT_CERT_POLL_INTERVAL, TlsError};

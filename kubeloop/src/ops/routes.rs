@@ -16,8 +16,33 @@ use std::sync::Arc;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
+use prometheus_client::registry::Registry;
+use tokio_rustls::rustls;
 
-use super::server::ServeConfig;
+use super::filters::Authorizer;
+use super::limits::ServerLimits;
+use crate::leaderelection::HealthzAdaptor;
+
+/// What one server exposes, and how. Metrics and probes can share a server or use two.
+#[derive(Clone, Default)]
+pub struct ServeConfig {
+    /// Served on `/metrics` when present.
+    pub registry: Option<Arc<Registry>>,
+    /// Whether `/debug/trace` is served (the metrics server only: it shows followed keys,
+    /// resourceVersions and reconcile errors).
+    pub trace: bool,
+    /// Served on `/healthz` (and `/livez`) when non-empty.
+    pub healthz: Vec<Arc<dyn Check>>,
+    /// Served on `/readyz` when non-empty.
+    pub readyz: Vec<Arc<dyn Check>>,
+    /// When present, `/metrics` and `/debug/trace` answer only requests it lets through (401,
+    /// 403 otherwise). Probes never go through it: a kubelet has no token.
+    pub auth: Option<Arc<Authorizer>>,
+    /// HTTPS with this configuration when present; plain HTTP otherwise.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Timeouts, header size and connection cap.
+    pub limits: ServerLimits,
+}
 
 /// One named health or readiness check.
 pub trait Check: Send + Sync {
@@ -49,6 +74,19 @@ impl<F: Fn() -> Result<(), String> + Send + Sync> Check for CheckFn<F> {
     }
     fn check(&self) -> Result<(), String> {
         (self.f)()
+    }
+}
+
+/// Plugs leader election's health check straight into the ops server:
+/// `healthz: vec![Arc::new(adaptor.clone())]`. The impl lives here, not beside the adaptor, so
+/// that ops depends on leader election and never the reverse.
+impl Check for HealthzAdaptor {
+    fn name(&self) -> &str {
+        HealthzAdaptor::name(self)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        HealthzAdaptor::check(self).map_err(|e| e.to_string())
     }
 }
 
@@ -216,4 +254,65 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::leaderelection::fake_lock::FakeLockStore;
+    use crate::leaderelection::{LeaderCallbacks, LeaderElectionConfig, LeaderElector};
+
+    /// The adaptor is a `Check` whose name and failure the probe reports; its verdicts are
+    /// tested with the elector (leaderelection/elector/tests.rs).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_leader_election_adaptor_is_a_check_that_fails_once_its_leader_stalls() {
+        let adaptor = HealthzAdaptor::new(Duration::from_millis(100));
+        let check: &dyn Check = &adaptor;
+        assert_eq!(check.name(), "leaderElection");
+        assert_eq!(check.check(), Ok(()), "an unwired adaptor is healthy");
+
+        let config = LeaderElectionConfig {
+            lease_duration: Duration::from_secs(1),
+            renew_deadline: Duration::from_millis(200),
+            retry_period: Duration::from_millis(50),
+            name: "ops".into(),
+            ..Default::default()
+        };
+        let store = FakeLockStore::new();
+        let elector = LeaderElector::new(config, store.lock_for("a")).unwrap();
+        adaptor.set_leader_election(&elector);
+        let leading = std::sync::Arc::new(tokio::sync::Notify::new());
+        let started = leading.clone();
+        let callbacks = LeaderCallbacks::new(
+            move |ctx| {
+                started.notify_one();
+                async move { ctx.cancelled().await }
+            },
+            || {},
+        );
+        let stop = CancellationToken::new();
+        let run = tokio::spawn({
+            let (elector, stop) = (elector.clone(), stop.clone());
+            async move { elector.run(callbacks, stop).await }
+        });
+        leading.notified().await;
+        assert_eq!(
+            check.check(),
+            Ok(()),
+            "a leader that just renewed is healthy"
+        );
+
+        // The process stalls (a blocking call on the runtime's only thread): no renewal runs,
+        // and the leader's renewal is overdue past the deadline and the tolerance.
+        std::thread::sleep(Duration::from_millis(400));
+        let reason = check.check().unwrap_err();
+        assert!(reason.contains("believes it leads"), "{reason}");
+        assert!(reason.contains("\"ops\""), "{reason}");
+        stop.cancel();
+        run.await.unwrap();
+    }
 }

@@ -1,5 +1,6 @@
 //! The ops servers' listener and connections: bind, accept (with a cap and backoff), TLS when
-//! configured, and hyper's HTTP/1.1 with the [`ServerLimits`] on every connection.
+//! configured, and hyper's HTTP/1.1 with the [`ServerLimits`](super::ServerLimits) on every
+//! connection.
 //!
 //! Counterparts: controller-runtime's `pkg/metrics/server` (`defaultServer.Start`: an
 //! `http.Server` with the limits, TLS from the certwatcher when `SecureServing`) and
@@ -17,37 +18,14 @@ use std::sync::Arc;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_rustls::{TlsAcceptor, rustls};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::filters::Authorizer;
-use super::limits::{AcceptBackoff, Activity, IdleIo, ServerLimits};
-use super::routes::{Check, route};
-
-/// What one server exposes, and how. Metrics and probes can share a server or use two.
-#[derive(Clone, Default)]
-pub struct ServeConfig {
-    /// Served on `/metrics` when present.
-    pub registry: Option<Arc<Registry>>,
-    /// Whether `/debug/trace` is served (the metrics server only: it shows followed keys,
-    /// resourceVersions and reconcile errors).
-    pub trace: bool,
-    /// Served on `/healthz` (and `/livez`) when non-empty.
-    pub healthz: Vec<Arc<dyn Check>>,
-    /// Served on `/readyz` when non-empty.
-    pub readyz: Vec<Arc<dyn Check>>,
-    /// When present, `/metrics` and `/debug/trace` answer only requests it lets through (401,
-    /// 403 otherwise). Probes never go through it: a kubelet has no token.
-    pub auth: Option<Arc<Authorizer>>,
-    /// HTTPS with this configuration when present; plain HTTP otherwise.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Timeouts, header size and connection cap.
-    pub limits: ServerLimits,
-}
+use super::limits::{AcceptBackoff, Activity, IdleIo};
+use super::routes::{ServeConfig, route};
 
 /// Why an ops server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -240,8 +218,10 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::registry::Registry;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    use super::super::limits::ServerLimits;
     use super::super::routes::CheckFn;
     use super::*;
 
