@@ -9,8 +9,9 @@
 use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::Error;
-use super::table::{self, E, Field, I, Kind, L, Message, P, Z};
+use super::error::DecodeError as Error;
+use super::kinds;
+use super::table::{E, Field, I, Kind, L, Message, P, Z};
 use super::wire::{Raw, Reader, each_field};
 
 /// One message's fields, shown as a JSON object.
@@ -113,7 +114,7 @@ impl<'de> Fields<'de> {
                 field.tag
             )));
         };
-        let inner = Frame::new(table::message(index), bytes);
+        let inner = Frame::new(kinds::message(index), bytes);
         self.outer.push(std::mem::replace(&mut self.top, inner));
         Ok(())
     }
@@ -340,7 +341,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 }
             },
             Kind::Msg(index) => {
-                visitor.visit_map(Fields::new(table::message(index), self.bytes()?))
+                visitor.visit_map(Fields::new(kinds::message(index), self.bytes()?))
             }
             Kind::Map(_) => Err(Error::wire("a map entry outside its map".into())),
             Kind::Time | Kind::MicroTime => match time(self.kind, self.bytes()?)? {
@@ -417,7 +418,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                         packed: None,
                     })
                 } else if let Some(one) = one {
-                    visitor.visit_map(Fields::new(table::message(schema), one))
+                    visitor.visit_map(Fields::new(kinds::message(schema), one))
                 } else {
                     visitor.visit_unit()
                 }
@@ -433,7 +434,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                     Ok(())
                 })?;
                 match one {
-                    Some(one) => visitor.visit_map(Fields::new(table::message(schema), one)),
+                    Some(one) => visitor.visit_map(Fields::new(kinds::message(schema), one)),
                     None => visitor.visit_bool(allows),
                 }
             }
@@ -456,7 +457,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                         packed: None,
                     })
                 } else if let Some(one) = one {
-                    visitor.visit_map(Fields::new(table::message(schema), one))
+                    visitor.visit_map(Fields::new(kinds::message(schema), one))
                 } else {
                     visitor.visit_unit()
                 }

@@ -1,8 +1,6 @@
 //! The field table's types: what the decoder knows of each message, generated from the Go API
 //! types into `generated.rs` by `hack/generate-protobuf-table`.
 
-use super::generated::{MESSAGES, ROOTS};
-
 /// What a field holds, as the decoder presents it to serde.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -114,9 +112,9 @@ impl Message {
 /// A top-level kind and its message.
 #[derive(Debug)]
 pub(crate) struct Root {
-    api_version: &'static str,
-    kind: &'static str,
-    message: u16,
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) message: u16,
 }
 
 impl Root {
@@ -125,54 +123,6 @@ impl Root {
             api_version,
             kind,
             message,
-        }
-    }
-}
-
-/// The message at `index`.
-pub(crate) fn message(index: u16) -> &'static Message {
-    &MESSAGES[usize::from(index)]
-}
-
-/// The message of a top-level kind (`"v1"`, `"ConfigMap"`), if the table has it.
-pub(crate) fn root(api_version: &str, kind: &str) -> Option<&'static Message> {
-    ROOTS
-        .binary_search_by(|r| (r.api_version, r.kind).cmp(&(api_version, kind)))
-        .ok()
-        .map(|i| message(ROOTS[i].message))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roots_are_sorted_and_name_their_messages() {
-        assert!(
-            ROOTS
-                .windows(2)
-                .all(|w| (w[0].api_version, w[0].kind) < (w[1].api_version, w[1].kind))
-        );
-        assert_eq!(
-            root("v1", "ConfigMap").unwrap().go,
-            "k8s.io/api/core/v1.ConfigMap"
-        );
-        assert_eq!(
-            root("apps/v1", "DeploymentList").unwrap().short_name(),
-            "v1.DeploymentList"
-        );
-        assert_eq!(
-            root("meta.k8s.io/v1", "PartialObjectMetadata").unwrap().go,
-            "k8s.io/apimachinery/pkg/apis/meta/v1.PartialObjectMetadata"
-        );
-        assert!(root("v1", "NoSuchKind").is_none());
-    }
-
-    #[test]
-    fn fields_are_sorted_by_tag_and_fit_the_seen_set() {
-        for m in &MESSAGES {
-            assert!(m.fields.windows(2).all(|w| w[0].tag < w[1].tag), "{}", m.go);
-            assert!(m.fields.len() <= 128, "{}", m.go);
         }
     }
 }

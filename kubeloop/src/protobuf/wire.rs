@@ -1,7 +1,7 @@
 //! The protobuf wire format, as far as Kubernetes uses it: varints, length-delimited fields,
 //! fixed64 doubles, and (never sent by the apiserver, but skipped if a newer one did) fixed32.
 
-use super::Error;
+use super::error::DecodeError as Error;
 
 /// A field's value as it was on the wire.
 #[derive(Debug, Clone, Copy, PartialEq)]
