@@ -18,11 +18,22 @@ use super::wire::{Raw, Reader, each_field};
 pub(crate) struct MessageDe<'de> {
     message: &'static Message,
     bytes: &'de [u8],
+    type_meta: Option<[&'de str; 2]>,
 }
 
 impl<'de> MessageDe<'de> {
-    pub(crate) fn new(message: &'static Message, bytes: &'de [u8]) -> Self {
-        Self { message, bytes }
+    /// A top-level object's message, shown with the `apiVersion` and `kind` its envelope
+    /// carries first, as Go's JSON shows them.
+    pub(crate) fn object(
+        message: &'static Message,
+        type_meta: [&'de str; 2],
+        bytes: &'de [u8],
+    ) -> Self {
+        Self {
+            message,
+            bytes,
+            type_meta: Some(type_meta),
+        }
     }
 }
 
@@ -32,7 +43,7 @@ macro_rules! forward_the_rest {
     () => {
         serde::forward_to_deserialize_any! {
             bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-            unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
+            unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
         }
 
         fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -42,14 +53,47 @@ macro_rules! forward_the_rest {
         ) -> Result<V::Value, Error> {
             visitor.visit_newtype_struct(self)
         }
+
+        /// An enum is a string (a unit variant), as in Go's JSON: serde's derive reads it
+        /// through `visit_enum`.
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            _variants: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            self.deserialize_any(EnumFromStr(visitor))
+        }
     };
+}
+
+/// A visitor that reads a string as a unit variant and anything else as its inner visitor
+/// would.
+struct EnumFromStr<V>(V);
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for EnumFromStr<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.expecting(f)
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<V::Value, E> {
+        self.0.visit_enum(BorrowedStrDeserializer::new(v))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.0.visit_map(map)
+    }
 }
 
 impl<'de> Deserializer<'de> for MessageDe<'de> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_map(Fields::new(self.message, self.bytes))
+        let mut fields = Fields::new(self.message, self.bytes);
+        fields.type_meta = self.type_meta;
+        visitor.visit_map(fields)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -82,6 +126,8 @@ impl<'de> Frame<'de> {
 
 /// The value of the key just handed out.
 enum Pending<'de> {
+    /// `apiVersion` or `kind`, from the envelope.
+    TypeMeta(&'de str),
     One(&'static Field, Option<Raw<'de>>),
     /// A repeated or map field, from its first occurrence's key on.
     Items(&'static Field, Reader<'de>),
@@ -92,6 +138,8 @@ enum Pending<'de> {
 /// The `MapAccess` of a message: its fields in wire order (repeated fields gathered at their
 /// first occurrence), then the zero values of the fields Go's JSON shows but the wire lacked.
 struct Fields<'de> {
+    /// `apiVersion` and `kind`, still to hand out first.
+    type_meta: Option<[&'de str; 2]>,
     top: Frame<'de>,
     /// The frames an inline field's message interrupted.
     outer: Vec<Frame<'de>>,
@@ -101,6 +149,7 @@ struct Fields<'de> {
 impl<'de> Fields<'de> {
     fn new(message: &'static Message, bytes: &'de [u8]) -> Self {
         Self {
+            type_meta: None,
             top: Frame::new(message, bytes),
             outer: Vec::new(),
             pending: None,
@@ -223,6 +272,18 @@ impl<'de> MapAccess<'de> for Fields<'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
+        if let Some([api_version, kind]) = self.type_meta {
+            let (key, value, rest) = if api_version.is_empty() {
+                ("kind", kind, None)
+            } else {
+                ("apiVersion", api_version, Some(["", kind]))
+            };
+            self.type_meta = rest;
+            self.pending = Some(Pending::TypeMeta(value));
+            return seed
+                .deserialize(BorrowedStrDeserializer::new(key))
+                .map(Some);
+        }
         match self.next_field()? {
             Some(field) => seed
                 .deserialize(BorrowedStrDeserializer::new(field.json))
@@ -248,6 +309,9 @@ impl<'de> MapAccess<'de> for Fields<'de> {
                     reader,
                 }),
             ),
+            Some(Pending::TypeMeta(value)) => {
+                return seed.deserialize(BorrowedStrDeserializer::new(value));
+            }
             Some(Pending::Null(field)) => (
                 field,
                 seed.deserialize(serde::de::value::UnitDeserializer::new()),
@@ -328,7 +392,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
             Kind::I64 => visitor.visit_i64(self.varint()? as i64),
             Kind::F64 => match self.raw {
                 None => visitor.visit_f64(0.0),
-                Some(Raw::Fixed64(bits)) => visitor.visit_f64(f64::from_bits(bits)),
+                Some(Raw::Fixed64(bits)) => go_number(f64::from_bits(bits), visitor),
                 Some(other) => Err(Error::wire(format!("{other:?} where a double is fixed64"))),
             },
             Kind::Bytes => match self.raw {
@@ -474,6 +538,21 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
     }
 
     forward_the_rest!();
+}
+
+/// A double as Go's JSON writes it and a JSON reader then reads it: a whole number in the
+/// integers' range has no decimal point (`1`, not `1.0`), so it is an integer.
+fn go_number<'de, V: Visitor<'de>>(value: f64, visitor: V) -> Result<V::Value, Error> {
+    const TWO_TO_THE_64: f64 = 18_446_744_073_709_551_616.0;
+    if value.fract() != 0.0 || !value.is_finite() || value == 0.0 && value.is_sign_negative() {
+        visitor.visit_f64(value)
+    } else if (0.0..TWO_TO_THE_64).contains(&value) {
+        visitor.visit_u64(value as u64)
+    } else if value >= i64::MIN as f64 {
+        visitor.visit_i64(value as i64)
+    } else {
+        visitor.visit_f64(value)
+    }
 }
 
 fn utf8(bytes: &[u8]) -> Result<&str, Error> {

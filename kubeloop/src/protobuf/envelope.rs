@@ -69,9 +69,15 @@ impl<'a> Envelope<'a> {
     }
 
     /// The object, decoded into `T` (a k8s-openapi type, or any `Deserialize` that reads
-    /// the object's JSON).
+    /// the object's JSON, `apiVersion` and `kind` included).
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, DecodeError> {
-        decode_message(self.api_version, self.kind, self.raw)
+        let message = kinds::root(self.api_version, self.kind)
+            .ok_or_else(|| not_built_in(self.api_version, self.kind))?;
+        T::deserialize(MessageDe::object(
+            message,
+            [self.api_version, self.kind],
+            self.raw,
+        ))
     }
 }
 
@@ -81,16 +87,22 @@ fn utf8(bytes: &[u8]) -> Result<&str, DecodeError> {
 
 /// Decodes one object's message (no envelope) of the given `apiVersion` and `kind` into `T`.
 pub fn decode_message<'a, T: Deserialize<'a>>(
-    api_version: &str,
-    kind: &str,
+    api_version: &'a str,
+    kind: &'a str,
     message: &'a [u8],
 ) -> Result<T, DecodeError> {
-    let table = kinds::root(api_version, kind).ok_or_else(|| {
-        Error::object(format!(
-            "{api_version} {kind} is not a built-in kind kubeloop's protobuf table knows"
-        ))
-    })?;
-    T::deserialize(MessageDe::new(table, message))
+    Envelope {
+        api_version,
+        kind,
+        raw: message,
+    }
+    .decode()
+}
+
+fn not_built_in(api_version: &str, kind: &str) -> DecodeError {
+    Error::object(format!(
+        "{api_version} {kind} is not a built-in kind kubeloop's protobuf table knows"
+    ))
 }
 
 /// Decodes a body the apiserver sent as protobuf (`k8s\0`, the envelope, the object) into `T`.

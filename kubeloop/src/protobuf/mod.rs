@@ -21,6 +21,7 @@
 //! | `kinds.rs` | look-ups in the table: a message by index, a top-level kind's message |
 //! | `de.rs` | the `Deserializer`: a message shown as Go's JSON of it |
 //! | `envelope.rs` | [`Envelope`]: `k8s\0` and `runtime.Unknown`; [`from_slice`], [`decode_message`] |
+//! | `watch.rs` | watch streams: [`Frames`] (4-byte length-delimited), [`RawWatchEvent`] |
 //!
 //! Imports run up the table: each file uses only files above it.
 
@@ -30,10 +31,12 @@ mod error;
 mod generated;
 mod kinds;
 mod table;
+mod watch;
 mod wire;
 
 pub use envelope::{CONTENT_TYPE, Envelope, MAGIC, decode_message, from_slice};
 pub use error::DecodeError;
+pub use watch::{Frames, RawWatchEvent, WATCH_CONTENT_TYPE};
 
 #[cfg(test)]
 mod tests;
