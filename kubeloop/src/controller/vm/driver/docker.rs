@@ -175,31 +175,16 @@ impl DockerDriver {
     }
 
     /// The container named exactly `target` or (with `or_id`) whose full id is `target`.
-    ///
-    /// podman reports a container that has just exited as `stopped` for a moment (until its
-    /// cleanup marks it `exited`), a state the Docker API does not have, so its answer does
-    /// not decode; that is asked again a few times, 100 ms apart, before it is an error.
     async fn inspect_exact(
         &self,
         target: &str,
         or_id: bool,
     ) -> Result<Option<ContainerInspectResponse>, DriverError> {
-        let mut attempts = 0;
-        let answer = loop {
-            let answer = self
-                .client()?
-                .inspect_container(target, None::<InspectContainerOptions>)
-                .await;
-            match answer {
-                Err(BollardError::JsonDataError { .. } | BollardError::JsonSerdeError { .. })
-                    if attempts < 5 =>
-                {
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                answer => break answer,
-            }
-        };
+        let client = self.client()?;
+        let answer = asked_again_while_stopping(|| {
+            client.inspect_container(target, None::<InspectContainerOptions>)
+        })
+        .await;
         match answer {
             Ok(found) => {
                 // The engine also resolves id prefixes and names of other containers by prefix;
@@ -492,9 +477,8 @@ impl Driver for DockerDriver {
             .all(true)
             .filters(&HashMap::from([("label", vec![filter.clone()])]))
             .build();
-        let listed = self
-            .client()?
-            .list_containers(Some(options))
+        let client = self.client()?;
+        let listed = asked_again_while_stopping(|| client.list_containers(Some(options.clone())))
             .await
             .map_err(|e| self.error("list", &format!("labelled {filter}"), e))?;
         Ok(listed
@@ -602,6 +586,28 @@ fn name_in_use(err: &BollardError) -> bool {
             message,
         } => message.contains("already in use"),
         _ => false,
+    }
+}
+
+/// Asks the engine again, a few times 100 ms apart, while its answer does not decode: podman
+/// reports a container that has just exited as `stopped` for a moment (until its cleanup marks
+/// it `exited`), a state the Docker API does not have, in an inspect and in a list alike.
+async fn asked_again_while_stopping<T, F, Fut>(mut ask: F) -> Result<T, BollardError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BollardError>>,
+{
+    let mut attempts = 0;
+    loop {
+        match ask().await {
+            Err(BollardError::JsonDataError { .. } | BollardError::JsonSerdeError { .. })
+                if attempts < 5 =>
+            {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => return answer,
+        }
     }
 }
 
