@@ -12,6 +12,7 @@
 //! | [`workqueue`]: dedup, delaying and rate-limiting queues | `util/workqueue` | always |
 //! | [`leaderelection`]: Lease-based leader election | `tools/leaderelection` | always |
 //! | [`record`]: Events | `tools/record` | always |
+//! | [`protobuf`]: Kubernetes protobuf decoded into k8s-openapi's types | apimachinery `runtime/serializer/protobuf`, the types' `generated.pb.go` | always |
 //! | [`trace`]: one object's journey, stage by stage | (none) | always |
 //! | [`testing`]: in-memory sources and locks for unit tests | `tools/cache/testing`, fake clientsets | always |
 //! | [`runtime`]: the controller runtime: typed keys, builder, workers, leadership terms, sharding, conflict retries | controller-runtime (`pkg/reconcile`, `pkg/internal/controller`, `pkg/builder`), kube-runtime's `Controller`, client-go `util/retry` | `runtime` |
