@@ -462,30 +462,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 packed: None,
             }),
             Kind::SchemaOrArray(schema) => {
-                let bytes = self.bytes()?;
-                let mut one: Option<&[u8]> = None;
-                let mut many = false;
-                each_field(bytes, |tag, raw| {
-                    match (tag, raw) {
-                        (1, Raw::Bytes(b)) => one = Some(b),
-                        (2, _) => many = true,
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
-                if many {
-                    let reader = Reader::new(bytes);
-                    visitor.visit_seq(Items {
-                        tag: 2,
-                        kind: Kind::Msg(schema),
-                        reader,
-                        packed: None,
-                    })
-                } else if let Some(one) = one {
-                    visitor.visit_map(Fields::new(kinds::message(schema), one))
-                } else {
-                    visitor.visit_unit()
-                }
+                schema_or_list(self.bytes()?, schema, Kind::Msg(schema), visitor)
             }
             Kind::SchemaOrBool(schema) => {
                 let (mut allows, mut one) = (false, None);
@@ -503,28 +480,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 }
             }
             Kind::SchemaOrStringArray(schema) => {
-                let bytes = self.bytes()?;
-                let (mut one, mut many) = (None, false);
-                each_field(bytes, |tag, raw| {
-                    match (tag, raw) {
-                        (1, Raw::Bytes(b)) => one = Some(b),
-                        (2, _) => many = true,
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
-                if many {
-                    visitor.visit_seq(Items {
-                        tag: 2,
-                        kind: Kind::Str,
-                        reader: Reader::new(bytes),
-                        packed: None,
-                    })
-                } else if let Some(one) = one {
-                    visitor.visit_map(Fields::new(kinds::message(schema), one))
-                } else {
-                    visitor.visit_unit()
-                }
+                schema_or_list(self.bytes()?, schema, Kind::Str, visitor)
             }
         }
     }
@@ -538,6 +494,38 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
     }
 
     forward_the_rest!();
+}
+
+/// apiextensions' `JSONSchemaPropsOrArray` and `JSONSchemaPropsOrStringArray`: `{schema = 1,
+/// items = 2}`, shown as the items when there are some, else as the schema, else `null`.
+fn schema_or_list<'de, V: Visitor<'de>>(
+    bytes: &'de [u8],
+    schema: u16,
+    item: Kind,
+    visitor: V,
+) -> Result<V::Value, Error> {
+    let (mut one, mut many) = (None, false);
+    each_field(bytes, |tag, raw| {
+        match (tag, raw) {
+            (1, Raw::Bytes(b)) => one = Some(b),
+            (2, _) => many = true,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if many {
+        let reader = Reader::new(bytes);
+        visitor.visit_seq(Items {
+            tag: 2,
+            kind: item,
+            reader,
+            packed: None,
+        })
+    } else if let Some(one) = one {
+        visitor.visit_map(Fields::new(kinds::message(schema), one))
+    } else {
+        visitor.visit_unit()
+    }
 }
 
 /// A double as Go's JSON writes it and a JSON reader then reads it: a whole number in the
