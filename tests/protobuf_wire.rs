@@ -251,22 +251,32 @@ async fn get(client: &Client, path: &str, accept: &str) -> (u16, String, Vec<u8>
     (status, content_type, body)
 }
 
-/// `path` read as JSON and as protobuf: the JSON, and what the protobuf decodes to.
+/// `path` read as JSON and as protobuf: the JSON, and what the protobuf decodes to. An object
+/// is read again until both reads have its same version (the CRD's status is written by the
+/// apiserver's own controllers while other tests apply it).
 async fn both(client: &Client, path: &str) -> (Value, Value) {
-    let (status, content_type, json) = get(client, path, "application/json").await;
-    assert_eq!(
-        status,
-        200,
-        "GET {path}: {}",
-        String::from_utf8_lossy(&json)
-    );
-    assert_eq!(content_type, "application/json", "{path}");
-    let (status, content_type, pb) = get(client, path, PROTOBUF).await;
-    assert_eq!(status, 200, "GET {path} as protobuf");
-    assert_eq!(content_type, PROTOBUF, "{path}");
-    let decoded: Value = protobuf::from_slice(&pb)
-        .unwrap_or_else(|e| panic!("{path}: the protobuf did not decode: {e}"));
-    (serde_json::from_slice(&json).unwrap(), decoded)
+    for _ in 0..20 {
+        let (status, content_type, json) = get(client, path, "application/json").await;
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&json)
+        );
+        assert_eq!(content_type, "application/json", "{path}");
+        let (status, content_type, pb) = get(client, path, PROTOBUF).await;
+        assert_eq!(status, 200, "GET {path} as protobuf");
+        assert_eq!(content_type, PROTOBUF, "{path}");
+        let decoded: Value = protobuf::from_slice(&pb)
+            .unwrap_or_else(|e| panic!("{path}: the protobuf did not decode: {e}"));
+        let json: Value = serde_json::from_slice(&json).unwrap();
+        let version = |v: &Value| v["metadata"]["resourceVersion"].clone();
+        if json["items"].is_array() || version(&json) == version(&decoded) {
+            return (json, decoded);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{path} changed between every JSON and protobuf read");
 }
 
 /// Leaves out the `apiVersion` and `kind` of objects embedded in others (a StatefulSet's
@@ -327,13 +337,17 @@ async fn setup() -> (Client, String) {
             Some(&MANIFEST.replace("NAMESPACE", &ns)),
         )
         .ok();
-    cluster.kubectl(&["apply", "-f", "crds/foo.yaml"]).ok();
     (client, ns)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_kind_reads_the_same_by_get_and_list_from_both_wires() {
     let (client, ns) = setup().await;
+    // Only this test applies the CRD: two concurrent creates of it race (AlreadyExists).
+    testenv::shared()
+        .await
+        .kubectl(&["apply", "-f", "crds/foo.yaml"])
+        .ok();
     for (api, plural, name) in OBJECTS {
         let path = format!("/{api}/namespaces/{ns}/{plural}/{name}");
         let (json, decoded) = both(&client, &path).await;

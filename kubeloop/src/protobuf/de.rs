@@ -109,6 +109,8 @@ struct Frame<'de> {
     message: &'static Message,
     reader: Reader<'de>,
     seen: u128,
+    /// The tag of the field read last (0 before the first).
+    last_tag: u32,
     /// `None` while the bytes are read; then the next field to consider for a zero value.
     zeros: Option<usize>,
 }
@@ -119,6 +121,7 @@ impl<'de> Frame<'de> {
             message,
             reader: Reader::new(bytes),
             seen: 0,
+            last_tag: 0,
             zeros: None,
         }
     }
@@ -185,13 +188,23 @@ impl<'de> Fields<'de> {
                 };
                 let field = &message.fields[i];
                 let bit = 1u128 << i;
+                let last_tag = std::mem::replace(&mut frame.last_tag, tag);
                 if field.has(L) || matches!(field.kind, Kind::Map(_)) {
-                    // Every occurrence is handed out with the first.
+                    // The run of occurrences is handed out with the first (Go writes a
+                    // repeated field's items one after another; a second run, which no
+                    // Kubernetes server writes, is refused rather than read twice over).
                     if frame.seen & bit == 0 {
                         frame.seen |= bit;
                         let items = frame.reader.at(start);
                         self.pending = Some(Pending::Items(field, items));
                         return Ok(Some(field));
+                    }
+                    if last_tag != tag {
+                        return Err(Error::wire(format!(
+                            "{}.{} (tag {tag}) comes in two runs with other fields between",
+                            message.short_name(),
+                            field.json
+                        )));
                     }
                     continue;
                 }
@@ -455,12 +468,9 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 json.end().map_err(Error::json)?;
                 Ok(value)
             }
-            Kind::StringList => visitor.visit_seq(Items {
-                tag: 1,
-                kind: Kind::Str,
-                reader: Reader::new(self.bytes()?),
-                packed: None,
-            }),
+            Kind::StringList => {
+                visitor.visit_seq(Items::new(1, Kind::Str, Reader::new(self.bytes()?)))
+            }
             Kind::SchemaOrArray(schema) => {
                 schema_or_list(self.bytes()?, schema, Kind::Msg(schema), visitor)
             }
@@ -515,12 +525,7 @@ fn schema_or_list<'de, V: Visitor<'de>>(
     })?;
     if many {
         let reader = Reader::new(bytes);
-        visitor.visit_seq(Items {
-            tag: 2,
-            kind: item,
-            reader,
-            packed: None,
-        })
+        visitor.visit_seq(Items::new(2, item, reader))
     } else if let Some(one) = one {
         visitor.visit_map(Fields::new(kinds::message(schema), one))
     } else {
@@ -594,13 +599,9 @@ impl<'de> Deserializer<'de> for ItemsDe<'de> {
                 value: *value,
                 reader: self.reader,
                 pending: None,
+                started: false,
             }),
-            kind => visitor.visit_seq(Items {
-                tag: self.tag,
-                kind,
-                reader: self.reader,
-                packed: None,
-            }),
+            kind => visitor.visit_seq(Items::new(self.tag, kind, self.reader)),
         }
     }
 
@@ -618,9 +619,21 @@ struct Items<'de> {
     kind: Kind,
     reader: Reader<'de>,
     packed: Option<Reader<'de>>,
+    /// Whether the run of the tag has begun.
+    started: bool,
 }
 
 impl<'de> Items<'de> {
+    fn new(tag: u32, kind: Kind, reader: Reader<'de>) -> Self {
+        Self {
+            tag,
+            kind,
+            reader,
+            packed: None,
+            started: false,
+        }
+    }
+
     fn next_raw(&mut self) -> Result<Option<Raw<'de>>, Error> {
         loop {
             if let Some(packed) = &mut self.packed {
@@ -636,8 +649,13 @@ impl<'de> Items<'de> {
                 return Ok(None);
             };
             if tag != self.tag {
+                // Fields before the run are passed over; the first one after it ends it.
+                if self.started {
+                    return Ok(None);
+                }
                 continue;
             }
+            self.started = true;
             let numeric = matches!(self.kind, Kind::Bool | Kind::I32 | Kind::I64 | Kind::F64);
             match raw {
                 Raw::Bytes(run) if numeric => self.packed = Some(Reader::new(run)),
@@ -673,6 +691,8 @@ struct Entries<'de> {
     value: Kind,
     reader: Reader<'de>,
     pending: Option<Option<Raw<'de>>>,
+    /// Whether the run of the tag has begun.
+    started: bool,
 }
 
 impl<'de> MapAccess<'de> for Entries<'de> {
@@ -687,8 +707,13 @@ impl<'de> MapAccess<'de> for Entries<'de> {
                 return Ok(None);
             };
             if tag != self.tag {
+                // As `Items`: the run ends at the first other field after it.
+                if self.started {
+                    return Ok(None);
+                }
                 continue;
             }
+            self.started = true;
             let Raw::Bytes(entry) = raw else {
                 return Err(Error::wire(format!("a map entry that is {raw:?}")));
             };

@@ -99,3 +99,41 @@ fn every_fixture_decodes_to_the_k8s_openapi_value_its_json_gives() {
     same_typed::<CustomResourceDefinition>("crd");
     same_typed::<Status>("status");
 }
+
+/// A ConfigMap's `data` entry `{key, value}` as tag 2.
+fn data_entry(key: &str, value: &str) -> Vec<u8> {
+    let mut entry = vec![0x0a, key.len() as u8];
+    entry.extend_from_slice(key.as_bytes());
+    entry.extend_from_slice(&[0x12, value.len() as u8]);
+    entry.extend_from_slice(value.as_bytes());
+    let mut field = vec![0x12, entry.len() as u8];
+    field.extend(entry);
+    field
+}
+
+#[test]
+fn a_repeated_field_is_one_run_and_a_second_run_is_refused() {
+    let immutable = [0x20, 0x01];
+    let one_run = [
+        data_entry("a", "1"),
+        data_entry("b", "2"),
+        immutable.to_vec(),
+    ]
+    .concat();
+    let cm: ConfigMap = decode_message("v1", "ConfigMap", &one_run).unwrap();
+    assert_eq!(cm.data.unwrap().len(), 2);
+    assert_eq!(cm.immutable, Some(true));
+
+    let two_runs = [
+        data_entry("a", "1"),
+        immutable.to_vec(),
+        data_entry("b", "2"),
+    ]
+    .concat();
+    let err = decode_message::<ConfigMap>("v1", "ConfigMap", &two_runs).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("v1.ConfigMap.data (tag 2) comes in two runs"),
+        "{err}"
+    );
+}
