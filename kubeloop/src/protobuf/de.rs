@@ -182,13 +182,13 @@ impl<'de> Fields<'de> {
                     frame.zeros = Some(0);
                     continue;
                 };
+                let last_tag = std::mem::replace(&mut frame.last_tag, tag);
                 // A tag the table lacks comes from a newer server: skipped, as Go skips it.
                 let Some(i) = message.field(tag) else {
                     continue;
                 };
                 let field = &message.fields[i];
                 let bit = 1u128 << i;
-                let last_tag = std::mem::replace(&mut frame.last_tag, tag);
                 if field.has(L) || matches!(field.kind, Kind::Map(_)) {
                     // The run of occurrences is handed out with the first (Go writes a
                     // repeated field's items one after another; a second run, which no

@@ -136,4 +136,12 @@ fn a_repeated_field_is_one_run_and_a_second_run_is_refused() {
             .contains("v1.ConfigMap.data (tag 2) comes in two runs"),
         "{err}"
     );
+    // A field the table does not know (tag 9) between the runs splits them too.
+    let unknown = [0x48, 0x01];
+    let split = [data_entry("a", "1"), unknown.to_vec(), data_entry("b", "2")].concat();
+    assert!(decode_message::<ConfigMap>("v1", "ConfigMap", &split).is_err());
+    // ...and alone it is skipped.
+    let skipped = [unknown.to_vec(), data_entry("a", "1")].concat();
+    let cm: ConfigMap = decode_message("v1", "ConfigMap", &skipped).unwrap();
+    assert_eq!(cm.data.unwrap()["a"], "1");
 }
