@@ -369,9 +369,8 @@ impl<'de> ValueDe<'de> {
     fn is_null(&self) -> Result<bool, Error> {
         Ok(match self.kind {
             Kind::Bytes => self.raw.is_none(),
-            Kind::Time | Kind::MicroTime | Kind::RawJson => {
-                raw_json_or_time_is_null(self.kind, self.bytes()?)?
-            }
+            Kind::Time | Kind::MicroTime => self.bytes()?.is_empty(),
+            Kind::RawJson => tag_one(self.bytes()?)?.is_empty(),
             Kind::SchemaOrArray(_) | Kind::SchemaOrStringArray(_) => self.bytes()?.is_empty(),
             Kind::StringList => self.raw.is_none(),
             _ => false,
@@ -379,18 +378,17 @@ impl<'de> ValueDe<'de> {
     }
 }
 
-fn raw_json_or_time_is_null(kind: Kind, bytes: &[u8]) -> Result<bool, Error> {
-    if kind != Kind::RawJson {
-        return Ok(bytes.is_empty());
-    }
-    let mut raw: &[u8] = &[];
+/// The bytes at tag 1 of a one-field message (`RawExtension`'s and `FieldsV1`'s raw JSON,
+/// `Quantity`'s string), empty when the wire lacks them.
+fn tag_one(bytes: &[u8]) -> Result<&[u8], Error> {
+    let mut one: &[u8] = &[];
     each_field(bytes, |tag, value| {
         if let (1, Raw::Bytes(b)) = (tag, value) {
-            raw = b;
+            one = b;
         }
         Ok(())
     })?;
-    Ok(raw.is_empty())
+    Ok(one)
 }
 
 impl<'de> Deserializer<'de> for ValueDe<'de> {
@@ -425,16 +423,11 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 Some(text) => visitor.visit_string(text),
                 None => visitor.visit_unit(),
             },
-            Kind::Quantity => {
-                let mut text = "0";
-                each_field(self.bytes()?, |tag, raw| {
-                    if let (1, Raw::Bytes(b)) = (tag, raw) {
-                        text = utf8(b)?;
-                    }
-                    Ok(())
-                })?;
-                visitor.visit_borrowed_str(text)
-            }
+            // A Quantity the wire lacks (or an empty one) is zero, "0" in Go's JSON.
+            Kind::Quantity => match tag_one(self.bytes()?)? {
+                b"" => visitor.visit_borrowed_str("0"),
+                text => visitor.visit_borrowed_str(utf8(text)?),
+            },
             Kind::IntOrString => {
                 let (mut is_string, mut int, mut string) = (false, 0i32, "");
                 each_field(self.bytes()?, |tag, raw| {
@@ -453,13 +446,7 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 }
             }
             Kind::RawJson => {
-                let mut raw: &'de [u8] = &[];
-                each_field(self.bytes()?, |tag, value| {
-                    if let (1, Raw::Bytes(b)) = (tag, value) {
-                        raw = b;
-                    }
-                    Ok(())
-                })?;
+                let raw = tag_one(self.bytes()?)?;
                 if raw.is_empty() {
                     return visitor.visit_unit();
                 }
