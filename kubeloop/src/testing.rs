@@ -7,6 +7,11 @@
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
 //! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see [`crate::runtime::ShardRing`]) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
+//! | [`eventually`], [`eventually_blocking`] | `wait.PollUntilContextTimeout`, gomega's `Eventually` |
+//!
+//! [`eventually`] is also the waiting helper of the real-cluster tests (`kubeloop::testenv`
+//! re-exports it): one poll loop that fails naming what it waited for and why it was not
+//! there yet.
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop::testenv` runs
 //! a real control plane for that.
@@ -47,7 +52,9 @@
 //! # }
 //! ```
 
-use std::time::Duration;
+use std::fmt::Display;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "runtime")]
 use {
@@ -68,18 +75,79 @@ pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(250)).await;
 }
 
-/// Polls `condition` every 10 ms until it holds or `within` has passed (on tokio's clock, so
-/// paused time advances through it); returns whether it held.
-pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
+/// How often [`eventually`] and [`eventually_blocking`] ask again.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What a check passed to [`eventually`] may answer: `bool`, `Option<T>` (the value once
+/// ready) or `Result<T, E>` (the error says why it is not ready; it ends up in the panic).
+pub trait Ready {
+    /// What `eventually` returns once ready.
+    type Output;
+    /// `Ok(value)` when ready, else why not.
+    fn ready(self) -> Result<Self::Output, String>;
+}
+
+impl Ready for bool {
+    type Output = ();
+    fn ready(self) -> Result<(), String> {
+        if self {
+            Ok(())
+        } else {
+            Err("the condition was still false".into())
+        }
+    }
+}
+
+impl<T> Ready for Option<T> {
+    type Output = T;
+    fn ready(self) -> Result<T, String> {
+        self.ok_or_else(|| "still nothing".into())
+    }
+}
+
+impl<T, E: Display> Ready for Result<T, E> {
+    type Output = T;
+    fn ready(self) -> Result<T, String> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `check` every [`POLL_INTERVAL`] until it is ready and returns its value; panics after
+/// `timeout` with `what` and the last reason it gave. Time is tokio's, so paused-clock tests
+/// advance through it.
+pub async fn eventually<R, F, Fut>(what: &str, timeout: Duration, mut check: F) -> R::Output
+where
+    R: Ready,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if condition() {
-            return true;
+        match check().await.ready() {
+            Ok(value) => return value,
+            Err(why) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {why}")
+            }
+            Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
+    }
+}
+
+/// [`eventually`] for code outside an async context (it sleeps the thread).
+pub fn eventually_blocking<R: Ready>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> R,
+) -> R::Output {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().ready() {
+            Ok(value) => return value,
+            Err(why) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {why}")
+            }
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -175,5 +243,41 @@ impl RingStore for FakeRing {
                 lock: name.to_string(),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn eventually_returns_the_value_once_ready() {
+        let mut n = 0;
+        let got = eventually("n to reach 3", Duration::from_secs(5), || {
+            n += 1;
+            let ready = (n >= 3).then_some(n);
+            async move { ready }
+        })
+        .await;
+        assert_eq!(got, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "waiting for the impossible: not yet: 7")]
+    async fn eventually_panics_with_what_and_the_last_reason() {
+        eventually("the impossible", Duration::from_secs(1), || async {
+            Err::<(), _>("not yet: 7")
+        })
+        .await;
+    }
+
+    #[test]
+    fn eventually_blocking_accepts_bools() {
+        let mut calls = 0;
+        eventually_blocking("the second call", Duration::from_secs(5), || {
+            calls += 1;
+            calls == 2
+        });
+        assert_eq!(calls, 2);
     }
 }

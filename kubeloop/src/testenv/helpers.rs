@@ -1,16 +1,13 @@
-//! The helpers every real-cluster test uses: [`eventually`] (poll until a condition holds,
-//! or fail naming what was awaited and why it is not there yet), [`Cluster::kubectl`] (the
-//! cluster's own kubectl with its admin kubeconfig) and [`ensure_crd`] (a CRD created once
-//! and served).
+//! The helpers every real-cluster test uses besides [`eventually`] (which lives in
+//! [`crate::testing`], for unit tests too): [`Cluster::kubectl`] (the cluster's own kubectl
+//! with its admin kubeconfig) and [`ensure_crd`] (a CRD created once and served).
 //!
 //! They panic instead of returning errors: they are for tests, where a panic with a message is
 //! the failure report.
 
-use std::fmt::Display;
-use std::future::Future;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::Client;
@@ -18,6 +15,7 @@ use kube_client::api::{Api, ListParams, PostParams};
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
 
 use super::Cluster;
+use crate::testing::eventually;
 
 /// Creates `crd` unless it exists (tests sharing a cluster race harmlessly) and waits until it
 /// is Established and its first version answers a LIST (a CRD can be Established a moment
@@ -57,82 +55,6 @@ pub async fn ensure_crd(client: &Client, crd: &CustomResourceDefinition) {
         },
     )
     .await;
-}
-
-/// How often [`eventually`] and [`eventually_blocking`] ask again.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
-
-/// What a check passed to [`eventually`] may answer: `bool`, `Option<T>` (the value once
-/// ready) or `Result<T, E>` (the error says why it is not ready; it ends up in the panic).
-pub trait Ready {
-    /// What `eventually` returns once ready.
-    type Output;
-    /// `Ok(value)` when ready, else why not.
-    fn ready(self) -> Result<Self::Output, String>;
-}
-
-impl Ready for bool {
-    type Output = ();
-    fn ready(self) -> Result<(), String> {
-        if self {
-            Ok(())
-        } else {
-            Err("the condition was still false".into())
-        }
-    }
-}
-
-impl<T> Ready for Option<T> {
-    type Output = T;
-    fn ready(self) -> Result<T, String> {
-        self.ok_or_else(|| "still nothing".into())
-    }
-}
-
-impl<T, E: Display> Ready for Result<T, E> {
-    type Output = T;
-    fn ready(self) -> Result<T, String> {
-        self.map_err(|e| e.to_string())
-    }
-}
-
-/// Runs `check` every [`POLL_INTERVAL`] until it is ready and returns its value; panics after
-/// `timeout` with `what` and the last reason it gave. Time is tokio's, so paused-clock tests
-/// advance through it.
-pub async fn eventually<R, F, Fut>(what: &str, timeout: Duration, mut check: F) -> R::Output
-where
-    R: Ready,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match check().await.ready() {
-            Ok(value) => return value,
-            Err(why) if tokio::time::Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {why}")
-            }
-            Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
-        }
-    }
-}
-
-/// [`eventually`] for code outside an async context (it sleeps the thread).
-pub fn eventually_blocking<R: Ready>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> R,
-) -> R::Output {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().ready() {
-            Ok(value) => return value,
-            Err(why) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {why}")
-            }
-            Err(_) => std::thread::sleep(POLL_INTERVAL),
-        }
-    }
 }
 
 /// What one kubectl run gave.
@@ -203,41 +125,5 @@ impl Cluster {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn eventually_returns_the_value_once_ready() {
-        let mut n = 0;
-        let got = eventually("n to reach 3", Duration::from_secs(5), || {
-            n += 1;
-            let ready = (n >= 3).then_some(n);
-            async move { ready }
-        })
-        .await;
-        assert_eq!(got, 3);
-    }
-
-    #[tokio::test(start_paused = true)]
-    #[should_panic(expected = "waiting for the impossible: not yet: 7")]
-    async fn eventually_panics_with_what_and_the_last_reason() {
-        eventually("the impossible", Duration::from_secs(1), || async {
-            Err::<(), _>("not yet: 7")
-        })
-        .await;
-    }
-
-    #[test]
-    fn eventually_blocking_accepts_bools() {
-        let mut calls = 0;
-        eventually_blocking("the second call", Duration::from_secs(5), || {
-            calls += 1;
-            calls == 2
-        });
-        assert_eq!(calls, 2);
     }
 }

@@ -22,7 +22,8 @@
 //! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
 //! `Retry-After`, corrupt watch events and count LISTs and WATCHes.
 //! [`eventually`] and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
-//! real-cluster test.
+//! real-cluster test; [`ManagedProcess`] runs the programs a test starts beside the cluster
+//! (the `kubeloop` binary, a podman service), under the same never-outlive-the-test rule.
 
 mod certs;
 mod cluster;
@@ -30,13 +31,16 @@ mod error;
 mod helpers;
 mod node;
 mod ports;
-pub mod process;
+mod process;
 mod proxy;
 pub mod versions;
 
 pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
 pub use error::TestEnvError;
 pub(crate) use error::{create_dir, write_file};
-pub use helpers::{Kubectl, POLL_INTERVAL, Ready, ensure_crd, eventually, eventually_blocking};
+pub use helpers::{Kubectl, ensure_crd};
 pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
+pub use process::ManagedProcess;
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
+// The waiting helpers live with the unit-test ones; real-cluster tests find them here too.
+pub use crate::testing::{POLL_INTERVAL, Ready, eventually, eventually_blocking};

@@ -111,8 +111,6 @@ fn assign_moves_only_what_evens_the_load() {
 }
 
 mod ring {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube_client::core::ObjectMeta;
     use parking_lot::Mutex;
@@ -236,11 +234,12 @@ mod ring {
 
         // One replica takes every shard and reconciles every key.
         let a = replica("a", &source, &ring, &log);
-        assert!(
-            eventually(Duration::from_secs(10), || count(&holders(&ring), "a") == 6).await,
-            "{:?}",
-            holders(&ring)
-        );
+        eventually("a to hold all six shards", Duration::from_secs(10), || {
+            let h = holders(&ring);
+            let ready = if count(&h, "a") == 6 { Ok(()) } else { Err(format!("{h:?}")) };
+            async move { ready }
+        })
+        .await;
         settle().await;
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(6)).await;
@@ -251,15 +250,13 @@ mod ring {
         // Two more join: two shards each, handed over by a after its reconciles ended.
         let b = replica("b", &source, &ring, &log);
         let c = replica("c", &source, &ring, &log);
-        let balanced = || {
+        eventually("two shards each for a, b and c", Duration::from_secs(20), || {
             let h = holders(&ring);
-            count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2
-        };
-        assert!(
-            eventually(Duration::from_secs(20), balanced).await,
-            "{:?}",
-            holders(&ring)
-        );
+            let balanced = count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2;
+            let ready = if balanced { Ok(()) } else { Err(format!("{h:?}")) };
+            async move { ready }
+        })
+        .await;
         let t1 = Instant::now() + Duration::from_secs(2);
         tokio::time::sleep(Duration::from_secs(8)).await;
         let map = holders(&ring);
@@ -278,18 +275,13 @@ mod ring {
         // its Leases expire, never while its reconciles may still run.
         ring.set_reach("a", Reach::Hang);
         let cut = Instant::now();
-        let taken = AtomicBool::new(false);
-        assert!(
-            eventually(Duration::from_secs(20), || {
-                let h = holders(&ring);
-                let done = count(&h, "b") == 3 && count(&h, "c") == 3;
-                taken.store(done, Ordering::SeqCst);
-                done
-            })
-            .await,
-            "{:?}",
-            holders(&ring)
-        );
+        eventually("b and c to take a's shards", Duration::from_secs(20), || {
+            let h = holders(&ring);
+            let done = count(&h, "b") == 3 && count(&h, "c") == 3;
+            let ready = if done { Ok(()) } else { Err(format!("{h:?}")) };
+            async move { ready }
+        })
+        .await;
         let took = Instant::now() - cut;
         // Lease 4 s + retry 0.5 s, from a's last renewal (at most one retry before the cut).
         assert!(
