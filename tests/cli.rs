@@ -14,19 +14,16 @@
 // `foo` is the resource under test, not a placeholder name.
 #![allow(clippy::disallowed_names)]
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube_client::Client;
 use kube_client::api::{Api, ListParams, PostParams};
 use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster};
-use tokio::process::{Child, Command};
+use kubeloop::testenv::{self, Cluster, ManagedProcess};
 
 const FOO_CRD: &str = include_str!("../crds/foo.yaml");
 const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
@@ -34,12 +31,6 @@ const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
 /// each, seconds of draining, against the tens of milliseconds the test takes to send its
 /// second signal.
 const OBJECTS: usize = 200;
-
-/// Creates the CRD in `yaml` (once per cluster) and waits until it is served.
-async fn ensure_crd(client: &Client, yaml: &str) {
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).expect("the CRD parses");
-    testenv::ensure_crd(client, &crd).await;
-}
 
 /// Creates `OBJECTS` objects made by `object(i)`, a few requests at a time.
 async fn create_many<K>(api: &Api<K>, object: impl Fn(usize) -> K)
@@ -58,86 +49,32 @@ where
         .expect("creating the test objects");
 }
 
-/// A controller process with its stderr in a file.
-struct Controller {
-    child: Child,
-    log: PathBuf,
+/// Starts a controller process, its output in a file of the cluster's directory.
+fn spawn_controller(cluster: &Cluster, name: &str, args: &[&str]) -> ManagedProcess {
+    let log = cluster
+        .dir()
+        .join(format!("cli-{name}-{}.log", std::process::id()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
+        .args(args)
+        // The verbosity comes from the command line (-v=3), not from the environment.
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1");
+    ManagedProcess::start(name, command, &log).expect("starting kubeloop")
 }
 
-impl Controller {
-    fn spawn(cluster: &Cluster, name: &str, args: &[&str]) -> Self {
-        let log = cluster
-            .dir()
-            .join(format!("cli-{name}-{}.log", std::process::id()));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-            .args(args)
-            // The verbosity comes from the command line (-v=3), not from the environment.
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for a log line holding `needle`; panics with the log if the process exits first
-    /// or the line does not come in `limit`.
-    async fn wait_for(&mut self, needle: &str, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if self.log_text().contains(needle) {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "exited ({status}) before logging {needle:?}; log:\n{}",
-                    self.log_text()
-                );
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {needle:?} within {limit:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn sigterm(&self) {
-        let pid = self.child.id().expect("still running") as libc::pid_t;
-        // SAFETY: signalling the child this test spawned and still owns.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    }
-
-    /// SIGTERM, wait until the first one is handled, SIGTERM again; returns the exit code,
-    /// which must come within 10 s of the second signal.
-    async fn sigterm_twice(&mut self) -> Option<i32> {
-        self.sigterm();
-        self.wait_for(
-            "shutting down: finishing queued work",
+/// SIGTERM, wait until the first one is handled, SIGTERM again; returns the exit code,
+/// which must come within 10 s of the second signal.
+async fn sigterm_twice(controller: &mut ManagedProcess) -> Option<i32> {
+    controller.signal(libc::SIGTERM);
+    controller
+        .wait_for_line(
+            &["shutting down: finishing queued work"],
             Duration::from_secs(10),
         )
         .await;
-        self.sigterm();
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "still running 10 s after the second SIGTERM; log:\n{}",
-                    self.log_text()
-                )
-            })
-            .unwrap();
-        status.code()
-    }
+    controller.signal(libc::SIGTERM);
+    controller.wait(Duration::from_secs(10)).await.code()
 }
 
 fn started_from_the_kubeconfig_flag(log: &str, kubeconfig: &Path) {
@@ -155,7 +92,7 @@ fn started_from_the_kubeconfig_flag(log: &str, kubeconfig: &Path) {
 async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm_exits_1() {
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
-    ensure_crd(&client, FOO_CRD).await;
+    testenv::ensure_crd(&client, &serde_saphyr::from_str(FOO_CRD).expect("crds/foo.yaml parses")).await;
     let ns = cluster.new_namespace("cli-sample").await.unwrap();
     let foos: Api<Foo> = Api::namespaced(client.clone(), &ns);
     create_many(&foos, |i| {
@@ -170,7 +107,7 @@ async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm
     // sample-controller's README: `./sample-controller -kubeconfig=$HOME/.kube/config -v=3
     // -logtostderr`, plus one worker and the test's namespace, in Go's one-dash spelling too.
     let kubeconfig = format!("-kubeconfig={}", cluster.kubeconfig_path().display());
-    let mut controller = Controller::spawn(
+    let mut controller = spawn_controller(
         cluster,
         &ns,
         &[
@@ -184,12 +121,12 @@ async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm
         ],
     );
     controller
-        .wait_for("starting workers", Duration::from_secs(60))
+        .wait_for_line(&["starting workers"], Duration::from_secs(60))
         .await;
-    started_from_the_kubeconfig_flag(&controller.log_text(), cluster.kubeconfig_path());
+    started_from_the_kubeconfig_flag(&controller.log(), cluster.kubeconfig_path());
 
-    let code = controller.sigterm_twice().await;
-    let log = controller.log_text();
+    let code = sigterm_twice(&mut controller).await;
+    let log = controller.log();
     assert_eq!(
         code,
         Some(1),
@@ -218,7 +155,11 @@ async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm
 async fn vm_controller_takes_go_style_flags_and_a_second_sigterm_exits_1() {
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
-    ensure_crd(&client, VM_CRD).await;
+    testenv::ensure_crd(
+        &client,
+        &serde_saphyr::from_str(VM_CRD).expect("crds/virtualmachine.yaml parses"),
+    )
+    .await;
     let ns = cluster.new_namespace("cli-vm").await.unwrap();
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     create_many(&vms, |i| {
@@ -231,7 +172,7 @@ async fn vm_controller_takes_go_style_flags_and_a_second_sigterm_exits_1() {
     // it, the fake driver and one worker.
     let kubeconfig = format!("-kubeconfig={}", cluster.kubeconfig_path().display());
     let namespace = format!("-namespace={ns}");
-    let mut controller = Controller::spawn(
+    let mut controller = spawn_controller(
         cluster,
         &ns,
         &[
@@ -250,12 +191,12 @@ async fn vm_controller_takes_go_style_flags_and_a_second_sigterm_exits_1() {
         ],
     );
     controller
-        .wait_for("starting workers", Duration::from_secs(60))
+        .wait_for_line(&["starting workers"], Duration::from_secs(60))
         .await;
-    started_from_the_kubeconfig_flag(&controller.log_text(), cluster.kubeconfig_path());
+    started_from_the_kubeconfig_flag(&controller.log(), cluster.kubeconfig_path());
 
-    let code = controller.sigterm_twice().await;
-    let log = controller.log_text();
+    let code = sigterm_twice(&mut controller).await;
+    let log = controller.log();
     assert_eq!(
         code,
         Some(1),

@@ -21,15 +21,14 @@
 //! 4.02-4.03 s after the candidate started, whether renewTime was in 2000 or 2100.
 
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube_client::api::{Api, ObjectMeta, PostParams};
-use kubeloop::testenv::{self, Cluster, FaultProxy};
-use tokio::process::{Child, Command};
+use kubeloop::testenv::{self, Cluster, FaultProxy, ManagedProcess};
 
 /// The candidate binary, the `le_candidate` example, built once per run (a no-op when it is
 /// up to date; examples get no `CARGO_BIN_EXE_` variable, and `cargo test` builds them only
@@ -40,7 +39,7 @@ fn le_candidate() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = std::process::Command::new(cargo)
+            let status = Command::new(cargo)
                 .args([
                     "build",
                     "--quiet",
@@ -103,7 +102,9 @@ struct Candidate {
     /// The candidate's name in this test (its log files); also its identity unless it was
     /// started with another one ([`Election::spawn_as`]).
     id: String,
-    child: Child,
+    /// Its stderr (the tracing log) goes to the process's log, `<dir>/<id>.stderr`.
+    process: ManagedProcess,
+    /// Its events (`--log`), `<dir>/<id>.events`.
     log: PathBuf,
     /// Set when the test SIGKILLs it: its log then ends without a work-end.
     killed: std::cell::Cell<bool>,
@@ -129,14 +130,8 @@ struct Term {
 }
 
 impl Candidate {
-    fn pid(&self) -> i32 {
-        self.child.id().expect("candidate still running") as i32
-    }
-
     fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on a child we own.
-        let rc = unsafe { libc::kill(self.pid(), sig) };
-        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.id);
+        self.process.signal(sig);
         if sig == libc::SIGKILL {
             self.killed.set(true);
         }
@@ -181,7 +176,7 @@ impl Candidate {
 
     /// What the process wrote to stderr (its tracing log).
     fn stderr(&self) -> String {
-        std::fs::read_to_string(self.log.with_extension("stderr")).unwrap_or_default()
+        self.process.log()
     }
 }
 
@@ -208,8 +203,6 @@ impl Election {
     /// one identity).
     fn spawn_as(&mut self, id: &str, identity: &str, extra: &[&str]) {
         let log = self.dir.join(format!("{id}.events"));
-        let stderr =
-            std::fs::File::create(self.dir.join(format!("{id}.stderr"))).expect("stderr file");
         let mut cmd = Command::new(le_candidate());
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -226,17 +219,15 @@ impl Election {
             .args(["--retry-ms", &RETRY.as_millis().to_string()])
             .arg("--log")
             .arg(&log)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .kill_on_drop(true);
+            .args(extra);
         if let Some(server) = &self.server {
             cmd.args(["--server", server]);
         }
-        let child = cmd.spawn().expect("spawning le_candidate");
+        let process = ManagedProcess::start(id, cmd, &self.dir.join(format!("{id}.stderr")))
+            .expect("spawning le_candidate");
         self.candidates.push(Candidate {
             id: id.to_string(),
-            child,
+            process,
             log,
             killed: std::cell::Cell::new(false),
         });
@@ -449,11 +440,8 @@ async fn three_processes_one_leader_kill_and_graceful_failover() {
         .iter_mut()
         .find(|c| c.id == second)
         .unwrap()
-        .child;
-    let status = tokio::time::timeout(Duration::from_secs(10), stopped.wait())
-        .await
-        .expect("exits")
-        .unwrap();
+        .process;
+    let status = stopped.wait(Duration::from_secs(10)).await;
     assert!(status.success(), "{second} exited with {status}");
     let second_events = election.candidate(&second).events();
     let order: Vec<&str> = second_events
@@ -770,7 +758,7 @@ async fn bad_durations_and_an_empty_identity_are_rejected_by_the_binary() {
     let cluster = testenv::shared().await;
     let election = Election::new(cluster, "le-config").await;
     let run = |extra: &[&str]| {
-        let mut cmd = std::process::Command::new(le_candidate());
+        let mut cmd = Command::new(le_candidate());
         cmd.arg("--kubeconfig")
             .arg(&election.kubeconfig)
             .args(["--namespace", &election.namespace, "--name", "cfg", "--log"])
@@ -818,16 +806,13 @@ async fn without_recontend_a_paused_leader_exits_after_resuming() {
         })
         .await;
     election.candidate("oneshot").signal(libc::SIGCONT);
-    let child = &mut election
+    let oneshot = &mut election
         .candidates
         .iter_mut()
         .find(|c| c.id == "oneshot")
         .unwrap()
-        .child;
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
+        .process;
+    let status = oneshot.wait(Duration::from_secs(10)).await;
     assert!(status.success(), "{status}");
     let exit = election
         .candidate("oneshot")

@@ -8,13 +8,13 @@
 //! - the sample controller's /metrics shows the workqueue, reflector and handler-backlog series
 //!   moving as Foos are processed, and /healthz and /readyz answer.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, eventually_blocking as eventually};
+use kubeloop::testenv::{self, Cluster, ManagedProcess, eventually_blocking as eventually};
 
 const DEPLOY_NS: &str = "kubeloop-system";
 /// The VM controller's namespace: its pods mount the node's engine socket, which Pod Security
@@ -193,71 +193,19 @@ fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBu
     path
 }
 
-/// A controller process whose stderr is collected as it comes; killed on drop.
-struct Controller {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl Controller {
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env(
-                "RUST_LOG",
-                std::env::var("OPS_TEST_RUST_LOG").unwrap_or("info".into()),
-            )
-            .env("DOCKER_HOST", "unix:///nonexistent/engine.sock")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Controller { child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits until the log has a line containing every one of `needles`; the line.
-    fn wait_for_line(&mut self, needles: &[&str], limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(line) = self
-                .log()
-                .lines()
-                .find(|l| needles.iter().all(|n| l.contains(n)))
-            {
-                return line.to_owned();
-            }
-            if Instant::now() >= deadline {
-                let status = self.child.try_wait();
-                panic!(
-                    "no log line with {needles:?} within {limit:?} (process: {status:?}); log:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts a controller process ([`ManagedProcess`]: its output in a temporary file, killed on
+/// drop).
+fn start_controller(args: &[&str]) -> ManagedProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env(
+            "RUST_LOG",
+            std::env::var("OPS_TEST_RUST_LOG").unwrap_or("info".into()),
+        )
+        .env("DOCKER_HOST", "unix:///nonexistent/engine.sock");
+    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
 }
 
 fn try_kubectl(cluster: &Cluster, args: &[&str]) -> Option<String> {
@@ -449,7 +397,7 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         "system:serviceaccount:kubeloop-system:sample-controller"
     );
 
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -463,7 +411,7 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
-    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let line = controller.wait_for_line_blocking(&["serving metrics"], Duration::from_secs(30));
     let addr = line
         .split("addr=")
         .nth(1)
@@ -661,7 +609,7 @@ async fn sample_controller_missing_a_right(
         .new_namespace(&format!("ops-sample{suffix}"))
         .await
         .unwrap();
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -673,7 +621,7 @@ async fn sample_controller_missing_a_right(
         &["apply", "-n", &ns, "-f", "-"],
         Some(&foo_yaml("web", 1)),
     );
-    let line = controller.wait_for_line(needles, Duration::from_secs(30));
+    let line = controller.wait_for_line_blocking(needles, Duration::from_secs(30));
     eprintln!("the controller said: {line}");
     let _ = std::fs::remove_dir_all(dir);
     (sa, ns, line)
@@ -698,12 +646,12 @@ async fn the_sample_controller_without_foos_watch_names_the_missing_right() {
             r#"verbs: ["get", "list"]"#,
         ),
     );
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
     ]);
-    let line = controller.wait_for_line(
+    let line = controller.wait_for_line_blocking(
         &["forbidden", "cannot watch resource", "foos"],
         Duration::from_secs(30),
     );
@@ -721,7 +669,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
     let ns = cluster.new_namespace("ops-vm").await.unwrap();
     let dir = tempdir("vm");
     let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "vm-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -743,7 +691,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "--health-probe-bind-address",
         "127.0.0.1:0",
     ]);
-    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let line = controller.wait_for_line_blocking(&["serving metrics"], Duration::from_secs(30));
     let addr = line
         .split("addr=")
         .nth(1)
@@ -899,7 +847,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
             kept.join("\n---\n")
         },
     );
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "vm-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -912,7 +860,7 @@ async fn the_vm_controller_without_lease_rights_names_the_missing_right() {
         "--lease-lock-name",
         "ops-no-lease",
     ]);
-    let line = controller.wait_for_line(&["forbidden", "leases"], Duration::from_secs(30));
+    let line = controller.wait_for_line_blocking(&["forbidden", "leases"], Duration::from_secs(30));
     eprintln!("the controller said: {line}");
     assert!(
         line.contains("cannot get resource") || line.contains("cannot create resource"),
@@ -1113,7 +1061,7 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
     let ns = cluster.new_namespace("ops-reconciles").await.unwrap();
-    let mut controller = Controller::start(&[
+    let mut controller = start_controller(&[
         "sample-controller",
         "--kubeconfig",
         cluster.kubeconfig_path().to_str().unwrap(),
@@ -1125,7 +1073,7 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
         // metrics auth (tests/ops_secure_serving.rs).
         "--metrics-secure=false",
     ]);
-    let line = controller.wait_for_line(&["serving metrics"], Duration::from_secs(30));
+    let line = controller.wait_for_line_blocking(&["serving metrics"], Duration::from_secs(30));
     let addr = line
         .split("addr=")
         .nth(1)

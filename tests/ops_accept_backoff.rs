@@ -7,11 +7,12 @@
 //! Its own test binary: the descriptor limit is the whole process's.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubeloop::ops::{CheckFn, OpsServer, ServeConfig};
+use kubeloop::testenv::ManagedProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Log lines, kept in memory (writing them needs no descriptor).
@@ -87,15 +88,11 @@ async fn accept_errors_back_off_instead_of_spinning_and_serving_resumes() {
     // A client in another process that connects when told (SIGUSR1): its connect needs no
     // descriptor of ours, so it can queue in the backlog while we have none left.
     let port = server.addr().port();
-    let mut client = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "trap 'exec 3<>/dev/tcp/127.0.0.1/{port}' USR1; while :; do sleep 0.1; done"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new("bash");
+    command.arg("-c").arg(format!(
+        "trap 'exec 3<>/dev/tcp/127.0.0.1/{port}' USR1; while :; do sleep 0.1; done"
+    ));
+    let client = ManagedProcess::start_temp_log("client", command).expect("starting bash");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Every descriptor up to a lowered limit taken.
@@ -111,8 +108,7 @@ async fn accept_errors_back_off_instead_of_spinning_and_serving_resumes() {
     }
     assert!(!fillers.is_empty());
 
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(client.id() as i32, libc::SIGUSR1) }, 0);
+    client.signal(libc::SIGUSR1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = captured.accept_failures();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -121,8 +117,7 @@ async fn accept_errors_back_off_instead_of_spinning_and_serving_resumes() {
     drop(fillers);
     set_nofile(saved);
     let answered = tokio::time::timeout(Duration::from_secs(10), healthz(server.addr())).await;
-    let _ = client.kill();
-    let _ = client.wait();
+    drop(client);
     stop.cancel();
 
     eprintln!("failed accepts in 2 s at EMFILE: {in_two_seconds}");

@@ -12,14 +12,13 @@
 //! Counterpart: controller-runtime's `pkg/metrics/filters` suite ("should serve metrics in its
 //! registry" with an authorized and an unauthorized ServiceAccount), here with real tokens.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeloop::testenv::{self, Cluster};
+use kubeloop::testenv::{self, Cluster, ManagedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -180,67 +179,27 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
     (status, body)
 }
 
-/// A `kubeloop` process whose stderr is collected; killed on drop.
-struct Process {
-    child: Child,
-    log: Arc<Mutex<String>>,
+/// Starts a `kubeloop` process ([`ManagedProcess`]: its output in a temporary file, killed on
+/// drop).
+fn start_kubeloop(args: &[&str]) -> ManagedProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
 }
 
-impl Process {
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Process { child, log }
-    }
-
-    /// The address of the server logged as started for `flag`.
-    async fn served_addr(&mut self, flag: &str) -> SocketAddr {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let log = self.log.lock().unwrap().clone();
-            if let Some(line) = log
-                .lines()
-                .find(|l| l.contains("serving metrics") && l.contains(flag))
-            {
-                return line
-                    .split("addr=")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .and_then(|a| a.parse().ok())
-                    .unwrap_or_else(|| panic!("no address in {line:?}"));
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "no server for {flag} within 60 s (process: {:?}); log:\n{log}",
-                    self.child.try_wait()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The address of the server `process` logged as started for `flag`.
+async fn served_addr(process: &mut ManagedProcess, flag: &str) -> SocketAddr {
+    let line = process
+        .wait_for_line(&["serving metrics", flag], Duration::from_secs(60))
+        .await;
+    line.split("addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
 /// A loopback address with a port free now (`127.0.0.1:0` twice would be one shared server).
@@ -294,7 +253,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
     let kubeconfig = dir.join("sample-controller.kubeconfig");
     token_kubeconfig(cluster, &controller_token, &kubeconfig);
 
-    let mut controller = Process::start(&[
+    let mut controller = start_kubeloop(&[
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -309,8 +268,8 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
         "--trace",
         &format!("{ns}/example-foo"),
     ]);
-    let metrics = controller.served_addr("--metrics-bind-address").await;
-    let probes = controller.served_addr("--health-probe-bind-address").await;
+    let metrics = served_addr(&mut controller, "--metrics-bind-address").await;
+    let probes = served_addr(&mut controller, "--health-probe-bind-address").await;
     assert_ne!(metrics, probes);
 
     for path in ["/metrics", "/debug/trace"] {

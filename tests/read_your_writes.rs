@@ -41,12 +41,6 @@ const EDITS: i32 = 4;
 const WATCH_DELAY: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_secs(300);
 
-async fn ensure_crd(client: &Client) {
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
-    testenv::ensure_crd(client, &crd).await;
-}
-
 /// The apiserver's 409 answers so far on `resources`, and the stale starts of `controller`'s
 /// reconciles.
 async fn figures(admin: &Client, resources: &[&str], controller: &str) -> (u64, u64) {
@@ -290,7 +284,9 @@ fn report(controller: &str, off: (u64, u64), on: (u64, u64)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_sync_starts_on_a_cache_older_than_its_own_writes_with_read_your_writes_on() {
     let cluster = testenv::shared().await;
-    ensure_crd(&cluster.client().await.unwrap()).await;
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
+    testenv::ensure_crd(&cluster.client().await.unwrap(), &crd).await;
     let (_proxy, via_proxy) = slow_watches(cluster).await;
     let off = sample_burst(cluster, &via_proxy, None).await;
     let on = sample_burst(cluster, &via_proxy, Some(DEFAULT_FRESHNESS_WAIT)).await;

@@ -9,7 +9,7 @@
 // `foo` is the resource under test, not a placeholder name.
 #![allow(clippy::disallowed_names)]
 
-use std::process::Stdio;
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,20 +21,13 @@ use kube_client::api::{
 };
 use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
-use kubeloop::testenv::{self, eventually};
+use kubeloop::testenv::{self, ManagedProcess, eventually};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const CRD_YAML: &str = include_str!("../crds/foo.yaml");
 const EXAMPLE_FOO_YAML: &str = include_str!("../examples/example-foo.yaml");
 const WAIT: Duration = Duration::from_secs(120);
-
-/// Applies crds/foo.yaml (once per cluster) and waits until it is served.
-async fn ensure_crd(client: &Client) {
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
-    testenv::ensure_crd(client, &crd).await;
-}
 
 /// A controller running in this process.
 struct Running {
@@ -74,7 +67,9 @@ struct Apis {
 async fn setup(prefix: &str) -> (Client, String, Apis) {
     let cluster = testenv::shared_full().await;
     let client = cluster.client().await.unwrap();
-    ensure_crd(&client).await;
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
+    testenv::ensure_crd(&client, &crd).await;
     let ns = cluster.new_namespace(prefix).await.unwrap();
     let apis = Apis {
         foos: Api::namespaced(client.clone(), &ns),
@@ -526,12 +521,12 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     let (_client, ns, apis) = setup("sample-binary").await;
     let cluster = testenv::shared_full().await;
     let log_path = cluster.dir().join(format!("{ns}-controller.log"));
-    let log = std::fs::File::create(&log_path).unwrap();
     let ops_addr = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().to_string()
     };
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
         .args([
             "sample-controller",
             "--kubeconfig",
@@ -549,19 +544,16 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
             "--health-probe-bind-address",
             &ops_addr,
         ])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .env("NO_COLOR", "1");
+    let mut child =
+        ManagedProcess::start("sample-controller", command, &log_path).expect("starting kubeloop");
 
     apis.foos
         .create(&PostParams::default(), &foo("bin-foo", "bin-web", 1))
         .await
         .unwrap();
     wait_available(&apis, "bin-foo", "bin-web", 1).await;
-    assert!(child.try_wait().unwrap().is_none(), "still running");
+    assert!(child.exited().is_none(), "still running");
 
     // Its probes and metrics: ready, and the workqueue has seen the Foo.
     let readyz = http_get(&ops_addr, "/readyz").await;
@@ -576,14 +568,9 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     assert!(adds >= 1.0, "{adds}");
     assert!(metrics.contains("kubeloop_reflector_lists"), "{metrics}");
 
-    let pid = child.id().expect("pid") as libc::pid_t;
-    // SAFETY: sending a signal to the child we spawned and still own.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("exits within 30 s of SIGTERM")
-        .unwrap();
-    let logs = std::fs::read_to_string(&log_path).unwrap();
+    child.signal(libc::SIGTERM);
+    let status = child.wait(Duration::from_secs(30)).await;
+    let logs = child.log();
     assert!(
         status.success(),
         "clean exit after SIGTERM, got {status}; log:\n{logs}"
@@ -794,31 +781,21 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
 async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_error() {
     // The apiserver-only cluster of this test binary never gets the Foo CRD.
     let cluster = testenv::shared().await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
         .args([
             "sample-controller",
             "--kubeconfig",
             cluster.kubeconfig_path().to_str().unwrap(),
         ])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .env("NO_COLOR", "1");
+    let mut child =
+        ManagedProcess::start_temp_log("sample-controller", command).expect("starting kubeloop");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "keeps waiting for the CRD"
-    );
-    let pid = child.id().expect("pid") as libc::pid_t;
-    // SAFETY: signalling the child this test spawned and still owns.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("exits after SIGTERM")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(child.exited().is_none(), "keeps waiting for the CRD");
+    child.signal(libc::SIGTERM);
+    let status = child.wait(Duration::from_secs(30)).await;
+    let stderr = child.log();
     assert!(
         stderr.contains("the Foo CRD (foos.samplecontroller.k8s.io) is not installed"),
         "{stderr}"
@@ -829,7 +806,7 @@ async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_erro
         ),
         "only the Foo informer is named: {stderr}"
     );
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(status.code(), Some(1), "{stderr}");
 }
 
 /// A sharded replica of the controller in this process, contending as `identity`.

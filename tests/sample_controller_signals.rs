@@ -11,12 +11,13 @@
 // `foo` is the resource under test, not a placeholder name.
 #![allow(clippy::disallowed_names)]
 
-use std::process::Stdio;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kubeloop::testenv::ManagedProcess;
 use tokio::net::{TcpListener, TcpStream};
 
 const FOO_LIST: &str = r#"{"apiVersion":"samplecontroller.k8s.io/v1alpha1","kind":"FooList","metadata":{"resourceVersion":"10"},"items":[{"apiVersion":"samplecontroller.k8s.io/v1alpha1","kind":"Foo","metadata":{"name":"hang","namespace":"default","uid":"u-1","resourceVersion":"9"},"spec":{"deploymentName":"hang-web","replicas":1}}]}"#;
@@ -89,12 +90,6 @@ async fn handle(mut stream: TcpStream, create_seen: Arc<AtomicBool>) {
     let _ = stream.write_all(response.as_bytes()).await;
 }
 
-fn sigterm(child: &tokio::process::Child) {
-    let pid = child.id().expect("pid") as libc::pid_t;
-    // SAFETY: signalling the child this test spawned and still owns.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-}
-
 #[tokio::test]
 async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -102,14 +97,12 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
     let create_seen = Arc::new(AtomicBool::new(false));
     tokio::spawn(serve(listener, create_seen.clone()));
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command
         .args(["sample-controller", "--master", &format!("http://{addr}")])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .env("NO_COLOR", "1");
+    let mut child =
+        ManagedProcess::start_temp_log("sample-controller", command).expect("starting kubeloop");
 
     kubeloop::testenv::eventually(
         "the controller trying to create the Deployment",
@@ -118,27 +111,18 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
     )
     .await;
 
-    sigterm(&child);
+    child.signal(libc::SIGTERM);
     // The sync is stuck in the create: the graceful shutdown waits for it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        child.try_wait().unwrap().is_none(),
+        child.exited().is_none(),
         "the first SIGTERM waits for the in-flight sync"
     );
 
-    sigterm(&child);
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("the second SIGTERM ends the process")
-        .unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
+    child.signal(libc::SIGTERM);
+    // The second SIGTERM ends the process.
+    let status = child.wait(Duration::from_secs(10)).await;
+    let stderr = child.log();
     assert_eq!(
         status.code(),
         Some(1),

@@ -3,9 +3,10 @@
 //! `kubeloop cluster --full` (the harness as a process) prints its components' pids; the test
 //! SIGKILLs it (no destructor, no signal handler runs) and checks that every component is gone.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
+
+use kubeloop::testenv::ManagedProcess;
 
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry but is gone for our purpose.
@@ -20,32 +21,18 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-/// Kills the child however the test ends, so a failed assertion cannot leak it.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `kubeloop cluster <args>` and reads the component pids and the cluster's working
+/// Starts `kubeloop cluster <args>` ([`ManagedProcess`]: killed however the test ends, so a
+/// failed assertion cannot leak it) and reads the component pids and the cluster's working
 /// directory it prints before READY.
-fn start_cluster_process(args: &[&str]) -> (KillOnDrop, Vec<u32>, std::path::PathBuf) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
-        .arg("cluster")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let child = KillOnDrop(child);
+fn start_cluster_process(args: &[&str]) -> (ManagedProcess, Vec<u32>, std::path::PathBuf) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command.arg("cluster").args(args);
+    let mut child =
+        ManagedProcess::start_temp_log("kubeloop cluster", command).expect("starting kubeloop");
+    child.wait_for_line_blocking(&["READY"], Duration::from_secs(180));
     let mut pids = Vec::new();
     let mut dir = std::path::PathBuf::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
+    for line in child.log().lines() {
         if let Some(logs) = line.strip_prefix("LOGS ") {
             dir = std::path::Path::new(logs.trim())
                 .parent()
@@ -76,8 +63,7 @@ fn components_die_with_a_sigkilled_parent() {
         "every component runs before the kill"
     );
 
-    child.0.kill().unwrap(); // SIGKILL: no Drop, no atexit.
-    child.0.wait().unwrap();
+    child.kill(); // SIGKILL: no Drop, no atexit.
 
     kubeloop::testenv::eventually_blocking(
         "every component gone after their parent died",
@@ -102,9 +88,8 @@ fn sigterm_stops_the_cluster_and_its_components() {
         "the cluster's directory {} holds its certificates",
         dir.display()
     );
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
-    let status = child.0.wait().unwrap();
+    child.signal(libc::SIGTERM);
+    let status = child.wait_blocking(Duration::from_secs(60));
     assert!(
         status.success(),
         "kubeloop cluster exits cleanly on SIGTERM: {status}"

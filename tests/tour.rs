@@ -8,11 +8,11 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ClusterOptions, eventually};
+use kubeloop::testenv::{self, Cluster, ClusterOptions, ManagedProcess, eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -235,16 +235,6 @@ async fn chapter_08_the_second_candidate_takes_the_released_lease() {
     assert!(a_stopped < b_started, "never two leaders at once:\n{out}");
 }
 
-/// A `kubeloop` subcommand running in the background; killed on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -252,13 +242,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn kubeloop(args: &[&str]) -> Command {
+/// A `kubeloop` subcommand running in the background ([`ManagedProcess`]: its output in a
+/// temporary file, killed on drop).
+fn start_kubeloop(args: &[&str]) -> ManagedProcess {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
-    command
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    command
+    command.args(args);
+    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
 }
 
 /// `kubeloop trace KEY --ops-address ADDR` until its table has every one of `stages`.
@@ -310,8 +299,7 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
         .ok();
     let ops = format!("127.0.0.1:{}", free_port());
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
-    let _controller = Running(
-        kubeloop(&[
+    let _controller = start_kubeloop(&[
             "sample-controller",
             "--kubeconfig",
             &kubeconfig,
@@ -322,10 +310,7 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
             "--metrics-secure=false",
             "--trace",
             "default/example-foo",
-        ])
-        .spawn()
-        .expect("starting kubeloop sample-controller"),
-    );
+    ]);
     cluster
         .kubectl(&["apply", "-f", "examples/example-foo.yaml"])
         .ok();
@@ -360,8 +345,7 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
         .ok();
     let ops = format!("127.0.0.1:{}", free_port());
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
-    let _controller = Running(
-        kubeloop(&[
+    let _controller = start_kubeloop(&[
             "vm-controller",
             "--kubeconfig",
             &kubeconfig,
@@ -375,10 +359,7 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
             "--metrics-secure=false",
             "--trace",
             "default/test-vm",
-        ])
-        .spawn()
-        .expect("starting kubeloop vm-controller"),
-    );
+    ]);
     cluster
         .kubectl(&["apply", "-f", "examples/test-vm.yaml"])
         .ok();

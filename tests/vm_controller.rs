@@ -8,7 +8,7 @@
 //! pass or fail ([`ContainerCleanup`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
 use kubeloop::controller::vm::driver::docker::DEFAULT_DOCKER_HOST;
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster, eventually};
+use kubeloop::testenv::{self, Cluster, ManagedProcess, eventually};
 
 mod vm_common;
 use vm_common::{
@@ -426,7 +426,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     .unwrap_or_else(|_| {
         panic!(
             "test-vm was not deleted; phases seen {phases:?}; log:\n{}",
-            tail(&controller.log_text(), 30)
+            tail(&controller.log(), 30)
         )
     });
     assert!(
@@ -505,10 +505,10 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     );
     assert!(
         second
-            .log_text()
+            .log()
             .contains("server deleted; removing the finalizer"),
         "{}",
-        tail(&second.log_text(), 20)
+        tail(&second.log(), 20)
     );
 }
 
@@ -517,7 +517,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
 struct PrivateEngine {
     socket: PathBuf,
     log: PathBuf,
-    child: Option<Child>,
+    service: Option<ManagedProcess>,
 }
 
 impl PrivateEngine {
@@ -527,7 +527,7 @@ impl PrivateEngine {
         Self {
             socket,
             log: dir.join(format!("podman-private-{}.log", std::process::id())),
-            child: None,
+            service: None,
         }
     }
 
@@ -537,20 +537,13 @@ impl PrivateEngine {
 
     async fn start(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new("podman")
+        let mut command = Command::new("podman");
+        command
             .args(["system", "service", "--time=0"])
-            .arg(self.host())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
+            .arg(self.host());
+        let service = ManagedProcess::start("podman system service", command, &self.log)
             .expect("starting podman system service");
-        self.child = Some(child);
+        self.service = Some(service);
         let host = self.host();
         eventually(
             "the private podman service to answer",
@@ -566,11 +559,9 @@ impl PrivateEngine {
         .await;
     }
 
+    /// SIGKILL, as an engine that crashes.
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.service = None;
     }
 }
 
@@ -685,8 +676,8 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
     apply_vm(cluster, &ns, "first", "1", "64Mi");
     wait_phase(&api, "first", Phase::Active, START, &a).await;
-    assert!(a.log_text().contains("became the leader"));
-    let b_log = b.log_text();
+    assert!(a.log().contains("became the leader"));
+    let b_log = b.log();
     assert!(
         !b_log.contains("became the leader") && !b_log.contains("writing status"),
         "the standby must not act:\n{b_log}"
@@ -778,7 +769,7 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
     .unwrap_or_else(|_| {
         panic!(
             "not recreated; seen {seen:?}\n{}",
-            tail(&controller.log_text(), 30)
+            tail(&controller.log(), 30)
         )
     });
     let vanished = seen
@@ -882,7 +873,7 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
     );
     delete_vm(cluster, &ns, "rbac");
     wait_gone(&api, "rbac", Duration::from_secs(60), &controller).await;
-    let log = controller.log_text();
+    let log = controller.log();
     assert!(
         !log.contains("forbidden") && !log.contains("Forbidden"),
         "no permission errors:\n{}",
@@ -1130,7 +1121,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
         container_id(&docker, &name).await,
         Some(foreign_id),
         "the other owner's container still exists\n{}",
-        tail(&controller.log_text(), 20)
+        tail(&controller.log(), 20)
     );
     assert_eq!(controller.terminate(), Some(0));
 }
@@ -1493,7 +1484,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
                 "the deposed leader to exit",
                 Duration::from_secs(30),
                 || {
-                    let status = replicas[slot].controller.try_wait();
+                    let status = replicas[slot].controller.exited();
                     async move { status }
                 },
             )
@@ -1516,7 +1507,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             let log = replicas
                 .iter()
                 .find(|r| r.identity == leader)
-                .map(|r| tail(&r.controller.log_text(), 40))
+                .map(|r| tail(&r.controller.log(), 40))
                 .unwrap_or_default();
             panic!("no convergence in 240 s: {problem}; leader {leader:?}, its log:\n{log}");
         }
@@ -1534,7 +1525,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
     all.extend(replicas);
     let mut intervals = Vec::new();
     for replica in &all {
-        let log = replica.controller.log_text();
+        let log = replica.controller.log();
         for (key, start, end) in reconcile_intervals(&log) {
             let end = match (end, replica.frozen_at) {
                 // A stopped process does nothing while stopped; a killed one ends there.
@@ -1671,7 +1662,7 @@ fn per_key_overlaps(
     let mut intervals = Vec::new();
     let mut per_replica = Vec::new();
     for (identity, controller, frozen_at) in replicas {
-        let mine = reconcile_intervals(&controller.log_text());
+        let mine = reconcile_intervals(&controller.log());
         per_replica.push((identity.clone(), mine.len()));
         for (key, start, end) in mine {
             let end = match (end, *frozen_at) {
@@ -2173,7 +2164,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
     let failed = vm(&api, "tiny").await.unwrap();
     assert_eq!(failed.phase(), Phase::Failed);
     let rv = failed.metadata.resource_version.clone();
-    let attempts = || controller.log_text().matches("driver call failed").count();
+    let attempts = || controller.log().matches("driver call failed").count();
     let before = attempts();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let still = vm(&api, "tiny").await.unwrap();
@@ -2186,7 +2177,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
         attempts(),
         before,
         "tried again within 10 s:\n{}",
-        tail(&controller.log_text(), 20)
+        tail(&controller.log(), 20)
     );
 
     // An edit of the spec is tried at once and recreates the container with the new limit.

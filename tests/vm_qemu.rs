@@ -283,7 +283,7 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
     wait_gone(&api, "test-vm", Duration::from_secs(60), &controller).await;
     assert!(!process_alive(pid), "qemu {pid} is gone");
     assert!(!dir.path.exists(), "{} was removed", dir.path.display());
-    let log = controller.log_text();
+    let log = controller.log();
     assert!(
         log.contains("qemu stopped after system_powerdown"),
         "{}",
@@ -402,7 +402,7 @@ async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
     assert!(!process_alive(pid), "no qemu left");
     assert!(!dir.path.exists(), "no state directory left");
     assert!(state.root().all().unwrap().is_empty());
-    let log = second.log_text();
+    let log = second.log();
     assert!(
         log.contains("server deleted; removing the finalizer"),
         "{}",

@@ -5,23 +5,21 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_client::api::Api;
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::Cluster;
+use kubeloop::testenv::{Cluster, ManagedProcess};
 
 pub const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
 pub const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
 
-/// A `kubeloop vm-controller` process under test, logging into a file of its own; SIGKILLed on
-/// drop if still running. Each test file adds the `spawn` that gives its flags.
-pub struct Controller {
-    child: Child,
-    log: PathBuf,
-}
+/// A `kubeloop vm-controller` process under test: a [`ManagedProcess`] (its methods through
+/// `Deref`) logging into a file of the cluster's directory, SIGKILLed on drop if still
+/// running. Each test file adds the `spawn` that gives its flags.
+pub struct Controller(ManagedProcess);
 
 impl Controller {
     /// Starts `kubeloop vm-controller --kubeconfig <kubeconfig>` with the flags and environment
@@ -36,70 +34,33 @@ impl Controller {
         let log = cluster
             .dir()
             .join(format!("{log_name}-{}.log", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
         command
             .arg("vm-controller")
             .arg("--kubeconfig")
             .arg(kubeconfig);
         configure(&mut command);
-        let child = command
-            .env("RUST_LOG", "info,kubeloop=debug")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("starting kubeloop vm-controller");
-        Self { child, log }
+        command.env("RUST_LOG", "info,kubeloop=debug");
+        Self(ManagedProcess::start(log_name, command, &log).expect("starting kubeloop vm-controller"))
     }
 
-    /// Everything the controller has logged so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Sends `sig` (SIGSTOP and SIGCONT to freeze and resume it, say).
-    pub fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on the pid of our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-    }
-
-    /// SIGTERM and wait; returns the exit code.
+    /// SIGTERM and wait (at most 30 s); returns the exit code.
     pub fn terminate(&mut self) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "controller did not stop on SIGTERM; log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The exit status if the process has exited, without waiting.
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.signal(libc::SIGTERM);
+        self.0.wait_blocking(Duration::from_secs(30)).code()
     }
 }
 
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.kill();
+impl std::ops::Deref for Controller {
+    type Target = ManagedProcess;
+    fn deref(&self) -> &ManagedProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Controller {
+    fn deref_mut(&mut self) -> &mut ManagedProcess {
+        &mut self.0
     }
 }
 
@@ -109,28 +70,13 @@ pub fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
     (out.success, out.stdout, out.stderr)
 }
 
-/// Applies the CRD once per test binary (tests run in parallel and two concurrent `kubectl
-/// apply`s of a new object race to create it).
+/// Creates crds/virtualmachine.yaml unless it exists and waits until it is served
+/// ([`kubeloop::testenv::ensure_crd`]).
 pub async fn install_crd(cluster: &Cluster) {
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if *installed {
-        return;
-    }
-    let (ok, out, err) = kubectl(cluster, &["apply", "-f", CRD]);
-    assert!(ok, "applying the CRD: {out}{err}");
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=60s",
-            "crd/virtualmachines.cloudnative.tw",
-        ],
-    );
-    assert!(ok, "waiting for the CRD: {out}{err}");
-    *installed = true;
+    let yaml = std::fs::read_to_string(CRD).expect("reading crds/virtualmachine.yaml");
+    let crd = serde_saphyr::from_str(&yaml).expect("crds/virtualmachine.yaml parses");
+    let client = cluster.client().await.expect("a client of the cluster");
+    kubeloop::testenv::ensure_crd(&client, &crd).await;
 }
 
 /// `kubectl apply` of VM `ns/name` asking for `cpu` and `memory`.
@@ -181,7 +127,7 @@ pub async fn wait_vm(
             panic!(
                 "{name}: {what} not seen within {timeout:?}; last status: {:?}\ncontroller log tail:\n{}",
                 current.and_then(|v| v.status),
-                tail(&controller.log_text(), 30)
+                controller.log_tail(30)
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -220,7 +166,7 @@ pub async fn wait_gone(
         assert!(
             Instant::now() < deadline,
             "{name} was not finalized within {timeout:?}; controller log tail:\n{}",
-            tail(&controller.log_text(), 30)
+            controller.log_tail(30)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
