@@ -7,9 +7,11 @@ use std::path::PathBuf;
 /// What went wrong while bringing up or driving the local control plane.
 #[derive(Debug, thiserror::Error)]
 pub enum TestEnvError {
-    /// A control-plane binary is not where `hack/build-control-plane` puts it.
+    /// A control-plane binary is not where `hack/build-control-plane` puts it. The message is
+    /// what a plain `cargo test` shows for every real-cluster test, so it says in one line how
+    /// to run them.
     #[error(
-        "control-plane binary {0} not found: run hack/build-control-plane first (or set KUBELOOP_BIN_DIR)"
+        "control-plane binary {0} not found; real-cluster tests need the local control plane: run hack/test (builds it, then runs every test), or hack/build-control-plane once, then cargo test --all-features (KUBELOOP_BIN_DIR=<dir> if the binaries live elsewhere)"
     )]
     MissingBinary(PathBuf),
     /// Reading or writing a file of the cluster failed.
