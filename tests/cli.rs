@@ -92,7 +92,11 @@ fn started_from_the_kubeconfig_flag(log: &str, kubeconfig: &Path) {
 async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm_exits_1() {
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
-    testenv::ensure_crd(&client, &serde_saphyr::from_str(FOO_CRD).expect("crds/foo.yaml parses")).await;
+    testenv::ensure_crd(
+        &client,
+        &serde_saphyr::from_str(FOO_CRD).expect("crds/foo.yaml parses"),
+    )
+    .await;
     let ns = cluster.new_namespace("cli-sample").await.unwrap();
     let foos: Api<Foo> = Api::namespaced(client.clone(), &ns);
     create_many(&foos, |i| {

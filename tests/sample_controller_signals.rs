@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use kubeloop::testenv::ManagedProcess;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const FOO_LIST: &str = r#"{"apiVersion":"samplecontroller.k8s.io/v1alpha1","kind":"FooList","metadata":{"resourceVersion":"10"},"items":[{"apiVersion":"samplecontroller.k8s.io/v1alpha1","kind":"Foo","metadata":{"name":"hang","namespace":"default","uid":"u-1","resourceVersion":"9"},"spec":{"deploymentName":"hang-web","replicas":1}}]}"#;

@@ -300,16 +300,16 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
     let ops = format!("127.0.0.1:{}", free_port());
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
     let _controller = start_kubeloop(&[
-            "sample-controller",
-            "--kubeconfig",
-            &kubeconfig,
-            "--metrics-bind-address",
-            &ops,
-            // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
-            // tests/ops_secure_serving.rs).
-            "--metrics-secure=false",
-            "--trace",
-            "default/example-foo",
+        "sample-controller",
+        "--kubeconfig",
+        &kubeconfig,
+        "--metrics-bind-address",
+        &ops,
+        // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
+        // tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
+        "--trace",
+        "default/example-foo",
     ]);
     cluster
         .kubectl(&["apply", "-f", "examples/example-foo.yaml"])
@@ -346,19 +346,19 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
     let ops = format!("127.0.0.1:{}", free_port());
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
     let _controller = start_kubeloop(&[
-            "vm-controller",
-            "--kubeconfig",
-            &kubeconfig,
-            "--vm-driver",
-            "fake",
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            &ops,
-            // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
-            // tests/ops_secure_serving.rs).
-            "--metrics-secure=false",
-            "--trace",
-            "default/test-vm",
+        "vm-controller",
+        "--kubeconfig",
+        &kubeconfig,
+        "--vm-driver",
+        "fake",
+        "--leader-elect=false",
+        "--metrics-bind-address",
+        &ops,
+        // Plain HTTP keeps the tour's `kubeloop trace` short (the secure path is
+        // tests/ops_secure_serving.rs).
+        "--metrics-secure=false",
+        "--trace",
+        "default/test-vm",
     ]);
     cluster
         .kubectl(&["apply", "-f", "examples/test-vm.yaml"])

@@ -41,7 +41,10 @@ impl Controller {
             .arg(kubeconfig);
         configure(&mut command);
         command.env("RUST_LOG", "info,kubeloop=debug");
-        Self(ManagedProcess::start(log_name, command, &log).expect("starting kubeloop vm-controller"))
+        Self(
+            ManagedProcess::start(log_name, command, &log)
+                .expect("starting kubeloop vm-controller"),
+        )
     }
 
     /// SIGTERM and wait (at most 30 s); returns the exit code.

@@ -144,9 +144,7 @@ impl ManagedProcess {
             detail: "the spawner thread is gone".into(),
         };
         let (tx, rx) = mpsc::channel();
-        spawner()
-            .send((command, tx))
-            .map_err(|_| spawner_gone())?;
+        spawner().send((command, tx)).map_err(|_| spawner_gone())?;
         let child = rx
             .recv()
             .map_err(|_| spawner_gone())?
@@ -391,8 +389,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_signal_reaches_the_process_and_wait_returns_its_status() {
-        let mut process = sh("trap 'echo got TERM; exit 3' TERM; echo up; while :; do sleep 0.05; done");
-        process.wait_for_line(&["up"], Duration::from_secs(10)).await;
+        let mut process =
+            sh("trap 'echo got TERM; exit 3' TERM; echo up; while :; do sleep 0.05; done");
+        process
+            .wait_for_line(&["up"], Duration::from_secs(10))
+            .await;
         process.signal(libc::SIGTERM);
         let status = process.wait(Duration::from_secs(10)).await;
         assert_eq!(status.code(), Some(3), "{}", process.log());
@@ -411,7 +412,10 @@ mod tests {
         let process = sh("sleep 30");
         let (pid, log) = (process.pid(), process.log_path().to_owned());
         drop(process);
-        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{pid} still there");
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} still there"
+        );
         if std::env::var_os("KUBELOOP_KEEP_TESTENV").is_none() {
             assert!(!log.exists(), "{} still there", log.display());
         }

@@ -236,7 +236,9 @@ mod ring {
         let a = replica("a", &source, &ring, &log);
         eventually("a to hold all six shards", Duration::from_secs(10), || {
             let h = holders(&ring);
-            let ready = if count(&h, "a") == 6 { Ok(()) } else { Err(format!("{h:?}")) };
+            let ready = (count(&h, "a") == 6)
+                .then_some(())
+                .ok_or_else(|| format!("{h:?}"));
             async move { ready }
         })
         .await;
@@ -250,12 +252,16 @@ mod ring {
         // Two more join: two shards each, handed over by a after its reconciles ended.
         let b = replica("b", &source, &ring, &log);
         let c = replica("c", &source, &ring, &log);
-        eventually("two shards each for a, b and c", Duration::from_secs(20), || {
-            let h = holders(&ring);
-            let balanced = count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2;
-            let ready = if balanced { Ok(()) } else { Err(format!("{h:?}")) };
-            async move { ready }
-        })
+        eventually(
+            "two shards each for a, b and c",
+            Duration::from_secs(20),
+            || {
+                let h = holders(&ring);
+                let balanced = count(&h, "a") == 2 && count(&h, "b") == 2 && count(&h, "c") == 2;
+                let ready = balanced.then_some(()).ok_or_else(|| format!("{h:?}"));
+                async move { ready }
+            },
+        )
         .await;
         let t1 = Instant::now() + Duration::from_secs(2);
         tokio::time::sleep(Duration::from_secs(8)).await;
@@ -275,12 +281,16 @@ mod ring {
         // its Leases expire, never while its reconciles may still run.
         ring.set_reach("a", Reach::Hang);
         let cut = Instant::now();
-        eventually("b and c to take a's shards", Duration::from_secs(20), || {
-            let h = holders(&ring);
-            let done = count(&h, "b") == 3 && count(&h, "c") == 3;
-            let ready = if done { Ok(()) } else { Err(format!("{h:?}")) };
-            async move { ready }
-        })
+        eventually(
+            "b and c to take a's shards",
+            Duration::from_secs(20),
+            || {
+                let h = holders(&ring);
+                let done = count(&h, "b") == 3 && count(&h, "c") == 3;
+                let ready = done.then_some(()).ok_or_else(|| format!("{h:?}"));
+                async move { ready }
+            },
+        )
         .await;
         let took = Instant::now() - cut;
         // Lease 4 s + retry 0.5 s, from a's last renewal (at most one retry before the cut).
