@@ -2,17 +2,34 @@
 //! built-in kinds, made with the awkward fields set (both arms of IntOrString, times with
 //! fractions, pointer zeros, empty maps and strings, binary data, inline fields, raw JSON),
 //! are read by GET, LIST, streaming list and WATCH as JSON and as protobuf; what the protobuf
-//! decodes to equals the JSON key for key, and decodes to the same k8s-openapi values.
+//! decodes to equals the JSON key for key, and decodes to the same k8s-openapi values; the
+//! informers' `ListWatch`, which asks for protobuf by default, lists and streams the same
+//! objects as when it is told to read JSON, for every kind here and metadata-only too.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use futures::StreamExt;
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube_client::Client;
-use kube_client::core::WatchEvent;
+use kube_client::core::{
+    ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta, WatchEvent,
+};
+use kube_client::{Client, ResourceExt};
+use kubeloop::cache::{
+    CacheObject, INITIAL_EVENTS_END_ANNOTATION, ListOptions, ListWatch, ListerWatcher,
+    WatchOptions, Wire,
+};
 use kubeloop::protobuf::{self, Frames, RawWatchEvent};
 use kubeloop::testenv;
 use serde::de::DeserializeOwned;
@@ -340,14 +357,17 @@ async fn setup() -> (Client, String) {
     (client, ns)
 }
 
+/// Creates the sample controller's CRD (once per cluster) and waits until it is served.
+async fn ensure_foo_crd(client: &Client) {
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(include_str!("../crds/foo.yaml")).expect("the CRD parses");
+    testenv::ensure_crd(client, &crd).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_kind_reads_the_same_by_get_and_list_from_both_wires() {
     let (client, ns) = setup().await;
-    // Only this test applies the CRD: two concurrent creates of it race (AlreadyExists).
-    testenv::shared()
-        .await
-        .kubectl(&["apply", "-f", "crds/foo.yaml"])
-        .ok();
+    ensure_foo_crd(&client).await;
     for (api, plural, name) in OBJECTS {
         let path = format!("/{api}/namespaces/{ns}/{plural}/{name}");
         let (json, decoded) = both(&client, &path).await;
@@ -524,4 +544,158 @@ async fn a_streaming_list_and_a_watch_deliver_what_json_reads() {
         panic!("{events:?}")
     };
     assert_eq!(seen, &after);
+}
+
+/// A LIST at `resource_version` exactly, so two reads see the same objects whatever is
+/// written between them.
+fn exactly_at(resource_version: &str) -> ListOptions {
+    ListOptions {
+        resource_version: Some(resource_version.to_string()),
+        resource_version_match: Some("Exact".to_string()),
+        ..Default::default()
+    }
+}
+
+/// The objects as JSON values, to compare (kube's `PartialObjectMeta` has no `PartialEq`).
+fn values<K: serde::Serialize>(objects: &[K]) -> Vec<Value> {
+    objects
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect()
+}
+
+/// What `lw` lists and streams asking for protobuf (its default) equals what it lists and
+/// streams in JSON, object for object.
+async fn same_through_list_watch<K: CacheObject>(lw: ListWatch<K>)
+where
+    K::DynamicType: 'static,
+{
+    let what = lw.type_description();
+    assert!(lw.asks_for_protobuf(), "{what} asks for protobuf");
+    let json = lw.clone().wire(Wire::Json);
+    let listed = lw.list(&ListOptions::default()).await.unwrap();
+    let from_json = json
+        .list(&exactly_at(&listed.resource_version))
+        .await
+        .unwrap();
+    assert!(!listed.items.is_empty(), "{what}: nothing listed");
+    assert!(
+        listed.undecodable.is_empty() && from_json.undecodable.is_empty(),
+        "{what}: {:?} {:?}",
+        listed.undecodable,
+        from_json.undecodable
+    );
+    assert_eq!(
+        values(&listed.items),
+        values(&from_json.items),
+        "{what}: LIST"
+    );
+
+    // The streaming list, in each wire, holds what a JSON LIST at its bookmark's version does.
+    for (wire, lw) in [("protobuf", &lw), ("JSON", &json)] {
+        let options = WatchOptions {
+            send_initial_events: true,
+            resource_version_match: Some("NotOlderThan".into()),
+            allow_watch_bookmarks: true,
+            ..Default::default()
+        };
+        let mut events = lw.watch(&options).await.unwrap();
+        let mut streamed = Vec::new();
+        let version = loop {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+                .await
+                .unwrap_or_else(|_| panic!("{what} in {wire}: the initial events within 30 s"))
+                .unwrap_or_else(|| panic!("{what} in {wire}: the stream ended"))
+                .unwrap_or_else(|e| panic!("{what} in {wire}: {e}"));
+            match event {
+                WatchEvent::Added(object) => streamed.push(object),
+                WatchEvent::Bookmark(b)
+                    if b.metadata
+                        .annotations
+                        .contains_key(INITIAL_EVENTS_END_ANNOTATION) =>
+                {
+                    break b.metadata.resource_version;
+                }
+                WatchEvent::Bookmark(_) => {}
+                other => panic!("{what} in {wire}: {other:?} in a streaming list"),
+            }
+        };
+        streamed.sort_by_key(|o| (o.namespace(), o.name_any()));
+        let at_version = json.list(&exactly_at(&version)).await.unwrap();
+        assert_eq!(
+            values(&streamed),
+            values(&at_version.items),
+            "{what}: streaming list in {wire}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_informers_list_watch_reads_the_same_from_both_wires() {
+    let (client, ns) = setup().await;
+    macro_rules! typed {
+        ($($kind:ty),*) => {
+            $(same_through_list_watch(ListWatch::<$kind>::namespaced(client.clone(), &ns)).await;)*
+        };
+    }
+    typed!(
+        ConfigMap,
+        Secret,
+        Service,
+        ServiceAccount,
+        PersistentVolumeClaim,
+        Pod,
+        Event,
+        Deployment,
+        StatefulSet,
+        Job,
+        CronJob,
+        Lease,
+        Role,
+        RoleBinding,
+        NetworkPolicy,
+        Ingress,
+        HorizontalPodAutoscaler,
+        PodDisruptionBudget
+    );
+    same_through_list_watch(ListWatch::<Namespace>::all(client.clone())).await;
+    ensure_foo_crd(&client).await;
+    same_through_list_watch(ListWatch::<CustomResourceDefinition>::all(client.clone())).await;
+
+    // Metadata only: protobuf PartialObjectMetadata for built-in kinds and custom resources.
+    same_through_list_watch(ListWatch::<PartialObjectMeta<ConfigMap>>::namespaced(
+        client.clone(),
+        &ns,
+    ))
+    .await;
+    same_through_list_watch(ListWatch::<PartialObjectMeta<Pod>>::namespaced(
+        client.clone(),
+        &ns,
+    ))
+    .await;
+    testenv::shared()
+        .await
+        .kubectl_stdin(
+            &["apply", "-n", &ns, "-f", "-"],
+            Some(
+                "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\n\
+                 metadata: {name: web, labels: {app: web}}\nspec: {deploymentName: web, replicas: 1}\n",
+            ),
+        )
+        .ok();
+    let foos = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo"),
+        "foos",
+    );
+    let custom = ListWatch::<DynamicObject>::new(client.clone(), &foos, Some(&ns));
+    assert!(
+        !custom.asks_for_protobuf(),
+        "a custom resource is read as JSON"
+    );
+    same_through_list_watch(ListWatch::<PartialObjectMeta<DynamicObject>>::new(
+        client.clone(),
+        &foos,
+        Some(&ns),
+    ))
+    .await;
 }

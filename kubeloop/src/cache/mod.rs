@@ -15,8 +15,9 @@
 //! | `processor.rs`         | [`ResourceEventHandler`], [`ResourceEventHandlerFuncs`]   | `sharedProcessor` / `processorListener`            |
 //! | `reflector.rs`         | [`Reflector`]                                             | `reflector.go`                                     |
 //! | `backoff.rs`           | [`BackoffConfig`]                                         | apimachinery `wait` backoff manager as the reflector uses it |
-//! | `list_watch.rs`        | [`ListWatch`], [`ListerWatcher`]                          | `listwatch.go` + the typed clients' List/Watch     |
-//! | `list_decoder.rs`      | a LIST body decoded item by item as it arrives            | none                                               |
+//! | `list_watch.rs`        | [`ListWatch`], [`ListerWatcher`]: the requests             | `listwatch.go` + the typed clients' List/Watch     |
+//! | `wire/`                | LIST and watch bodies, JSON or protobuf ([`Wire`]), decoded as they arrive | the rest client's negotiated serializers, apimachinery `StreamWatcher` |
+//! | `list_watch_error.rs`  | [`ListWatchError`], [`WatchStream`]                       | apimachinery `api/errors`                          |
 //! | `json_scan.rs`         | where a JSON value ends, scanned once however it is cut   | apimachinery `util/framer` (JSON framing)          |
 //! | `undecodable.rs`       | [`UndecodableObject`], [`MAX_OBJECT_BYTES`]: objects skipped, never fatal | `serializer/streaming` (`maxBytes`); client-go fails the list instead |
 //! | `real_fifo.rs`         | [`RealFIFO`] (the informer default: atomic, batched, as 1.36) | `the_real_fifo.go`                             |
@@ -88,8 +89,8 @@ mod fifo_fixtures;
 mod index;
 mod json_scan;
 mod labels;
-mod list_decoder;
 mod list_watch;
+mod list_watch_error;
 mod lister;
 mod metrics;
 mod processor;
@@ -100,6 +101,7 @@ mod shared_informer;
 mod store;
 mod thread_safe_store;
 mod undecodable;
+mod wire;
 
 pub use backoff::BackoffConfig;
 pub use compact::StoreKind;
@@ -113,11 +115,11 @@ pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
 };
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
-pub use list_decoder::ListDecodeError;
 pub use list_watch::{
-    CacheObject, ListOptions, ListPage, ListWatch, ListWatchError, ListerWatcher,
-    METADATA_LIST_ACCEPT, METADATA_WATCH_ACCEPT, WatchOptions, WatchStream,
+    CacheObject, ListOptions, ListPage, ListWatch, ListerWatcher, METADATA_LIST_ACCEPT,
+    METADATA_WATCH_ACCEPT, WatchOptions,
 };
+pub use list_watch_error::{ListWatchError, WatchStream};
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};
 pub use processor::{
@@ -139,3 +141,4 @@ pub use store::{
 };
 pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
+pub use wire::{ListDecodeError, Wire};

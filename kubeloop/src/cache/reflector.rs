@@ -47,9 +47,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffConfig};
 use super::compact::{ListBuilder, ListedObjects};
-use super::list_watch::{
-    CacheObject, ListOptions, ListWatchError, ListerWatcher, WatchOptions, WatchStream,
-};
+use super::list_watch::{CacheObject, ListOptions, ListerWatcher, WatchOptions};
+use super::list_watch_error::{ListWatchError, WatchStream};
 use super::metrics::{CacheMetrics, ReflectorMetrics};
 use super::store::{
     ReflectorStore, StoreError, apply_transform, meta_namespace_key, resource_version,

@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 
 use super::json_scan::{Field, field_in_prefix};
 use super::store::object_key;
+use crate::protobuf::LooseNames;
 
 /// The largest watch line or list item decoded: client-go's streaming decoder's
 /// `maxBytes` (16 MiB). etcd's default request limit (1.5 MiB) keeps real objects far below.
@@ -52,7 +53,7 @@ pub enum WatchEventType {
 }
 
 impl WatchEventType {
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "ADDED" => Some(Self::Added),
             "MODIFIED" => Some(Self::Modified),
@@ -65,7 +66,7 @@ impl WatchEventType {
 /// Why an object was skipped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UndecodableReason {
-    /// The JSON does not fit the informer's type (the decoder's message).
+    /// The object does not fit the informer's type (the decoder's message).
     #[error("does not decode: {0}")]
     Decode(String),
     /// The object is over the size bound.
@@ -121,6 +122,23 @@ impl UndecodableObject {
         } else {
             &self.resource_version
         }
+    }
+
+    /// An object named from its protobuf message's first bytes (see `protobuf/names.rs`).
+    pub(crate) fn from_names(
+        names: LooseNames,
+        event: Option<WatchEventType>,
+        reason: UndecodableReason,
+    ) -> Self {
+        Self::new(
+            LooseMeta {
+                name: names.name,
+                namespace: names.namespace,
+                resource_version: names.resource_version,
+            },
+            event,
+            reason,
+        )
     }
 
     fn new(meta: LooseMeta, event: Option<WatchEventType>, reason: UndecodableReason) -> Self {

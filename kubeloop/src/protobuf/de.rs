@@ -23,16 +23,16 @@ pub(crate) struct MessageDe<'de> {
 
 impl<'de> MessageDe<'de> {
     /// A top-level object's message, shown with the `apiVersion` and `kind` its envelope
-    /// carries first, as Go's JSON shows them.
+    /// carries first, as Go's JSON shows them (none for a list's item, whose JSON has none).
     pub(crate) fn object(
         message: &'static Message,
-        type_meta: [&'de str; 2],
+        type_meta: Option<[&'de str; 2]>,
         bytes: &'de [u8],
     ) -> Self {
         Self {
             message,
             bytes,
-            type_meta: Some(type_meta),
+            type_meta,
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use super::de::MessageDe;
 use super::error::DecodeError;
 use super::kinds;
+use super::table::Message;
 use super::wire::{Raw, each_field};
 
 type Error = DecodeError;
@@ -71,13 +72,41 @@ impl<'a> Envelope<'a> {
     /// The object, decoded into `T` (a k8s-openapi type, or any `Deserialize` that reads
     /// the object's JSON, `apiVersion` and `kind` included).
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, DecodeError> {
-        let message = kinds::root(self.api_version, self.kind)
-            .ok_or_else(|| not_built_in(self.api_version, self.kind))?;
-        T::deserialize(MessageDe::object(
-            message,
-            [self.api_version, self.kind],
-            self.raw,
-        ))
+        ObjectType::of(self.api_version, self.kind)
+            .ok_or_else(|| not_built_in(self.api_version, self.kind))?
+            .decode(Some([self.api_version, self.kind]), self.raw)
+    }
+}
+
+/// A built-in kind's message, looked up once for the many objects of a list or a watch.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectType {
+    message: &'static Message,
+}
+
+impl ObjectType {
+    /// The message of a top-level kind (`"v1"`, `"ConfigMap"`), if the table has it: every
+    /// kind the client-go scheme registers, apiextensions' and meta/v1's
+    /// `PartialObjectMetadata`; never a custom resource's.
+    pub fn of(api_version: &str, kind: &str) -> Option<Self> {
+        kinds::root(api_version, kind).map(|message| Self { message })
+    }
+
+    /// meta/v1 `ListMeta`, the `metadata` of every list.
+    pub(crate) fn list_meta() -> Self {
+        Self {
+            message: kinds::list_meta(),
+        }
+    }
+
+    /// Decodes one object's message (no envelope) into `T`, shown with `type_meta`
+    /// (`apiVersion`, `kind`) first when given.
+    pub fn decode<'a, T: Deserialize<'a>>(
+        &self,
+        type_meta: Option<[&'a str; 2]>,
+        message: &'a [u8],
+    ) -> Result<T, DecodeError> {
+        T::deserialize(MessageDe::object(self.message, type_meta, message))
     }
 }
 

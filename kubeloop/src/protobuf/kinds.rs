@@ -16,6 +16,17 @@ pub(crate) fn root(api_version: &str, kind: &str) -> Option<&'static Message> {
         .map(|i| message(ROOTS[i].message))
 }
 
+/// meta/v1 `ListMeta`.
+pub(crate) fn list_meta() -> &'static Message {
+    static LIST_META: std::sync::OnceLock<&'static Message> = std::sync::OnceLock::new();
+    LIST_META.get_or_init(|| {
+        MESSAGES
+            .iter()
+            .find(|m| m.go == "k8s.io/apimachinery/pkg/apis/meta/v1.ListMeta")
+            .expect("the table has meta/v1 ListMeta")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

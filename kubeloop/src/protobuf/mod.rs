@@ -20,8 +20,10 @@
 //! | `generated.rs` | the field table (generated) |
 //! | `kinds.rs` | look-ups in the table: a message by index, a top-level kind's message |
 //! | `de.rs` | the `Deserializer`: a message shown as Go's JSON of it |
-//! | `envelope.rs` | [`Envelope`]: `k8s\0` and `runtime.Unknown`; [`from_slice`], [`decode_message`] |
+//! | `envelope.rs` | [`Envelope`]: `k8s\0` and `runtime.Unknown`; [`ObjectType`]; [`from_slice`], [`decode_message`] |
 //! | `watch.rs` | watch streams: [`Frames`] (4-byte length-delimited), [`RawWatchEvent`] |
+//! | `list.rs` | LIST bodies as they arrive: [`ListReader`] |
+//! | `names.rs` | [`LooseNames`]: what an object that is not decoded is called |
 //!
 //! Imports run up the table: each file uses only files above it.
 
@@ -30,12 +32,16 @@ mod envelope;
 mod error;
 mod generated;
 mod kinds;
+mod list;
+mod names;
 mod table;
 mod watch;
 mod wire;
 
-pub use envelope::{CONTENT_TYPE, Envelope, MAGIC, decode_message, from_slice};
+pub use envelope::{CONTENT_TYPE, Envelope, MAGIC, ObjectType, decode_message, from_slice};
 pub use error::DecodeError;
+pub use list::{ListPart, ListReader};
+pub use names::LooseNames;
 pub use watch::{Frames, RawWatchEvent, WATCH_CONTENT_TYPE};
 
 #[cfg(test)]

@@ -57,6 +57,11 @@ impl Frames {
         Some(&self.buf[from..from + len])
     }
 
+    /// The bytes held that are not handed out yet (the start of the next frame).
+    pub fn unread(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
     /// Bytes held that are not a whole frame yet.
     pub fn pending(&self) -> usize {
         self.buf.len() - self.start

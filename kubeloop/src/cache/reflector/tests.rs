@@ -563,7 +563,7 @@ async fn a_line_that_is_not_an_event_ends_the_watch_and_relists() {
             Err(ListWatchError::Decode {
                 verb: "WATCH",
                 url: "/fake".into(),
-                source: kube_client::Error::SerdeError(bad),
+                source: bad.into(),
             }),
             Ok(WatchEvent::Added(cm("a", "11"))),
         ],

@@ -29,49 +29,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
-use super::json_scan::{ValueEnd, scan_string, skip_ws};
-use super::store::{TransformFunc, apply_transform};
-use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject, decode_item, oversized_item};
-
-/// A LIST body that is not a well-formed `*List` object.
-#[derive(Debug, thiserror::Error)]
-pub enum ListDecodeError {
-    /// The bytes are not the JSON shape of a list.
-    #[error("malformed LIST body at byte {offset}: {what}")]
-    Malformed {
-        /// Offset in the whole body.
-        offset: usize,
-        /// What was expected.
-        what: &'static str,
-    },
-    /// The list metadata did not decode (an item that does not decode is skipped, never
-    /// an error).
-    #[error("LIST body: {what} does not decode: {source}")]
-    Item {
-        /// `metadata`.
-        what: String,
-        /// The decoder error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The body ended inside the list.
-    #[error("LIST body ended before the list was complete ({len} bytes read)")]
-    Truncated {
-        /// Bytes read.
-        len: usize,
-    },
-}
-
-/// A decoded LIST body.
-#[derive(Debug)]
-pub(crate) struct DecodedList<K> {
-    /// The items that decoded, in list order.
-    pub items: Vec<K>,
-    /// The list's metadata (resourceVersion, continue).
-    pub metadata: ListMeta,
-    /// The items skipped: not decodable into `K`, or over the size bound.
-    pub undecodable: Vec<UndecodableObject>,
-}
+use super::encoding::{DecodedList, ListDecodeError};
+use crate::cache::json_scan::{ValueEnd, scan_string, skip_ws};
+use crate::cache::store::{TransformFunc, apply_transform};
+use crate::cache::undecodable::{MAX_OBJECT_BYTES, UndecodableObject, decode_item, oversized_item};
 
 /// What the bytes at `pos` must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

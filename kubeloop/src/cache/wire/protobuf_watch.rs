@@ -1,0 +1,149 @@
+//! Protobuf watch streams: 4-byte length-delimited `WatchEvent` frames
+//! (`application/vnd.kubernetes.protobuf;stream=watch`; see `protobuf/watch.rs`), decoded
+//! with the same rules as the JSON stream (`json_watch.rs`):
+//!
+//! - a whole frame that is not a watch event is a [`ListWatchError::Decode`], and the
+//!   reflector ends the watch (apimachinery's `StreamWatcher`);
+//! - an `ADDED`, `MODIFIED` or `DELETED` event whose object does not decode into `K`, and a
+//!   frame over the bound (named from its first bytes, then dropped as it streams past, never
+//!   held whole), are a [`ListWatchError::Undecodable`], and the stream goes on;
+//! - the body ending ends the stream; a frame cut off by the close is dropped.
+
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use kube_client::client::Body;
+use kube_client::core::WatchEvent;
+use serde::de::DeserializeOwned;
+
+use super::encoding::ends_cleanly;
+use crate::cache::list_watch_error::{ListWatchError, WatchStream};
+use crate::cache::undecodable::{UndecodableObject, UndecodableReason, WatchEventType};
+use crate::protobuf::{DecodeError, Frames, LooseNames, RawWatchEvent};
+
+/// How much of a frame over the bound is read to name its object: its metadata comes first.
+const OVERSIZED_PREFIX: usize = 4096;
+
+/// The event stream of a protobuf watch body.
+pub(super) fn watch_events<K: DeserializeOwned + Send + 'static>(
+    body: Body,
+    url: String,
+    max_frame_bytes: usize,
+) -> WatchStream<K> {
+    watch_events_of_chunks(body.into_data_stream(), url, max_frame_bytes)
+}
+
+/// [`watch_events`] over the body's chunks as they arrive.
+fn watch_events_of_chunks<K, S, D>(chunks: S, url: String, max_frame_bytes: usize) -> WatchStream<K>
+where
+    K: DeserializeOwned + Send + 'static,
+    S: futures::Stream<Item = Result<D, kube_client::Error>> + Send + Unpin + 'static,
+    D: AsRef<[u8]>,
+{
+    /// Invariant: while `oversized` is set, the frame it names is being dropped, and its
+    /// count is of that frame's bytes still to come.
+    struct Stream<S> {
+        body: S,
+        frames: Frames,
+        ended: bool,
+        url: String,
+        max_frame_bytes: usize,
+        oversized: Option<(UndecodableObject, usize)>,
+    }
+    let stream = Stream {
+        body: chunks,
+        frames: Frames::new(),
+        ended: false,
+        url,
+        max_frame_bytes,
+        oversized: None,
+    };
+    futures::stream::unfold(stream, |mut st| async move {
+        loop {
+            if let Some((_, to_come)) = &mut st.oversized {
+                let n = (*to_come).min(st.frames.pending());
+                st.frames.discard(n);
+                *to_come -= n;
+                if *to_come == 0 {
+                    let (skip, _) = st.oversized.take().expect("set just above");
+                    let err = ListWatchError::Undecodable {
+                        verb: "WATCH",
+                        url: st.url.clone(),
+                        object: Box::new(skip),
+                    };
+                    return Some((Err(err), st));
+                }
+            } else if let Some(len) = st.frames.next_len().filter(|&n| n > st.max_frame_bytes) {
+                let frame = &st.frames.unread()[4..];
+                if frame.len() >= len.min(OVERSIZED_PREFIX) {
+                    let skip = oversized_frame(frame, len, st.max_frame_bytes);
+                    st.oversized = Some((skip, len + 4));
+                    continue;
+                }
+            } else if let Some(frame) = st.frames.next_frame() {
+                let event = decode_frame(frame, &st.url);
+                return Some((event, st));
+            }
+            if st.ended {
+                // A frame cut off by the close is dropped.
+                return None;
+            }
+            match st.body.next().await {
+                Some(Ok(chunk)) => st.frames.push(chunk.as_ref()),
+                None => st.ended = true,
+                Some(Err(e)) if ends_cleanly(&e) => {
+                    tracing::debug!(url = %st.url, "watch stream ended: {e}");
+                    st.ended = true;
+                }
+                Some(Err(e)) => {
+                    let err = ListWatchError::Transport {
+                        verb: "WATCH",
+                        url: st.url.clone(),
+                        source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
+                    };
+                    st.frames = Frames::new();
+                    st.oversized = None;
+                    st.ended = true;
+                    return Some((Err(err), st));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// A frame over the bound, named from its first bytes. A frame whose type cannot be read is
+/// taken for a change (the cache keeps what it has), as in JSON.
+fn oversized_frame(prefix: &[u8], size: usize, limit: usize) -> UndecodableObject {
+    let (event, names) = LooseNames::of_watch_frame(prefix);
+    let event = event.as_deref().and_then(WatchEventType::parse);
+    UndecodableObject::from_names(
+        names,
+        Some(event.unwrap_or(WatchEventType::Modified)),
+        UndecodableReason::TooLarge { size, limit },
+    )
+}
+
+fn decode_frame<K: DeserializeOwned>(
+    frame: &[u8],
+    url: &str,
+) -> Result<WatchEvent<K>, ListWatchError> {
+    let decode_error = |e: DecodeError| ListWatchError::Decode {
+        verb: "WATCH",
+        url: url.to_string(),
+        source: e.into(),
+    };
+    let raw = RawWatchEvent::parse(frame).map_err(decode_error)?;
+    raw.decode::<K>()
+        .map_err(|e| match WatchEventType::parse(raw.event_type) {
+            Some(event) => ListWatchError::Undecodable {
+                verb: "WATCH",
+                url: url.to_string(),
+                object: Box::new(UndecodableObject::from_names(
+                    LooseNames::of_object(raw.object.raw),
+                    Some(event),
+                    UndecodableReason::Decode(e.to_string()),
+                )),
+            },
+            None => decode_error(e),
+        })
+}
