@@ -104,7 +104,7 @@ async fn sample_controller_takes_the_go_readme_command_line_and_a_second_sigterm
             deployment_name: format!("web-{i}"),
             replicas: Some(1),
         };
-        Foo::new(&ns, &format!("foo-{i}"), spec)
+        Foo::namespaced(&ns, &format!("foo-{i}"), spec)
     })
     .await;
 
@@ -167,7 +167,7 @@ async fn vm_controller_takes_go_style_flags_and_a_second_sigterm_exits_1() {
     let ns = cluster.new_namespace("cli-vm").await.unwrap();
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     create_many(&vms, |i| {
-        VirtualMachine::new(&ns, &format!("vm-{i}"), "1", "64Mi")
+        VirtualMachine::namespaced(&ns, &format!("vm-{i}"), "1", "64Mi")
     })
     .await;
 

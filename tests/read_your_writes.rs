@@ -112,7 +112,7 @@ async fn sample_burst(cluster: &Cluster, via_proxy: &Client, wait: Option<Durati
             deployment_name: format!("foo-{i}"),
             replicas: Some(1),
         };
-        let foo = Foo::new(&ns, &format!("foo-{i}"), spec);
+        let foo = Foo::namespaced(&ns, &format!("foo-{i}"), spec);
         foos.create(&PostParams::default(), &foo).await.unwrap();
     }
     let shutdown = CancellationToken::new();
@@ -195,7 +195,7 @@ async fn vm_burst(cluster: &Cluster, via_proxy: &Client, wait: Option<Duration>)
     let docker = Docker::connect_with_host(&driver_config.host).unwrap();
     let vms: Api<VirtualMachine> = Api::namespaced(admin.clone(), &ns);
     for i in 0..OBJECTS {
-        let vm = VirtualMachine::new(&ns, &format!("vm-{i}"), "100m", "32Mi");
+        let vm = VirtualMachine::namespaced(&ns, &format!("vm-{i}"), "100m", "32Mi");
         vms.create(&PostParams::default(), &vm).await.unwrap();
     }
     let shutdown = CancellationToken::new();

@@ -97,7 +97,7 @@ async fn kubectl(args: &[&str]) -> String {
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
-    let mut foo = Foo::new(
+    let mut foo = Foo::namespaced(
         "",
         name,
         FooSpec {

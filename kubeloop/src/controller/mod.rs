@@ -9,5 +9,6 @@
 
 #[cfg(feature = "sample-controller")]
 pub mod sample;
+mod schema;
 #[cfg(feature = "vm-controller")]
 pub mod vm;

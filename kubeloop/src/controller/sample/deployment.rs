@@ -89,7 +89,7 @@ mod tests {
     use crate::controller::sample::types::FooSpec;
 
     fn foo() -> Foo {
-        let mut foo = Foo::new(
+        let mut foo = Foo::namespaced(
             "ns",
             "example-foo",
             FooSpec {

@@ -11,7 +11,8 @@
 //! | [`controller`]      | `NewController`, event handlers, `Run`                   |
 //! | [`error`]           | the errors `syncHandler` returns                         |
 //!
-//! The CRD is `crds/foo.yaml`, an example `examples/example-foo.yaml`, the RBAC it needs
+//! The CRD is `Foo::crd()` (kube's `CustomResourceExt`, from [`types`]), committed as
+//! `crds/foo.yaml` (`hack/generate-crds`); an example `examples/example-foo.yaml`, the RBAC it needs
 //! in-cluster `examples/sample-controller-rbac.yaml`; the binary runs it as
 //! `kubeloop sample-controller`.
 

@@ -389,7 +389,7 @@ mod tests {
     }
 
     fn new_foo(name: &str, replicas: Option<i32>) -> Foo {
-        let mut foo = Foo::new(
+        let mut foo = Foo::namespaced(
             "default",
             name,
             FooSpec {

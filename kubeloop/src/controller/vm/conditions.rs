@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn ready_and_server_running_follow_the_phase_and_the_server() {
-        let mut vm = VirtualMachine::new("ns", "vm", "1", "1Gi");
+        let mut vm = VirtualMachine::namespaced("ns", "vm", "1", "1Gi");
         vm.metadata.generation = Some(3);
         let t0 = time("2026-11-22T10:00:00Z");
         let creating = conditions_for(
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn every_phase_change_is_an_event_naming_the_vm_and_the_change() {
-        let mut vm = VirtualMachine::new("ns", "vm", "1", "1Gi");
+        let mut vm = VirtualMachine::namespaced("ns", "vm", "1", "1Gi");
         let (kind, reason, message) =
             transition_event(&vm, &status(Phase::Creating, None, "creating server s")).unwrap();
         assert_eq!((kind, reason), (EventType::Normal, "Creating"));

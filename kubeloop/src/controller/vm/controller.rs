@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn status_only_updates_do_not_wake_the_controller_but_spec_and_deletion_do() {
-        let mut old = VirtualMachine::new("ns", "vm", "1", "1Gi");
+        let mut old = VirtualMachine::namespaced("ns", "vm", "1", "1Gi");
         old.metadata.resource_version = Some("1".into());
         old.metadata.generation = Some(1);
         let mut status_only = old.clone();

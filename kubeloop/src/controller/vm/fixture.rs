@@ -80,7 +80,8 @@ impl VmFixture {
 
     /// Creates VM `ns/vm` asking for 1 CPU and 1 GiB (uid `uid-vm`, server [`SERVER`]).
     pub fn create_vm(&self) -> ObjectKey {
-        self.api.create(VirtualMachine::new("ns", "vm", "1", "1Gi"))
+        self.api
+            .create(VirtualMachine::namespaced("ns", "vm", "1", "1Gi"))
     }
 
     /// One reconcile of `key` with a context that stays entitled.

@@ -15,7 +15,8 @@
 //! | [`controller`]           | `controller.go` `New` / `Run`, informer handlers         |
 //!
 //! The binary is `kubeloop vm-controller` (`src/cmd/vm_controller.rs`); the CRD is
-//! `crds/virtualmachine.yaml`.
+//! `VirtualMachine::crd()` (kube's `CustomResourceExt`, from [`types`]), committed as
+//! `crds/virtualmachine.yaml` (`hack/generate-crds`).
 
 pub mod api;
 pub mod compensation;

@@ -5,7 +5,7 @@
 //! optional suffix. CPU takes decimal suffixes (`m`, `k`, `M`, `G`); memory takes decimal
 //! (`k`, `M`, `G`, `T`, `P`, `E`) and binary (`Ki` .. `Ei`) suffixes, so `4G` is 4 000 000 000
 //! bytes and `4Gi` is 4 294 967 296. Exponent forms (`1e3`) and signs are refused, here and by
-//! the schema (`crds/virtualmachine.yaml`), so the two agree.
+//! the schema ([`super::types::ResourceSpec`]'s, in `crds/virtualmachine.yaml`), so the two agree.
 //!
 //! As in `ScaledValue`, a value that is not a whole number of the target unit rounds up
 //! (`0.0001` CPU is 1 m). Arithmetic is exact (integers, u128) and overflow is an error.
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn spec_errors_name_the_vm_and_the_field() {
-        let vm = VirtualMachine::new("ns", "web", "abc", "4G");
+        let vm = VirtualMachine::namespaced("ns", "web", "abc", "4G");
         let err = resources_of(&vm).unwrap_err().to_string();
         assert!(
             err.contains("VirtualMachine ns/web")
@@ -376,7 +376,7 @@ mod tests {
             "{err}"
         );
 
-        let mut vm = VirtualMachine::new("ns", "web", "2", "4G");
+        let mut vm = VirtualMachine::namespaced("ns", "web", "2", "4G");
         vm.spec.resource = None;
         assert_eq!(
             resources_of(&vm),
@@ -385,7 +385,7 @@ mod tests {
             })
         );
 
-        let vm = VirtualMachine::new("ns", "web", "2", "4G");
+        let vm = VirtualMachine::namespaced("ns", "web", "2", "4G");
         assert_eq!(
             resources_of(&vm),
             Ok(Resources {

@@ -164,8 +164,8 @@ mod tests {
     async fn the_sweep_removes_only_servers_whose_vm_is_gone() {
         let VmFixture { driver, api, .. } = VmFixture::new();
         // FakeApi gives VM `name` the uid `uid-<name>`.
-        api.create(VirtualMachine::new("ns", "live", "1", "1Gi"));
-        api.create(VirtualMachine::new("ns", "reborn", "1", "1Gi"));
+        api.create(VirtualMachine::namespaced("ns", "live", "1", "1Gi"));
+        api.create(VirtualMachine::namespaced("ns", "reborn", "1", "1Gi"));
         driver.insert(server_spec("ns", "live", "uid-live"));
         driver.insert(server_spec("ns", "gone", "uid-gone"));
         // The server of an earlier VM of the same name.
@@ -210,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn the_sweep_decides_from_the_apiserver_not_from_a_cache_that_lags() {
         let VmFixture { driver, api, .. } = VmFixture::new();
-        let key = api.create(VirtualMachine::new("ns", "new", "1", "1Gi"));
+        let key = api.create(VirtualMachine::namespaced("ns", "new", "1", "1Gi"));
         api.hide_from_cache(&key);
         driver.insert(server_spec("ns", "new", "uid-new"));
         let report = sweep_orphans(&driver, &api, None, &ReconcileContext::detached())

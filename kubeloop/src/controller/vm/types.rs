@@ -1,20 +1,26 @@
-//! The VirtualMachine custom resource (controller101's `pkg/apis/cloudnative/v1alpha1/types.go`),
-//! as a plain serde struct that implements [`kube_client::Resource`] by hand (no kube-derive).
+//! The VirtualMachine custom resource (controller101's `pkg/apis/cloudnative/v1alpha1/types.go`).
+//! [`VirtualMachineSpec`] carries kube's `CustomResource` derive, which writes the
+//! `VirtualMachine` struct (metadata, spec, optional status), its [`kube_client::Resource`]
+//! impl and its CRD, [`CustomResourceExt::crd`](kube::CustomResourceExt::crd):
+//! `crds/virtualmachine.yaml` is that CRD as YAML, written by `hack/generate-crds`.
 //!
 //! Differences from controller101 on purpose: `spec.resource` is validated by the CRD schema
-//! (`crds/virtualmachine.yaml`) and again by [`super::quantity`] before anything is created;
-//! the status is written only through the status subresource.
+//! (written here, on the fields) and again by [`super::quantity`] before anything is created;
+//! the status is written only through the status subresource, which the original lacked.
 //!
 //! Invariant: `status.phase` is one of the [`Phase`] strings; an unknown string read from the
 //! apiserver deserialises as [`Phase::Unknown`] and is treated like a fresh object.
+//!
+//! kube's derive also gives `VirtualMachine::new(name, spec)`, with no namespace;
+//! [`VirtualMachine::namespaced`] is the one with a namespace and quantity strings.
 
-use std::borrow::Cow;
-
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use kube_client::Resource;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
+
+use crate::controller::schema::{conditions, date_time, plain_fields};
 
 /// API group of the resource.
 pub const GROUP: &str = "cloudnative.tw";
@@ -27,50 +33,113 @@ pub const PLURAL: &str = "virtualmachines";
 /// The finalizer that keeps a VM until its server is deleted (controller101's string).
 pub const FINALIZER: &str = "finalizer.cloudnative.tw";
 
-/// `cloudnative.tw/v1alpha1` `VirtualMachine`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// VirtualMachine's spec: what the user asks for.
+// kube's derive writes `VirtualMachine` from this struct, and the CRD from the attributes below.
+// Two printer columns of one type read to clippy as a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "cloudnative.tw",
+    version = "v1alpha1",
+    kind = "VirtualMachine",
+    namespaced,
+    status = "VirtualMachineStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A virtual machine backed by a container (the Docker API) or a QEMU process (kubeloop's port of controller101).",
+    shortname = "vm",
+    shortname = "vms",
+    printcolumn(name = "STATUS", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "CPU", type_ = "number", json_path = ".status.server.usage.cpu"),
+    printcolumn(
+        name = "MEMORY",
+        type_ = "number",
+        json_path = ".status.server.usage.memory"
+    ),
+    printcolumn(
+        name = "RESTARTS",
+        type_ = "integer",
+        json_path = ".status.restarts",
+        priority = 1
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
 #[serde(rename_all = "camelCase")]
-pub struct VirtualMachine {
-    #[serde(default = "api_version")]
-    /// `cloudnative.tw/v1alpha1`.
-    pub api_version: String,
-    #[serde(default = "kind")]
-    /// `VirtualMachine`.
-    pub kind: String,
-    #[serde(default)]
-    /// Name, namespace, uid, finalizers, ...
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    /// What the user asks for.
-    pub spec: VirtualMachineSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    /// What the controller observed.
-    pub status: Option<VirtualMachineStatus>,
-}
-
-/// `spec`: what the user asks for.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Required in the schema, optional here: `None` only for objects built in code.
+#[schemars(extend("required" = ["resource"]), transform = plain_fields)]
 pub struct VirtualMachineSpec {
-    /// Required by the schema; `None` here only for objects built in code.
+    /// CPU and memory, both required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceSpec>,
 }
 
 /// `spec.resource`: Kubernetes quantities (`cpu: 2`, `cpu: 500m`, `memory: 4G`, `memory: 4Gi`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Each is written as an integer (cpu: 2) or a string (cpu: "500m", memory: 4G, memory: 4Gi).
+/// The schema's patterns admit exactly what the controller parses ([`super::quantity`]): an
+/// unsigned decimal number with an optional suffix, no exponent. Its CEL rules refuse zero, and
+/// more than the controller takes ([`super::quantity::MAX_CPU_MILLIS`], what the Docker API's
+/// int64 NanoCpus holds, and [`super::quantity::MAX_MEMORY_BYTES`], 1Ei).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceSpec {
-    /// CPU cores (`2`, `500m`).
+    /// CPU cores, e.g. 2 or "500m"; must be greater than zero.
+    #[schemars(schema_with = "cpu_schema")]
     pub cpu: Quantity,
-    /// Memory (`4G`, `4Gi`).
+    /// Memory, e.g. 4G (4000000000 bytes) or 4Gi (4294967296 bytes); must be greater than zero.
+    #[schemars(schema_with = "memory_schema")]
     pub memory: Quantity,
 }
 
-/// `status`: what the controller observed.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// `spec.resource.cpu`: `pattern` applies to strings, `minimum` and `maximum` to integers.
+fn cpu_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "pattern": r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G)?$",
+        "minimum": 1,
+        "maximum": 9223372036_u64,
+        "x-kubernetes-validations": [
+            {
+                "rule": "type(self) == int ? self > 0 : (isQuantity(self) && quantity(self).isGreaterThan(quantity('0')))",
+                "message": "cpu must be a quantity greater than zero, e.g. 2 or 500m"
+            },
+            {
+                "rule": "type(self) == int || !isQuantity(self) || quantity(self).compareTo(quantity('9223372036854m')) <= 0",
+                "message": "cpu must be at most 9223372036854m, the most the Docker API's NanoCpus field holds"
+            }
+        ]
+    })
+}
+
+/// `spec.resource.memory`: as cpu, with the binary suffixes too.
+fn memory_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "pattern": r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$",
+        "minimum": 1,
+        "x-kubernetes-validations": [
+            {
+                "rule": "type(self) == int ? self > 0 : (isQuantity(self) && quantity(self).isGreaterThan(quantity('0')))",
+                "message": "memory must be a quantity greater than zero, e.g. 4G or 4Gi"
+            },
+            {
+                "rule": "type(self) == int ? self <= 1152921504606846976 : (!isQuantity(self) || quantity(self).compareTo(quantity('1Ei')) <= 0)",
+                "message": "memory must be at most 1Ei (1152921504606846976 bytes)"
+            }
+        ]
+    })
+}
+
+/// VirtualMachine's status: what the controller observed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = plain_fields)]
 pub struct VirtualMachineStatus {
     #[serde(default)]
+    #[schemars(description = "Where the VM is in its life.")]
     /// Where the VM is in its life ([`Phase`]).
     pub phase: Phase,
     /// Why the VM is in its phase; empty when there is nothing to say (Active and healthy).
@@ -84,19 +153,29 @@ pub struct VirtualMachineStatus {
     /// An `int32`, as the CRD says: the apiserver checks the schema's bounds, not its
     /// `format`, so the type is as wide as the CRD allows and no wider.
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(
+        range(min = 0, max = 2147483647),
+        description = "Restarts of the server after it exited, since it last ran for ten minutes without exiting."
+    )]
     pub restarts: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time")]
     /// When the status last changed in a way a user sees.
     pub last_update_time: Option<Time>,
     /// `Ready` and `ServerRunning` ([`super::conditions`]), derived from the rest of the status
     /// each time it is written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        schema_with = "conditions",
+        description = "Ready (the VM is Active on a running server) and ServerRunning (its server exists and runs), in the Kubernetes condition convention."
+    )]
     pub conditions: Vec<Condition>,
 }
 
-/// `status.server`: the container backing the VM.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// The server backing the VM: a container or a QEMU process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = plain_fields)]
 pub struct ServerStatus {
     /// The engine's container id.
     #[serde(default)]
@@ -107,7 +186,7 @@ pub struct ServerStatus {
     /// The exit code of the server's last run, while it is stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
-    /// `kvm` or `tcg` for a QEMU server (how its CPUs run); absent for containers.
+    /// kvm or tcg for a QEMU server (how its CPUs run); absent for containers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<String>,
     #[serde(default)]
@@ -115,8 +194,8 @@ pub struct ServerStatus {
     pub usage: ServerUsage,
 }
 
-/// `status.server.usage`: percentages from the engine's stats.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// CPU and memory use, percentages from the engine's stats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerUsage {
     /// CPU% = cpu_delta / system_delta * online_cpus * 100 (100 = one core busy).
     pub cpu: f64,
@@ -125,7 +204,7 @@ pub struct ServerUsage {
 }
 
 /// `status.phase` (controller101's `VirtualMachinePhase`, plus the empty initial phase).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
     /// Never reconciled: `""`.
     #[default]
@@ -142,21 +221,15 @@ pub enum Phase {
     CrashLoopBackOff,
     /// Deletion was requested; its server is being deleted.
     Terminating,
-    /// A string this version does not know; handled like [`Phase::None`].
+    /// A string this version does not know; handled like [`Phase::None`]. Not in the schema's
+    /// enum: the apiserver refuses it.
     #[serde(other)]
+    #[schemars(skip)]
     Unknown,
 }
 
 fn is_zero(n: &i32) -> bool {
     *n == 0
-}
-
-fn api_version() -> String {
-    format!("{GROUP}/{VERSION}")
-}
-
-fn kind() -> String {
-    KIND.to_string()
 }
 
 impl Phase {
@@ -181,10 +254,8 @@ impl std::fmt::Display for Phase {
 
 impl VirtualMachine {
     /// A VM named `namespace/name` asking for `cpu` and `memory` (quantity strings).
-    pub fn new(namespace: &str, name: &str, cpu: &str, memory: &str) -> Self {
+    pub fn namespaced(namespace: &str, name: &str, cpu: &str, memory: &str) -> Self {
         Self {
-            api_version: api_version(),
-            kind: kind(),
             metadata: ObjectMeta {
                 namespace: Some(namespace.to_string()),
                 name: Some(name.to_string()),
@@ -239,30 +310,6 @@ impl VirtualMachine {
     }
 }
 
-impl Resource for VirtualMachine {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(KIND)
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(GROUP)
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(VERSION)
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(PLURAL)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +351,12 @@ mod tests {
 
     #[test]
     fn the_resource_url_is_the_crds_namespaced_path() {
+        use kube_client::Resource;
+        // The constants the controller names VirtualMachine by agree with the derive's.
+        assert_eq!(VirtualMachine::group(&()), GROUP);
+        assert_eq!(VirtualMachine::version(&()), VERSION);
+        assert_eq!(VirtualMachine::kind(&()), KIND);
+        assert_eq!(VirtualMachine::plural(&()), PLURAL);
         assert_eq!(
             VirtualMachine::url_path(&(), Some("ns")),
             "/apis/cloudnative.tw/v1alpha1/namespaces/ns/virtualmachines"

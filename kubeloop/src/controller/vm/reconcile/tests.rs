@@ -5,7 +5,9 @@ use crate::controller::vm::types::FINALIZER;
 #[tokio::test]
 async fn a_new_vm_gets_the_finalizer_then_a_server_and_becomes_active_with_a_timed_requeue() {
     let f = VmFixture::new();
-    let key = f.api.create(VirtualMachine::new("ns", "vm", "2", "4G"));
+    let key = f
+        .api
+        .create(VirtualMachine::namespaced("ns", "vm", "2", "4G"));
     assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
     let vm = f.api.object(&key).unwrap();
     assert!(vm.has_finalizer());
@@ -348,7 +350,7 @@ async fn a_spec_change_recreates_the_server_with_the_new_limits() {
     f.reconcile(&key).await.unwrap();
     let old_id = f.driver.server(SERVER).unwrap().id;
     let mut vm = f.api.object(&key).unwrap();
-    vm.spec = VirtualMachine::new("ns", "vm", "2", "2Gi").spec;
+    vm.spec = VirtualMachine::namespaced("ns", "vm", "2", "2Gi").spec;
     f.api.replace_spec(vm);
     let before = f.api.status_history().len();
     assert_eq!(f.reconcile(&key).await, Ok(Action::RequeueAfter(REFRESH)));
@@ -388,7 +390,7 @@ async fn an_object_deleted_while_queued_is_done_without_retry() {
 #[tokio::test]
 async fn a_deleting_vm_without_our_finalizer_is_left_alone() {
     let f = VmFixture::new();
-    let mut vm = VirtualMachine::new("ns", "vm", "1", "1Gi");
+    let mut vm = VirtualMachine::namespaced("ns", "vm", "1", "1Gi");
     vm.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
     let key = f.api.create(vm);
     f.api.delete(&key);
@@ -505,7 +507,9 @@ async fn endless_conflicts_give_up_and_go_back_to_the_rate_limiter() {
 #[tokio::test]
 async fn an_invalid_spec_fails_the_vm_with_a_message_and_creates_nothing() {
     let f = VmFixture::new();
-    let key = f.api.create(VirtualMachine::new("ns", "vm", "abc", "4G"));
+    let key = f
+        .api
+        .create(VirtualMachine::namespaced("ns", "vm", "abc", "4G"));
     assert_eq!(f.reconcile(&key).await, Ok(Action::Done));
     assert_eq!(f.phase(&key), Phase::Failed);
     assert!(
