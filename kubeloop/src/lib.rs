@@ -159,6 +159,10 @@
 //! ```
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly rustdoc): each item behind a feature is shown with the
+// features it needs. `doc_cfg` reads the `#[cfg]`s itself (it took in `doc_auto_cfg`); stable
+// never sees the attribute.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod cache;
 #[cfg(any(feature = "sample-controller", feature = "vm-controller"))]
