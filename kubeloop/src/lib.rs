@@ -30,9 +30,12 @@
 //! testing) and the controller runtime, with no HTTP server, no container-engine client
 //! (bollard), no harness. `default-features = false` leaves the runtime out. Add `ops` for the
 //! metrics/health server, `sample-controller` and `vm-controller` (or `controllers` for both)
-//! for the two controllers, `testenv` for the local control plane. The library has no command
-//! line and never sets a global allocator: the `kubeloop` binary is the workspace's other
-//! package (`kubeloop-cli`, at the repository's root).
+//! for the two controllers, `testenv` for the local control plane. `preserve-order` turns on
+//! serde_json's `preserve_order`, which cuts a typed cache's memory by about 16% (managedFields'
+//! JSON maps) but changes `serde_json::Map` for the whole program, so it is off unless the
+//! program asks. The library has no command line and never sets a global allocator: the
+//! `kubeloop` binary (which turns `preserve-order` on) is the workspace's other package
+//! (`kubeloop-cli`, at the repository's root).
 //!
 //! # Kubernetes version
 //!
