@@ -184,7 +184,9 @@ pub mod trace;
 pub mod workqueue;
 
 /// The README's Rust examples, compiled and run as doc tests so they cannot rot (with the
-/// features they use, as `hack/test` runs doc tests: `--all-features`).
+/// features they use, as `hack/test` runs doc tests: `--all-features`). kubeloop/README.md is
+/// a symlink to the repository's README.md, so the published crate carries it (and shows it on
+/// crates.io).
 #[cfg(all(doctest, feature = "testenv", feature = "runtime"))]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

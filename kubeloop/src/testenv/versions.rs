@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-const VERSIONS_ENV: &str = include_str!("../../../hack/versions.env");
+// `versions.env` beside this file is a symlink to hack/versions.env: inside the package, so
+// `cargo package` copies the file in and the published crate builds from its own files (as
+// workspaces link a crate's README.md or LICENSE to the repository's).
+const VERSIONS_ENV: &str = include_str!("versions.env");
 
 fn lookup(key: &str) -> &'static str {
     VERSIONS_ENV
