@@ -183,9 +183,13 @@ impl Authorizer {
     }
 
     async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, Refusal> {
+        // `spec.token` is a `String` from Kubernetes 1.36's API on and an `Option<String>`
+        // before: `into` fills either, whichever version the program picked (hack/rust/dep-proof
+        // builds on 1.35), and is a no-op only on the newer.
+        #[allow(clippy::useless_conversion)]
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: token.to_owned(),
+                token: token.to_owned().into(),
                 audiences: None,
             },
             ..Default::default()
