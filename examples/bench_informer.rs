@@ -5,19 +5,19 @@
 //! ```text
 //! cargo run --release --example bench_informer -- --kubeconfig K --namespace NS \
 //!     [--transform strip-managed-fields] [--store typed|compact|metadata|metadata-compact] \
-//!     [--streaming on|off] \
+//!     [--streaming on|off] [--wire protobuf|json] \
 //!     [--updates 200] [--interval-ms 20]
 //! RESULT objects=N synced_ms=.. cpu_ms=.. peak_rss_kib=.. rss_after_kib=.. p50_ms=.. p99_ms=..
-//!     get_p99_us=.. list_ms=.. json_bytes=.. stored_bytes=.. base_rss_kib=..
+//!     get_p99_us=.. list_ms=.. list_bytes=.. stored_bytes=.. base_rss_kib=..
 //! ```
 //!
 //! `synced_ms` and `cpu_ms` run from just before the informer starts to `has_synced`;
 //! `peak_rss_kib` is VmHWM then, `rss_after_kib` VmRSS a second later; p50/p99 are the
 //! latencies from just before an update request is sent to the handler seeing it. Then the
 //! read cost through the lister: `get_p99_us` over a get of every (N/10000)th object,
-//! `list_ms` the median of three full lists. Last, `json_bytes`: the size of the JSON LIST
-//! body the apiserver sends for the namespace (its objects as JSON, or their
-//! PartialObjectMetadata for a metadata-only side, plus a few hundred bytes of envelope);
+//! `list_ms` the median of three full lists. Last, `list_bytes`: the size of the LIST body
+//! the apiserver sends for the namespace in the informer's wire (`--wire`: protobuf, the
+//! default, or JSON), its objects or their PartialObjectMetadata for a metadata-only side;
 //! `stored_bytes`, what the compact store's frames hold (0: typed); and `base_rss_kib`,
 //! VmRSS just before the informer starts (the process's baseline).
 //!
@@ -36,7 +36,7 @@ use kube_client::core::PartialObjectMeta;
 use kube_client::{Resource, ResourceExt};
 use kubeloop::cache::{
     CacheObject, InformerConfig, ListWatch, ReflectorConfig, ResourceEventHandlerFuncs,
-    SharedIndexInformer, StoreKind, strip_managed_fields,
+    SharedIndexInformer, StoreKind, Wire, strip_managed_fields,
 };
 use parking_lot::Mutex;
 
@@ -46,6 +46,7 @@ struct Args {
     transform: String,
     store: String,
     streaming: bool,
+    wire: Wire,
     updates: usize,
     interval: Duration,
 }
@@ -57,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         transform: "none".into(),
         store: "typed".into(),
         streaming: true,
+        wire: Wire::Auto,
         updates: 200,
         interval: Duration::from_millis(20),
     };
@@ -73,6 +75,13 @@ fn parse_args() -> Result<Args, String> {
                     "on" => true,
                     "off" => false,
                     other => return Err(format!("--streaming: on or off, not {other}")),
+                }
+            }
+            "--wire" => {
+                args.wire = match value()?.as_str() {
+                    "protobuf" => Wire::Auto,
+                    "json" => Wire::Json,
+                    other => return Err(format!("--wire: protobuf or json, not {other}")),
                 }
             }
             "--updates" => {
@@ -121,7 +130,7 @@ where
         StoreKind::Typed
     };
     let informer = SharedIndexInformer::new(
-        ListWatch::<K>::namespaced(client.clone(), &args.namespace),
+        ListWatch::<K>::namespaced(client.clone(), &args.namespace).wire(args.wire),
         InformerConfig {
             reflector: ReflectorConfig {
                 use_watch_list: args.streaming,
@@ -221,13 +230,19 @@ where
     let stored_bytes = informer.indexer().stored_bytes().unwrap_or(0);
     informer.shutdown().await;
     // The same negotiation as the informer's: a metadata-only side counts the metadata.
-    let lw = ListWatch::<K>::namespaced(client.clone(), &args.namespace);
+    let lw = ListWatch::<K>::namespaced(client.clone(), &args.namespace).wire(args.wire);
     let request = http::Request::get(lw.path())
         .header(http::header::ACCEPT, lw.list_accept())
         .body(Vec::new())?;
-    let json_bytes = client.request_text(request).await?.len();
+    let response = client
+        .send(request.map(kube_client::client::Body::from))
+        .await?;
+    let list_bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await?
+        .to_bytes()
+        .len();
     println!(
-        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} json_bytes={json_bytes} stored_bytes={stored_bytes} base_rss_kib={base}",
+        "RESULT objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={peak} rss_after_kib={after} p50_ms={:.2} p99_ms={:.2} get_p99_us={:.2} list_ms={:.1} list_bytes={list_bytes} stored_bytes={stored_bytes} base_rss_kib={base}",
         synced.as_millis(),
         cpu.as_millis(),
         pct(&lat, 50),

@@ -419,10 +419,13 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 visitor.visit_map(Fields::new(kinds::message(index), self.bytes()?))
             }
             Kind::Map(_) => Err(Error::wire("a map entry outside its map".into())),
-            Kind::Time | Kind::MicroTime => match time(self.kind, self.bytes()?)? {
-                Some(text) => visitor.visit_string(text),
-                None => visitor.visit_unit(),
-            },
+            Kind::Time | Kind::MicroTime => {
+                let mut text = [0; TIME_TEXT];
+                match time(self.kind, self.bytes()?, &mut text)? {
+                    Some(text) => visitor.visit_str(text),
+                    None => visitor.visit_unit(),
+                }
+            }
             // A Quantity the wire lacks (or an empty one) is zero, "0" in Go's JSON.
             Kind::Quantity => match tag_one(self.bytes()?)? {
                 b"" => visitor.visit_borrowed_str("0"),
@@ -539,9 +542,17 @@ fn utf8(bytes: &[u8]) -> Result<&str, Error> {
     std::str::from_utf8(bytes).map_err(|e| Error::wire(format!("a string that is not UTF-8: {e}")))
 }
 
+/// The longest time text: `-009999-12-31T23:59:59.999999Z` and some to spare.
+const TIME_TEXT: usize = 40;
+
 /// A `Time` as Go's JSON writes it (RFC 3339 in UTC, to the second), or a `MicroTime` (to the
-/// microsecond); `None` for the zero time, which the wire carries as an empty message.
-fn time(kind: Kind, bytes: &[u8]) -> Result<Option<String>, Error> {
+/// microsecond), written into `text`; `None` for the zero time, which the wire carries as an
+/// empty message.
+fn time<'t>(
+    kind: Kind,
+    bytes: &[u8],
+    text: &'t mut [u8; TIME_TEXT],
+) -> Result<Option<&'t str>, Error> {
     if bytes.is_empty() {
         return Ok(None);
     }
@@ -566,7 +577,11 @@ fn time(kind: Kind, bytes: &[u8]) -> Result<Option<String>, Error> {
             "a time out of range ({seconds} s, {nanos} ns): {e}"
         ))
     })?;
-    Ok(Some(at.to_string()))
+    let mut rest = &mut text[..];
+    std::io::Write::write_fmt(&mut rest, format_args!("{at}"))
+        .map_err(|e| Error::wire(format!("a time too long to write: {e}")))?;
+    let len = TIME_TEXT - rest.len();
+    utf8(&text[..len]).map(Some)
 }
 
 /// A repeated field or a map: every occurrence of its tag in the message, from the first.

@@ -2,9 +2,15 @@
 
 /// Why bytes did not decode: malformed protobuf, or a message that does not fit the Rust type.
 /// Says where (the JSON path of the field) and what.
+///
+/// One pointer wide (as serde_json's error), so the `Result`s every step of a decode returns
+/// stay in registers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{message}", path_prefix(.path))]
-pub struct DecodeError {
+#[error("{}{}", path_prefix(&.0.path), .0.message)]
+pub struct DecodeError(Box<Inner>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inner {
     path: String,
     message: String,
 }
@@ -19,17 +25,14 @@ fn path_prefix(path: &str) -> String {
 
 impl DecodeError {
     pub(super) fn wire(message: String) -> Self {
-        Self {
-            path: String::new(),
-            message: format!("malformed protobuf: {message}"),
-        }
+        Self::object(format!("malformed protobuf: {message}"))
     }
 
     pub(super) fn object(message: String) -> Self {
-        Self {
+        Self(Box::new(Inner {
             path: String::new(),
             message,
-        }
+        }))
     }
 
     pub(super) fn json(error: serde_json::Error) -> Self {
@@ -38,10 +41,11 @@ impl DecodeError {
 
     /// The same error, one field further out.
     pub(super) fn within(mut self, field: &str) -> Self {
-        self.path = if self.path.is_empty() {
+        let path = &mut self.0.path;
+        *path = if path.is_empty() {
             field.to_string()
         } else {
-            format!("{field}.{}", self.path)
+            format!("{field}.{path}")
         };
         self
     }
@@ -49,6 +53,6 @@ impl DecodeError {
     /// The JSON path of the field that did not decode (`spec.containers.image`), empty at the
     /// top.
     pub fn path(&self) -> &str {
-        &self.path
+        &self.0.path
     }
 }

@@ -98,9 +98,14 @@ impl Message {
         Self { go, fields }
     }
 
-    /// The index in [`Message::fields`] of the field with this tag.
+    /// The index in [`Message::fields`] of the field with this tag. Most messages number
+    /// their fields from 1 without gaps, so the field is first looked for at `tag - 1`.
     pub(crate) fn field(&self, tag: u32) -> Option<usize> {
-        self.fields.binary_search_by_key(&tag, |f| f.tag).ok()
+        let guess = (tag as usize).wrapping_sub(1);
+        match self.fields.get(guess) {
+            Some(f) if f.tag == tag => Some(guess),
+            _ => self.fields.binary_search_by_key(&tag, |f| f.tag).ok(),
+        }
     }
 
     /// The Go type's short name, `v1.ConfigMap`.

@@ -11,8 +11,9 @@
 //!   client presented (a front proxy; the client's certificate is not asked for), so every
 //!   request through it runs as admin. On top of the TCP faults it can answer the next watches
 //!   of a path with 429, `Retry-After` and a `Status`, as the apiserver's watch cache does
-//!   while it is not ready ([`HttpFaultProxy::throttle_watches`]), replace the next events of open watch streams with
-//!   lines that are not events ([`HttpFaultProxy::corrupt_watch_events`]), delay what every
+//!   while it is not ready ([`HttpFaultProxy::throttle_watches`]), replace the next events of
+//!   open watch streams with ones that are not events, in the stream's own wire (a JSON line,
+//!   or a protobuf frame; [`HttpFaultProxy::corrupt_watch_events`]), delay what every
 //!   watch stream delivers ([`HttpFaultProxy::delay_watches`]), and it records each
 //!   request it handled, so a test can count LISTs and WATCHes ([`HttpFaultProxy::requests`]).
 //!
@@ -517,7 +518,8 @@ async fn handle(
     shared.log.lock().push(entry);
     if kind == RequestKind::Watch && res.status().is_success() {
         let (parts, body) = res.into_parts();
-        return http::Response::from_parts(parts, corrupting(body, path, shared.clone()));
+        let framing = Framing::of(&parts.headers);
+        return http::Response::from_parts(parts, corrupting(body, framing, path, shared.clone()));
     }
     res
 }
@@ -551,16 +553,21 @@ async fn forward_http(
     }
 }
 
-/// A watch body passed on line by line (the stream is newline-delimited JSON), with the
-/// event lines the test armed for `path` replaced by [`UNDECODABLE_EVENT_LINE`], and held
+/// A watch body passed on event by event (JSON lines or protobuf frames, as `framing` says),
+/// with the events the test armed for `path` replaced by ones that are not events, and held
 /// for the armed delay.
-fn corrupting(body: ProxyBody, path: String, shared: Arc<HttpShared>) -> ProxyBody {
-    struct Lines {
+fn corrupting(
+    body: ProxyBody,
+    framing: Framing,
+    path: String,
+    shared: Arc<HttpShared>,
+) -> ProxyBody {
+    struct Events {
         body: http_body_util::BodyDataStream<ProxyBody>,
-        /// Bytes of an unfinished line.
+        /// Bytes of an unfinished event.
         partial: Vec<u8>,
     }
-    let state = Lines {
+    let state = Events {
         body: body.into_data_stream(),
         partial: Vec::new(),
     };
@@ -573,12 +580,13 @@ fn corrupting(body: ProxyBody, path: String, shared: Arc<HttpShared>) -> ProxyBo
                 match st.body.next().await {
                     Some(Ok(chunk)) => {
                         st.partial.extend_from_slice(&chunk);
-                        let Some(last) = st.partial.iter().rposition(|b| *b == b'\n') else {
+                        let whole = framing.whole(&st.partial);
+                        if whole == 0 {
                             continue;
-                        };
-                        let rest = st.partial.split_off(last + 1);
-                        let lines = std::mem::replace(&mut st.partial, rest);
-                        let out = corrupt_lines(&lines, &path, &shared.faults);
+                        }
+                        let rest = st.partial.split_off(whole);
+                        let events = std::mem::replace(&mut st.partial, rest);
+                        let out = corrupt_events(framing, &events, &path, &shared.faults);
                         return Some((Ok(Bytes::from(out)), st));
                     }
                     Some(Err(e)) => return Some((Err(e), st)),
@@ -622,24 +630,99 @@ where
     })
 }
 
-/// The `type` of a watch event line as the apiserver writes it (`{"type":"ADDED",...`).
-fn event_type(line: &[u8]) -> Option<&[u8]> {
-    let rest = line.strip_prefix(br#"{"type":""#)?;
-    let end = rest.iter().position(|b| *b == b'"')?;
-    Some(&rest[..end])
+/// How a watch body is cut into events: JSON lines, or protobuf's frames (a 4-byte
+/// big-endian length, then the `WatchEvent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Lines,
+    Frames,
 }
 
-/// `lines` is whole lines, each ending in `\n`.
-fn corrupt_lines(lines: &[u8], path: &str, faults: &Mutex<HttpFaults>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(lines.len());
-    for line in lines.split_inclusive(|b| *b == b'\n') {
-        let is_event = matches!(event_type(line), Some(b"ADDED" | b"MODIFIED" | b"DELETED"));
-        if is_event && faults.lock().take_corrupt(path) {
+impl Framing {
+    fn of(headers: &http::HeaderMap) -> Self {
+        let protobuf = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(crate::protobuf::CONTENT_TYPE));
+        if protobuf { Self::Frames } else { Self::Lines }
+    }
+
+    /// The events at the start of `buf` that have arrived whole, each as its bytes.
+    fn events(self, buf: &[u8]) -> Vec<&[u8]> {
+        match self {
+            Self::Lines => buf
+                .split_inclusive(|b| *b == b'\n')
+                .filter(|line| line.ends_with(b"\n"))
+                .collect(),
+            Self::Frames => {
+                let mut events = Vec::new();
+                let mut at = 0;
+                while let Some(head) = buf.get(at..at + 4) {
+                    let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
+                    let Some(frame) = buf.get(at..at + 4 + len) else {
+                        break;
+                    };
+                    events.push(frame);
+                    at += 4 + len;
+                }
+                events
+            }
+        }
+    }
+
+    /// How many bytes at the start of `buf` are whole events.
+    fn whole(self, buf: &[u8]) -> usize {
+        self.events(buf).iter().map(|e| e.len()).sum()
+    }
+
+    /// Whether `event` (its bytes on the wire) is an `ADDED`, `MODIFIED` or `DELETED`.
+    fn is_change(self, event: &[u8]) -> bool {
+        let event_type = match self {
+            // As the apiserver writes it: `{"type":"ADDED",...`.
+            Self::Lines => event.strip_prefix(br#"{"type":""#).and_then(|rest| {
+                let end = rest.iter().position(|b| *b == b'"')?;
+                std::str::from_utf8(&rest[..end]).ok()
+            }),
+            Self::Frames => crate::protobuf::RawWatchEvent::parse(&event[4..])
+                .ok()
+                .map(|e| e.event_type),
+        };
+        matches!(event_type, Some("ADDED" | "MODIFIED" | "DELETED"))
+    }
+
+    /// An event that is not one: [`UNDECODABLE_EVENT_LINE`], or a protobuf `WatchEvent`
+    /// `MODIFIED` whose object is the same text where its envelope should be.
+    fn undecodable(self) -> Vec<u8> {
+        match self {
+            Self::Lines => format!("{UNDECODABLE_EVENT_LINE}\n").into_bytes(),
+            Self::Frames => {
+                let text = b"kubeloop fault proxy: this is not an object";
+                let delimited = |tag: u8, bytes: &[u8]| {
+                    let mut field = vec![tag << 3 | 2, bytes.len() as u8];
+                    field.extend_from_slice(bytes);
+                    field
+                };
+                let event = [delimited(1, b"MODIFIED"), delimited(2, &delimited(1, text))].concat();
+                [&(event.len() as u32).to_be_bytes()[..], &event].concat()
+            }
+        }
+    }
+}
+
+/// `events` is whole events in `framing`.
+fn corrupt_events(
+    framing: Framing,
+    events: &[u8],
+    path: &str,
+    faults: &Mutex<HttpFaults>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(events.len());
+    for event in framing.events(events) {
+        if framing.is_change(event) && faults.lock().take_corrupt(path) {
             tracing::info!(%path, "fault proxy: corrupting a watch event");
-            out.extend_from_slice(UNDECODABLE_EVENT_LINE.as_bytes());
-            out.push(b'\n');
+            out.extend(framing.undecodable());
         } else {
-            out.extend_from_slice(line);
+            out.extend_from_slice(event);
         }
     }
     out
@@ -676,12 +759,37 @@ mod tests {
         let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"9"}}}"#;
         let added = r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a"}}}"#;
         let lines = format!("{bookmark}\n{added}\n{added}\n");
-        let out = corrupt_lines(lines.as_bytes(), "/p", &faults);
+        let out = corrupt_events(Framing::Lines, lines.as_bytes(), "/p", &faults);
         let expected = format!("{bookmark}\n{UNDECODABLE_EVENT_LINE}\n{added}\n");
         assert_eq!(String::from_utf8(out).unwrap(), expected);
         // Another path's stream is left alone.
         faults.lock().corrupt.insert("/p".into(), 1);
-        let out = corrupt_lines(lines.as_bytes(), "/q", &faults);
+        let out = corrupt_events(Framing::Lines, lines.as_bytes(), "/q", &faults);
         assert_eq!(out, lines.as_bytes());
+    }
+
+    #[test]
+    fn a_protobuf_stream_is_cut_into_frames_and_the_armed_one_replaced() {
+        use crate::protobuf::{Frames, RawWatchEvent};
+        let frame = |event: &[u8]| [&(event.len() as u32).to_be_bytes()[..], event].concat();
+        // {type: ADDED, object: {raw: k8s\0 + Unknown{typeMeta: {v1, ConfigMap}}}}.
+        let object = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap";
+        let mut added = b"\x0a\x05ADDED\x12\x17\x0a\x15".to_vec();
+        added.extend_from_slice(object);
+        assert!(RawWatchEvent::parse(&added).is_ok());
+        let stream = [frame(&added), frame(&added)].concat();
+        assert_eq!(
+            Framing::Frames.whole(&stream[..stream.len() - 1]),
+            stream.len() / 2
+        );
+        let faults = Mutex::new(HttpFaults::default());
+        faults.lock().corrupt.insert("/p".into(), 1);
+        let out = corrupt_events(Framing::Frames, &stream, "/p", &faults);
+        let mut frames = Frames::new();
+        frames.push(&out);
+        let first = frames.next_frame().unwrap().to_vec();
+        let err = RawWatchEvent::parse(&first).unwrap_err();
+        assert!(err.to_string().contains("k8s"), "{err}");
+        assert_eq!(frames.next_frame().unwrap(), &added[..]);
     }
 }
