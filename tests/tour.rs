@@ -45,7 +45,7 @@ fn ensure_examples_built() {
     });
 }
 
-const TOUR: [&str; 7] = [
+const TOUR: [&str; 8] = [
     "tour_01_watch",
     "tour_02_list_watch",
     "tour_03_fifo",
@@ -53,6 +53,7 @@ const TOUR: [&str; 7] = [
     "tour_05_informer",
     "tour_06_workqueue",
     "tour_08_leader_election",
+    "tour_10_wire",
 ];
 
 /// Runs one example against `cluster`; returns its stdout, panics with its stderr on failure.
@@ -78,6 +79,28 @@ fn assert_has(output: &str, needles: &[&str]) {
     for needle in needles {
         assert!(output.contains(needle), "expected {needle:?} in:\n{output}");
     }
+}
+
+#[tokio::test]
+async fn chapter_10_the_same_object_in_json_and_protobuf_and_a_watch_in_frames() {
+    let cluster = testenv::shared().await;
+    let out = run_example(cluster, "tour_10_wire");
+    assert_has(
+        &out,
+        &[
+            "as application/json: ",
+            "as application/vnd.kubernetes.protobuf: ",
+            r"bytes: k8s\x00",
+            r#"then apiVersion="v1" kind="ConfigMap""#,
+            "the same ConfigMap as from JSON: true",
+            "answered application/vnd.kubernetes.protobuf;stream=watch",
+            "a DELETED of v1 ConfigMap",
+            "decoded: tour-10 deleted",
+            "an informer of ConfigMaps asks for: application/vnd.kubernetes.protobuf,application/json",
+            "a metadata-only informer asks for:  application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList",
+            "told to read JSON (Wire::Json):      application/json",
+        ],
+    );
 }
 
 #[tokio::test]

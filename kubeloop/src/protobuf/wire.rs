@@ -50,6 +50,7 @@ impl<'a> Reader<'a> {
         Self { buf: self.buf, pos }
     }
 
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64, Error> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
@@ -71,12 +72,14 @@ impl<'a> Reader<'a> {
         )))
     }
 
+    #[inline]
     pub(crate) fn fixed64(&mut self) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
 
+    #[inline]
     fn take(&mut self, len: usize) -> Result<&'a [u8], Error> {
         let end = self
             .pos
@@ -94,7 +97,10 @@ impl<'a> Reader<'a> {
         Ok(bytes)
     }
 
-    /// The next field's tag and value, or `None` at the end of the message.
+    /// The next field's tag and value, or `None` at the end of the message. Inlined: its
+    /// result, returned through memory from a call, was read back before the store had
+    /// landed (a store-forwarding stall: a third of the field walk's time, by `perf annotate`).
+    #[inline]
     pub(crate) fn field(&mut self) -> Result<Option<(u32, Raw<'a>)>, Error> {
         if self.pos == self.buf.len() {
             return Ok(None);
