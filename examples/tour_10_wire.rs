@@ -16,7 +16,11 @@ const NAME: &str = "tour-10";
 const PATH: &str = "/api/v1/namespaces/default/configmaps";
 
 /// GET `path` with `accept`: the response's `Content-Type` and body.
-async fn get(client: &Client, path: &str, accept: &str) -> Result<(String, Vec<u8>), kube_client::Error> {
+async fn get(
+    client: &Client,
+    path: &str,
+    accept: &str,
+) -> Result<(String, Vec<u8>), kube_client::Error> {
     let request = http::Request::get(path)
         .header(http::header::ACCEPT, accept)
         .body(kube_client::client::Body::from(Vec::new()))
@@ -57,7 +61,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (json_type, json) = get(&client, &path, "application/json").await?;
     let (pb_type, pb) = get(&client, &path, protobuf::CONTENT_TYPE).await?;
     println!("GET {path}");
-    println!("  as {json_type}: {} bytes: {}...", json.len(), shown(&json, 60));
+    println!(
+        "  as {json_type}: {} bytes: {}...",
+        json.len(),
+        shown(&json, 60)
+    );
     println!("  as {pb_type}: {} bytes: {}...", pb.len(), shown(&pb, 60));
 
     // The envelope: k8s\0, then runtime.Unknown with the TypeMeta and the object's message.
@@ -76,7 +84,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // A protobuf watch: frames of a 4-byte big-endian length and a WatchEvent.
-    let version = from_json.metadata.resource_version.clone().unwrap_or_default();
+    let version = from_json
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
     let watch = format!(
         "{PATH}?watch=true&resourceVersion={version}&timeoutSeconds=5&fieldSelector=metadata.name%3D{NAME}"
     );
@@ -107,7 +119,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             let decoded = event.decode::<ConfigMap>()?;
             if let kube_client::core::WatchEvent::Deleted(gone) = decoded {
-                println!("  decoded: {} deleted", gone.metadata.name.unwrap_or_default());
+                println!(
+                    "  decoded: {} deleted",
+                    gone.metadata.name.unwrap_or_default()
+                );
                 break 'read;
             }
         }
@@ -117,8 +132,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // What the informers ask for.
     let typed = ListWatch::<ConfigMap>::namespaced(client.clone(), "default");
     let metadata = ListWatch::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), "default");
-    println!("an informer of ConfigMaps asks for: {}", typed.list_accept());
-    println!("a metadata-only informer asks for:  {}", metadata.list_accept());
+    println!(
+        "an informer of ConfigMaps asks for: {}",
+        typed.list_accept()
+    );
+    println!(
+        "a metadata-only informer asks for:  {}",
+        metadata.list_accept()
+    );
     println!(
         "told to read JSON (Wire::Json):      {}",
         typed.wire(Wire::Json).list_accept()

@@ -35,7 +35,7 @@ pub enum ListWatchError {
         /// How many seconds the server asked the client to wait before trying again (429
         /// and some 5xx answers): the `Retry-After` header, else the Status's
         /// `details.retryAfterSeconds`. Whole seconds, as both carry it (see
-        /// [`retry_after_header`]).
+        /// `retry_after_header`).
         retry_after_seconds: Option<u32>,
     },
     /// The request did not get an answer (connection refused, reset, TLS, ...).

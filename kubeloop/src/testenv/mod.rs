@@ -7,7 +7,7 @@
 //! The binaries come from `hack/build-control-plane` (versions in `hack/versions.env`).
 //!
 //! Invariants:
-//! - No component outlives the test binary: see [`process`] for how (parent-death signal from
+//! - No component outlives the test binary: see `process.rs` ([`ManagedProcess`]) for how (parent-death signal from
 //!   one long-lived spawner thread), and [`Cluster`]'s `Drop` kills them in order. The one
 //!   exception is a real node's containers when the test binary is killed: their containerd
 //!   shims are not its children and outlive it; the next node cluster sweeps them (node/host.rs).
