@@ -602,11 +602,12 @@ where
         let mut events = lw.watch(&options).await.unwrap();
         let mut streamed = Vec::new();
         let version = loop {
-            let event = tokio::time::timeout(Duration::from_secs(30), events.next())
-                .await
-                .unwrap_or_else(|_| panic!("{what} in {wire}: the initial events within 30 s"))
-                .unwrap_or_else(|| panic!("{what} in {wire}: the stream ended"))
-                .unwrap_or_else(|e| panic!("{what} in {wire}: {e}"));
+            let event = match tokio::time::timeout(Duration::from_secs(30), events.next()).await {
+                Ok(Some(Ok(event))) => event,
+                Ok(Some(Err(e))) => panic!("{what} in {wire}: {e}"),
+                Ok(None) => panic!("{what} in {wire}: the stream ended"),
+                Err(_) => panic!("{what} in {wire}: no initial-events bookmark within 30 s"),
+            };
             match event {
                 WatchEvent::Added(object) => streamed.push(object),
                 WatchEvent::Bookmark(b)
