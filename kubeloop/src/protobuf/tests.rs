@@ -145,3 +145,115 @@ fn a_repeated_field_is_one_run_and_a_second_run_is_refused() {
     let cm: ConfigMap = decode_message("v1", "ConfigMap", &skipped).unwrap();
     assert_eq!(cm.data.unwrap()["a"], "1");
 }
+
+/// A small deterministic generator (xorshift64*), so a failing mutation can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// `bytes` changed a little: a bit flipped, a byte set to an edge value (a varint's
+/// continuation bit, a huge length), a byte dropped or doubled, or the end cut off.
+fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for _ in 0..=rng.below(3) {
+        if out.is_empty() {
+            break;
+        }
+        let at = rng.below(out.len());
+        match rng.below(5) {
+            0 => out[at] ^= 1 << rng.below(8),
+            1 => out[at] = [0x00, 0x7f, 0x80, 0xff][rng.below(4)],
+            2 => {
+                out.remove(at);
+            }
+            3 => out.insert(at, out[at]),
+            _ => out.truncate(at),
+        }
+    }
+    out
+}
+
+/// A length-delimited field `tag` holding `bytes`.
+fn delimited(tag: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag << 3 | 2];
+    let mut len = bytes.len();
+    while len >= 0x80 {
+        out.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// Fuzzing by property over mutated real objects (the corpus is `testdata/`, small and in the
+/// repository): whatever the bytes, decoding returns a value or an error and never panics.
+/// Each fixture is mutated 1,000 ways in each of three forms (the object as the apiserver
+/// sends it, a watch event carrying it, a LIST body holding its message twice) and decoded
+/// as its k8s-openapi type, as JSON values, and by the loose readers that name skipped
+/// objects.
+#[test]
+fn mutated_objects_frames_and_lists_decode_or_fail_but_never_panic() {
+    fn attempt<T: DeserializeOwned>(object: &[u8], frame: &[u8], list: &[u8]) {
+        let _ = from_slice::<T>(object);
+        let _ = from_slice::<Value>(object);
+        if let Ok(event) = RawWatchEvent::parse(frame) {
+            let _ = event.decode::<T>();
+        }
+        let _ = LooseNames::of_watch_frame(frame);
+        for chunk in [1, 7, list.len().max(1)] {
+            let mut reader = ListReader::new("AnyList", 1 << 20);
+            for bytes in list.chunks(chunk) {
+                let fed = reader.feed::<DecodeError>(bytes, |part| {
+                    if let ListPart::Item(item) = part {
+                        let _ = LooseNames::of_object(item);
+                    }
+                    Ok(())
+                });
+                if fed.is_err() {
+                    break;
+                }
+            }
+            let _ = reader.finish();
+        }
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for name in fixture_names() {
+        let (pb, _) = fixture(&name);
+        let message = Envelope::parse(&pb).unwrap().raw.to_vec();
+        let frame = [delimited(1, b"ADDED"), delimited(2, &delimited(1, &pb))].concat();
+        let type_meta = [delimited(1, b"v1"), delimited(2, b"AnyList")].concat();
+        let items = [delimited(2, &message), delimited(2, &message)].concat();
+        let list = [&MAGIC[..], &delimited(1, &type_meta), &delimited(2, &items)].concat();
+        for round in 0..1_000 {
+            let seed = rng.0;
+            let (object, frame, list) = (
+                mutate(&pb, &mut rng),
+                mutate(&frame, &mut rng),
+                mutate(&list, &mut rng),
+            );
+            let result = std::panic::catch_unwind(|| match name.as_str() {
+                "configmap" | "configmap-bare" => attempt::<ConfigMap>(&object, &frame, &list),
+                "pod" => attempt::<Pod>(&object, &frame, &list),
+                "deployment" => attempt::<Deployment>(&object, &frame, &list),
+                "crd" => attempt::<CustomResourceDefinition>(&object, &frame, &list),
+                _ => attempt::<serde::de::IgnoredAny>(&object, &frame, &list),
+            });
+            assert!(
+                result.is_ok(),
+                "{name}, mutation {round} (rng seed {seed:#x}) panicked"
+            );
+        }
+    }
+}
