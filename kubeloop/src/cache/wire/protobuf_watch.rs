@@ -9,7 +9,7 @@
 //!   held whole), are a [`ListWatchError::Undecodable`], and the stream goes on;
 //! - the body ending ends the stream; a frame cut off by the close is dropped.
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use http_body_util::BodyExt;
 use kube_client::client::Body;
 use kube_client::core::WatchEvent;
@@ -32,28 +32,7 @@ pub(super) fn watch_events<K: DeserializeOwned + Send + 'static>(
     watch_events_of_chunks(body.into_data_stream(), url, max_frame_bytes)
 }
 
-/// Frames decoded in one go: a batch is every whole frame the body has delivered so far, up
-/// to this many.
-const MAX_BATCH: usize = 512;
-
-/// A batch smaller than this is decoded where it is read (a live watch's single events); a
-/// larger one (a streaming list arriving) on the blocking pool.
-const DECODE_APART: usize = 16;
-
-/// How many batches are decoded at once, in order: the reading and two decodes overlap.
-const DECODING: usize = 2;
-
-/// A frame as read, or what the stream has to say instead of one.
-type Read = Result<Vec<u8>, ListWatchError>;
-
 /// [`watch_events`] over the body's chunks as they arrive.
-///
-/// Reading and decoding are apart: the body is cut into frames in batches (every whole frame
-/// delivered so far), and the batches are decoded [`DECODING`] at a time on the blocking pool,
-/// their events handed out in order. A streaming list's objects thus decode on both cores
-/// while the next bytes arrive, where one task decoding frame by frame was the bound on the
-/// time to synced (a profile of a metadata-only informer's sync at 100k objects: 42% of its
-/// CPU decoding on the one task reading the stream).
 fn watch_events_of_chunks<K, S, D>(chunks: S, url: String, max_frame_bytes: usize) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
@@ -74,28 +53,41 @@ where
         body: chunks,
         frames: Frames::new(),
         ended: false,
-        url: url.clone(),
+        url,
         max_frame_bytes,
         oversized: None,
     };
-    let batches = futures::stream::unfold(stream, |mut st| async move {
-        let mut batch: Vec<Read> = Vec::new();
+    futures::stream::unfold(stream, |mut st| async move {
         loop {
-            st.take_whole(&mut batch);
-            if batch.len() >= MAX_BATCH || st.ended {
-                // A frame cut off by the close is dropped.
-                return (!batch.is_empty()).then_some((batch, st));
-            }
-            // Wait for bytes only with nothing to hand out; else take what has arrived.
-            let next = if batch.is_empty() {
-                st.body.next().await
-            } else {
-                match st.body.next().now_or_never() {
-                    Some(next) => next,
-                    None => return Some((batch, st)),
+            if let Some((_, to_come)) = &mut st.oversized {
+                let n = (*to_come).min(st.frames.pending());
+                st.frames.discard(n);
+                *to_come -= n;
+                if *to_come == 0 {
+                    let (skip, _) = st.oversized.take().expect("set just above");
+                    let err = ListWatchError::Undecodable {
+                        verb: "WATCH",
+                        url: st.url.clone(),
+                        object: Box::new(skip),
+                    };
+                    return Some((Err(err), st));
                 }
-            };
-            match next {
+            } else if let Some(len) = st.frames.next_len().filter(|&n| n > st.max_frame_bytes) {
+                let frame = &st.frames.unread()[4..];
+                if frame.len() >= len.min(OVERSIZED_PREFIX) {
+                    let skip = oversized_frame(frame, len, st.max_frame_bytes);
+                    st.oversized = Some((skip, len + 4));
+                    continue;
+                }
+            } else if let Some(frame) = st.frames.next_frame() {
+                let event = decode_frame(frame, &st.url);
+                return Some((event, st));
+            }
+            if st.ended {
+                // A frame cut off by the close is dropped.
+                return None;
+            }
+            match st.body.next().await {
                 Some(Ok(chunk)) => st.frames.push(chunk.as_ref()),
                 None => st.ended = true,
                 Some(Err(e)) if ends_cleanly(&e) => {
@@ -103,88 +95,20 @@ where
                     st.ended = true;
                 }
                 Some(Err(e)) => {
-                    batch.push(Err(ListWatchError::Transport {
+                    let err = ListWatchError::Transport {
                         verb: "WATCH",
                         url: st.url.clone(),
                         source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
-                    }));
+                    };
                     st.frames = Frames::new();
                     st.oversized = None;
                     st.ended = true;
+                    return Some((Err(err), st));
                 }
             }
         }
-    });
-
-    impl<S> Stream<S> {
-        /// Moves every whole frame (and every skip of a frame over the bound that has gone
-        /// past) into `batch`, up to [`MAX_BATCH`].
-        fn take_whole(&mut self, batch: &mut Vec<Read>) {
-            while batch.len() < MAX_BATCH {
-                if let Some((_, to_come)) = &mut self.oversized {
-                    let n = (*to_come).min(self.frames.pending());
-                    self.frames.discard(n);
-                    *to_come -= n;
-                    if *to_come > 0 {
-                        return;
-                    }
-                    let (skip, _) = self.oversized.take().expect("set just above");
-                    batch.push(Err(ListWatchError::Undecodable {
-                        verb: "WATCH",
-                        url: self.url.clone(),
-                        object: Box::new(skip),
-                    }));
-                } else if let Some(len) =
-                    self.frames.next_len().filter(|&n| n > self.max_frame_bytes)
-                {
-                    let frame = &self.frames.unread()[4..];
-                    if frame.len() < len.min(OVERSIZED_PREFIX) {
-                        return;
-                    }
-                    let skip = oversized_frame(frame, len, self.max_frame_bytes);
-                    self.oversized = Some((skip, len + 4));
-                } else if let Some(frame) = self.frames.next_frame() {
-                    batch.push(Ok(frame.to_vec()));
-                } else {
-                    return;
-                }
-            }
-        }
-    }
-
-    batches
-        .map(move |batch| decode_batch::<K>(batch, url.clone()))
-        .buffered(DECODING)
-        .flat_map(futures::stream::iter)
-        .boxed()
-}
-
-/// The events of a batch of frames, in order; a large batch decoded on the blocking pool.
-async fn decode_batch<K: DeserializeOwned + Send + 'static>(
-    batch: Vec<Read>,
-    url: String,
-) -> Vec<Result<WatchEvent<K>, ListWatchError>> {
-    let small = batch.len() < DECODE_APART;
-    let failed = url.clone();
-    let decode = move || {
-        batch
-            .into_iter()
-            .map(|frame| frame.and_then(|frame| decode_frame(&frame, &url)))
-            .collect::<Vec<_>>()
-    };
-    if small {
-        return decode();
-    }
-    // A panic in the decoder would be a bug; it ends this watch as a decode error.
-    tokio::task::spawn_blocking(decode)
-        .await
-        .unwrap_or_else(|e| {
-            vec![Err(ListWatchError::Decode {
-                verb: "WATCH",
-                url: failed,
-                source: e.into(),
-            })]
-        })
+    })
+    .boxed()
 }
 
 /// A frame over the bound, named from its first bytes. A frame whose type cannot be read is
@@ -280,10 +204,9 @@ mod tests {
             .collect()
     }
 
-    // Batches large enough to be decoded on the blocking pool, two at a time, still hand out
-    // their events in the order the frames came, however the body is cut.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn events_come_out_in_frame_order_however_the_body_is_cut_and_batched() {
+    // Frames cut across chunks anywhere decode whole, in order.
+    #[tokio::test]
+    async fn events_come_out_in_frame_order_however_the_body_is_cut() {
         let pattern = "AMDMA";
         let body: Vec<u8> = (0..200)
             .flat_map(|i| {
