@@ -330,18 +330,7 @@ fn varint(bytes: &[u8]) -> Result<Option<(u64, usize)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag << 3 | 2];
-        let mut len = bytes.len();
-        while len >= 0x80 {
-            out.push(len as u8 | 0x80);
-            len >>= 7;
-        }
-        out.push(len as u8);
-        out.extend_from_slice(bytes);
-        out
-    }
+    use crate::protobuf::wire::delimited as field;
 
     /// `k8s\0` and an envelope of a `ConfigMapList` holding `list`.
     fn body(list: &[u8]) -> Vec<u8> {

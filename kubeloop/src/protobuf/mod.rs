@@ -43,6 +43,8 @@ pub use error::DecodeError;
 pub use list::{ListPart, ListReader};
 pub use names::LooseNames;
 pub use watch::{Frames, RawWatchEvent, WATCH_CONTENT_TYPE};
+#[cfg(test)]
+pub(crate) use wire::delimited;
 
 #[cfg(test)]
 mod tests;

@@ -88,19 +88,7 @@ fn cut_field(bytes: &[u8], tag: u32) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
-        assert!(bytes.len() < 0x80 * 0x80);
-        let mut out = vec![tag << 3 | 2];
-        let len = bytes.len();
-        if len >= 0x80 {
-            out.extend([len as u8 | 0x80, (len >> 7) as u8]);
-        } else {
-            out.push(len as u8);
-        }
-        out.extend_from_slice(bytes);
-        out
-    }
+    use crate::protobuf::wire::delimited as field;
 
     fn object(data: usize) -> Vec<u8> {
         let meta = [

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::*;
+use crate::protobuf::wire::delimited;
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protobuf/testdata")
@@ -181,19 +182,6 @@ fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
             _ => out.truncate(at),
         }
     }
-    out
-}
-
-/// A length-delimited field `tag` holding `bytes`.
-fn delimited(tag: u8, bytes: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag << 3 | 2];
-    let mut len = bytes.len();
-    while len >= 0x80 {
-        out.push(len as u8 | 0x80);
-        len >>= 7;
-    }
-    out.push(len as u8);
-    out.extend_from_slice(bytes);
     out
 }
 

@@ -145,6 +145,20 @@ pub(crate) fn each_field<'a>(
     Ok(())
 }
 
+/// A length-delimited field `tag` holding `bytes`, for tests that build messages by hand.
+#[cfg(test)]
+pub(crate) fn delimited(tag: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag << 3 | 2];
+    let mut len = bytes.len();
+    while len >= 0x80 {
+        out.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend_from_slice(bytes);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! What the two wires share: which one a response is in ([`Encoding`], read from its
 //! `Content-Type`), which one a [`ListWatch`](crate::cache::ListWatch) asks for ([`Wire`]), a
-//! decoded LIST and its errors, and how a watch body ends.
+//! decoded LIST and its errors, and how a watch body is read.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
@@ -9,6 +9,7 @@ use std::any::TypeId;
 use kube_client::Resource;
 
 use crate::cache::UndecodableObject;
+use crate::cache::list_watch_error::ListWatchError;
 use crate::protobuf::{self, DecodeError, ObjectType};
 
 /// Which encoding a [`ListWatch`](crate::cache::ListWatch) asks the apiserver for.
@@ -134,10 +135,40 @@ pub(crate) struct DecodedList<K> {
     pub undecodable: Vec<UndecodableObject>,
 }
 
+/// What reading a watch body's next chunk gave.
+pub(crate) enum Chunk<D> {
+    /// More bytes.
+    Bytes(D),
+    /// The body ended: closed, or cut the way watch streams end.
+    End,
+    /// A read failure, to report before the stream ends.
+    Failed(ListWatchError),
+}
+
+/// The next chunk of the watch body of `url`, as both wires read it.
+pub(crate) async fn next_chunk<S, D>(body: &mut S, url: &str) -> Chunk<D>
+where
+    S: futures::Stream<Item = Result<D, kube_client::Error>> + Unpin,
+{
+    match futures::StreamExt::next(body).await {
+        Some(Ok(bytes)) => Chunk::Bytes(bytes),
+        None => Chunk::End,
+        Some(Err(e)) if ends_cleanly(&e) => {
+            tracing::debug!(%url, "watch stream ended: {e}");
+            Chunk::End
+        }
+        Some(Err(e)) => Chunk::Failed(ListWatchError::Transport {
+            verb: "WATCH",
+            url: url.to_string(),
+            source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
+        }),
+    }
+}
+
 /// A read failure that is how watch streams end: the connection closed mid-chunk (kube-client
 /// treats an `UnexpectedEof` anywhere in the chain, or hyper's "unexpected EOF during chunk",
 /// as a resumable end) or a client read timeout.
-pub(crate) fn ends_cleanly(err: &kube_client::Error) -> bool {
+fn ends_cleanly(err: &kube_client::Error) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>()

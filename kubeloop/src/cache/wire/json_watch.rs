@@ -7,7 +7,7 @@ use kube_client::client::Body;
 use kube_client::core::{Status, WatchEvent};
 use serde::de::DeserializeOwned;
 
-use super::encoding::ends_cleanly;
+use super::encoding::{Chunk, next_chunk};
 use crate::cache::list_watch_error::{ListWatchError, WatchStream};
 use crate::cache::undecodable::{UndecodableObject, oversized_event, undecodable_event};
 
@@ -127,19 +127,10 @@ where
                 st.buf.drain(..st.start);
                 st.start = 0;
             }
-            match st.body.next().await {
-                Some(Ok(chunk)) => st.buf.extend_from_slice(chunk.as_ref()),
-                None => st.ended = true,
-                Some(Err(e)) if ends_cleanly(&e) => {
-                    tracing::debug!(url = %st.url, "watch stream ended: {e}");
-                    st.ended = true;
-                }
-                Some(Err(e)) => {
-                    let err = ListWatchError::Transport {
-                        verb: "WATCH",
-                        url: st.url.clone(),
-                        source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
-                    };
+            match next_chunk(&mut st.body, &st.url).await {
+                Chunk::Bytes(chunk) => st.buf.extend_from_slice(chunk.as_ref()),
+                Chunk::End => st.ended = true,
+                Chunk::Failed(err) => {
                     st.buf.clear();
                     st.start = 0;
                     st.scanned = 0;

@@ -15,7 +15,7 @@ use kube_client::client::Body;
 use kube_client::core::WatchEvent;
 use serde::de::DeserializeOwned;
 
-use super::encoding::ends_cleanly;
+use super::encoding::{Chunk, next_chunk};
 use crate::cache::list_watch_error::{ListWatchError, WatchStream};
 use crate::cache::undecodable::{UndecodableObject, UndecodableReason, WatchEventType};
 use crate::protobuf::{DecodeError, Frames, LooseNames, RawWatchEvent};
@@ -87,19 +87,10 @@ where
                 // A frame cut off by the close is dropped.
                 return None;
             }
-            match st.body.next().await {
-                Some(Ok(chunk)) => st.frames.push(chunk.as_ref()),
-                None => st.ended = true,
-                Some(Err(e)) if ends_cleanly(&e) => {
-                    tracing::debug!(url = %st.url, "watch stream ended: {e}");
-                    st.ended = true;
-                }
-                Some(Err(e)) => {
-                    let err = ListWatchError::Transport {
-                        verb: "WATCH",
-                        url: st.url.clone(),
-                        source: kube_client::Error::ReadEvents(std::io::Error::other(e)),
-                    };
+            match next_chunk(&mut st.body, &st.url).await {
+                Chunk::Bytes(chunk) => st.frames.push(chunk.as_ref()),
+                Chunk::End => st.ended = true,
+                Chunk::Failed(err) => {
                     st.frames = Frames::new();
                     st.oversized = None;
                     st.ended = true;
@@ -152,21 +143,10 @@ fn decode_frame<K: DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::cache::{MAX_OBJECT_BYTES, UndecodableReason};
+    use crate::protobuf::delimited;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     const CONFIG_MAP: &[u8] = include_bytes!("../../protobuf/testdata/configmap.pb");
-
-    fn delimited(tag: u8, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag << 3 | 2];
-        let mut len = bytes.len();
-        while len >= 0x80 {
-            out.push(len as u8 | 0x80);
-            len >>= 7;
-        }
-        out.push(len as u8);
-        out.extend_from_slice(bytes);
-        out
-    }
 
     /// A frame: the length, then `{type, object: {raw: object}}`.
     fn frame(event_type: &str, object: &[u8]) -> Vec<u8> {
