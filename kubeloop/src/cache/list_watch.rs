@@ -271,22 +271,23 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     /// ([`Wire`]); for a metadata-only type (`PartialObjectMeta<K>`) the same asking for
     /// `PartialObjectMetadataList` ([`METADATA_LIST_ACCEPT`] in JSON).
     pub fn list_accept(&self) -> &'static str {
-        match (K::metadata_api(), self.protobuf.is_some()) {
-            (false, false) => "application/json",
-            (false, true) => PROTOBUF_ACCEPT,
-            (true, false) => METADATA_LIST_ACCEPT,
-            (true, true) => METADATA_PROTOBUF_LIST_ACCEPT,
-        }
+        self.accept([METADATA_LIST_ACCEPT, METADATA_PROTOBUF_LIST_ACCEPT])
     }
 
     /// The `Accept` header of a WATCH: as [`list_accept`](Self::list_accept), asking for one
     /// `PartialObjectMetadata` per event for a metadata-only type.
     pub fn watch_accept(&self) -> &'static str {
+        self.accept([METADATA_WATCH_ACCEPT, METADATA_PROTOBUF_WATCH_ACCEPT])
+    }
+
+    /// By the wire asked for: JSON or protobuf; for a metadata-only type, `metadata`'s JSON or
+    /// protobuf header.
+    fn accept(&self, [metadata_json, metadata_protobuf]: [&'static str; 2]) -> &'static str {
         match (K::metadata_api(), self.protobuf.is_some()) {
             (false, false) => "application/json",
             (false, true) => PROTOBUF_ACCEPT,
-            (true, false) => METADATA_WATCH_ACCEPT,
-            (true, true) => METADATA_PROTOBUF_WATCH_ACCEPT,
+            (true, false) => metadata_json,
+            (true, true) => metadata_protobuf,
         }
     }
 

@@ -580,13 +580,12 @@ fn corrupting(
                 match st.body.next().await {
                     Some(Ok(chunk)) => {
                         st.partial.extend_from_slice(&chunk);
-                        let whole = framing.whole(&st.partial);
+                        let (out, whole) =
+                            corrupt_events(framing, &st.partial, &path, &shared.faults);
                         if whole == 0 {
                             continue;
                         }
-                        let rest = st.partial.split_off(whole);
-                        let events = std::mem::replace(&mut st.partial, rest);
-                        let out = corrupt_events(framing, &events, &path, &shared.faults);
+                        st.partial.drain(..whole);
                         return Some((Ok(Bytes::from(out)), st));
                     }
                     Some(Err(e)) => return Some((Err(e), st)),
@@ -670,11 +669,6 @@ impl Framing {
         }
     }
 
-    /// How many bytes at the start of `buf` are whole events.
-    fn whole(self, buf: &[u8]) -> usize {
-        self.events(buf).iter().map(|e| e.len()).sum()
-    }
-
     /// Whether `event` (its bytes on the wire) is an `ADDED`, `MODIFIED` or `DELETED`.
     fn is_change(self, event: &[u8]) -> bool {
         let event_type = match self {
@@ -709,15 +703,18 @@ impl Framing {
     }
 }
 
-/// `events` is whole events in `framing`.
+/// The whole events at the start of `buf` in `framing`, the armed ones replaced, and how many
+/// bytes of `buf` they took (the rest is an event still arriving).
 fn corrupt_events(
     framing: Framing,
-    events: &[u8],
+    buf: &[u8],
     path: &str,
     faults: &Mutex<HttpFaults>,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(events.len());
-    for event in framing.events(events) {
+) -> (Vec<u8>, usize) {
+    let mut out = Vec::with_capacity(buf.len());
+    let mut whole = 0;
+    for event in framing.events(buf) {
+        whole += event.len();
         if framing.is_change(event) && faults.lock().take_corrupt(path) {
             tracing::info!(%path, "fault proxy: corrupting a watch event");
             out.extend(framing.undecodable());
@@ -725,7 +722,7 @@ fn corrupt_events(
             out.extend_from_slice(event);
         }
     }
-    out
+    (out, whole)
 }
 
 #[cfg(test)]
@@ -759,12 +756,12 @@ mod tests {
         let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"9"}}}"#;
         let added = r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a"}}}"#;
         let lines = format!("{bookmark}\n{added}\n{added}\n");
-        let out = corrupt_events(Framing::Lines, lines.as_bytes(), "/p", &faults);
+        let (out, _) = corrupt_events(Framing::Lines, lines.as_bytes(), "/p", &faults);
         let expected = format!("{bookmark}\n{UNDECODABLE_EVENT_LINE}\n{added}\n");
         assert_eq!(String::from_utf8(out).unwrap(), expected);
         // Another path's stream is left alone.
         faults.lock().corrupt.insert("/p".into(), 1);
-        let out = corrupt_events(Framing::Lines, lines.as_bytes(), "/q", &faults);
+        let (out, _) = corrupt_events(Framing::Lines, lines.as_bytes(), "/q", &faults);
         assert_eq!(out, lines.as_bytes());
     }
 
@@ -778,13 +775,13 @@ mod tests {
         added.extend_from_slice(object);
         assert!(RawWatchEvent::parse(&added).is_ok());
         let stream = [frame(&added), frame(&added)].concat();
-        assert_eq!(
-            Framing::Frames.whole(&stream[..stream.len() - 1]),
-            stream.len() / 2
-        );
         let faults = Mutex::new(HttpFaults::default());
+        // A frame still arriving is left for the next chunk.
+        let (_, whole) =
+            corrupt_events(Framing::Frames, &stream[..stream.len() - 1], "/p", &faults);
+        assert_eq!(whole, stream.len() / 2);
         faults.lock().corrupt.insert("/p".into(), 1);
-        let out = corrupt_events(Framing::Frames, &stream, "/p", &faults);
+        let (out, _) = corrupt_events(Framing::Frames, &stream, "/p", &faults);
         let mut frames = Frames::new();
         frames.push(&out);
         let first = frames.next_frame().unwrap().to_vec();
