@@ -29,13 +29,7 @@ use std::path::Path;
 
 /// The circles still allowed, each as its set of files, with the issue that owns it. The check
 /// fails when a listed circle is gone or has changed: trim the entry then.
-const ALLOWED_CYCLES: &[(&str, &[&str])] = &[(
-    // The protobuf issue removes this circle: the store vocabulary (store.rs) imports the
-    // compact store's list codec (`ListCodec`, `ListedObjects`) and the compact store
-    // (compact.rs) imports the key functions of store.rs.
-    "the protobuf issue",
-    &["cache/compact.rs", "cache/store.rs"],
-)];
+const ALLOWED_CYCLES: &[(&str, &[&str])] = &[];
 
 /// The machinery: the layers below the ops servers, the controllers and the harness.
 const MACHINERY: &[&str] = &[

@@ -40,23 +40,11 @@
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
-use kube_client::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
-use super::store::meta_namespace_key;
-
-/// How an informer's store holds its objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StoreKind {
-    /// Decoded objects, handed out as the same `Arc<K>` every time (client-go's store).
-    #[default]
-    Typed,
-    /// Each object as a zstd frame of its JSON, decoded into a new `Arc<K>` on every read
-    /// (see `compact.rs` for what that costs and saves).
-    Compact,
-}
+use super::stored::{Codec, CodecError, Encoded, ObjectCodec};
 
 /// The first list with at least this many objects trains the dictionary.
 pub const TRAIN_MIN_OBJECTS: usize = 64;
@@ -67,49 +55,14 @@ const DICT_BYTES: usize = 4096;
 /// zstd's fastest level: higher levels saved under 0.1% here and cost a third more time.
 const LEVEL: i32 = 1;
 
-/// An encoded object.
-pub(crate) type Encoded = Arc<[u8]>;
-
-/// A completed list on its way from the reflector to the cache, in list order: decoded
-/// objects, or, for a compact store, each object's key and frame, encoded as the list
-/// arrived so that a 100,000-object list is never held decoded all at once.
-pub struct ListedObjects<K> {
-    repr: Listed<K>,
+/// A compact store's codec for `K`.
+pub(crate) fn codec<K: Serialize + DeserializeOwned + 'static>() -> Arc<Codec<K>> {
+    Arc::new(ZstdCodec::<K>::new())
 }
 
-pub(crate) enum Listed<K> {
-    Decoded(Vec<Arc<K>>),
-    Keyed(Vec<(String, Stored<K>)>, Arc<Codec<K>>),
-}
-
-/// What a compact store hands the queue in front of it, so the reflector can encode a list
-/// as it arrives ([`ReflectorStore::list_codec`](super::ReflectorStore::list_codec)).
-pub struct ListCodec<K>(pub(crate) Arc<Codec<K>>);
-
-/// One object as a cache holds it.
-pub(crate) enum Stored<K> {
-    /// The decoded object (a typed store's; or one a compact store could not encode).
-    Object(Arc<K>),
-    /// Its frame (a compact store).
-    Encoded(Encoded),
-}
-
-/// Builds a [`ListedObjects`] one object at a time: decoded without a codec; with one, the
-/// first [`TRAIN_SAMPLES`] objects wait decoded until the dictionary is trained on them (if
-/// it was not already), and every object after them is encoded as it comes.
-pub(crate) struct ListBuilder<K> {
-    codec: Option<Arc<Codec<K>>>,
-    type_name: String,
-    decoded: Vec<Arc<K>>,
-    keyed: Vec<(String, Stored<K>)>,
-}
-
-/// What an encoding or decoding failed on.
+/// What zstd itself refused.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CodecError {
-    /// The object would not serialize (or deserialize) as JSON.
-    #[error("JSON: {0}")]
-    Json(#[from] serde_json::Error),
+enum ZstdError {
     /// zstd refused the frame.
     #[error("zstd: {}", zstd_safe::get_error_name(*.0))]
     Zstd(usize),
@@ -118,8 +71,8 @@ pub(crate) enum CodecError {
     UnknownDictionary(u32),
 }
 
-/// Encodes and decodes one type's objects.
-pub(crate) struct Codec<K> {
+/// Encodes and decodes one type's objects as zstd frames of their JSON.
+struct ZstdCodec<K> {
     to_json: fn(&K) -> serde_json::Result<Vec<u8>>,
     from_json: fn(&[u8]) -> serde_json::Result<K>,
     /// Set once: `Some` when trained, `None` when training failed (never tried again).
@@ -137,8 +90,8 @@ thread_local! {
         RefCell::new((CCtx::create(), DCtx::create()));
 }
 
-impl<K: Serialize + DeserializeOwned> Codec<K> {
-    pub(crate) fn new() -> Self {
+impl<K: Serialize + DeserializeOwned> ZstdCodec<K> {
+    fn new() -> Self {
         Self {
             to_json: |k| serde_json::to_vec(k),
             from_json: |b| serde_json::from_slice(b),
@@ -147,17 +100,15 @@ impl<K: Serialize + DeserializeOwned> Codec<K> {
     }
 }
 
-impl<K> Codec<K> {
+impl<K> ZstdCodec<K> {
     /// Trains the dictionary on `objects` if there is none yet and they are enough; a
     /// training that fails leaves frames without one (logged).
-    pub(crate) fn train<'a>(&self, objects: impl ExactSizeIterator<Item = &'a K>)
-    where
-        K: 'a,
-    {
-        if self.dictionary.get().is_some() || objects.len() < TRAIN_MIN_OBJECTS {
+    fn train(&self, objects: &[Arc<K>]) {
+        if self.settled() || objects.len() < TRAIN_MIN_OBJECTS {
             return;
         }
         let samples: Vec<Vec<u8>> = objects
+            .iter()
             .take(TRAIN_SAMPLES)
             .filter_map(|o| (self.to_json)(o).ok())
             .collect();
@@ -177,40 +128,8 @@ impl<K> Codec<K> {
         }
     }
 
-    /// The object as a frame.
-    pub(crate) fn encode(&self, obj: &K) -> Result<Encoded, CodecError> {
-        let json = (self.to_json)(obj)?;
-        let mut out = Vec::with_capacity(zstd_safe::compress_bound(json.len()));
-        CONTEXTS
-            .with_borrow_mut(|(cctx, _)| match self.trained() {
-                Some(d) => cctx.compress_using_cdict(&mut out, &json, &d.compress),
-                None => cctx.compress(&mut out, &json, LEVEL),
-            })
-            .map_err(CodecError::Zstd)?;
-        Ok(out.into())
-    }
-
-    /// The object a frame holds.
-    pub(crate) fn decode(&self, frame: &[u8]) -> Result<K, CodecError> {
-        let size = zstd_safe::get_frame_content_size(frame)
-            .ok()
-            .flatten()
-            .unwrap_or(0) as usize;
-        let mut json = Vec::with_capacity(size);
-        CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
-            None => dctx.decompress(&mut json, frame).map_err(CodecError::Zstd),
-            Some(id) => match self.trained() {
-                Some(d) if d.id == id.get() => dctx
-                    .decompress_using_ddict(&mut json, frame, &d.decompress)
-                    .map_err(CodecError::Zstd),
-                _ => Err(CodecError::UnknownDictionary(id.get())),
-            },
-        })?;
-        Ok((self.from_json)(&json)?)
-    }
-
     /// Whether training is over (trained, or failed for good): objects no longer wait for it.
-    pub(crate) fn settled(&self) -> bool {
+    fn settled(&self) -> bool {
         self.dictionary.get().is_some()
     }
 
@@ -219,193 +138,47 @@ impl<K> Codec<K> {
     }
 }
 
-impl<K> ListedObjects<K> {
-    /// Number of objects.
-    pub fn len(&self) -> usize {
-        match &self.repr {
-            Listed::Decoded(objects) => objects.len(),
-            Listed::Keyed(items, _) => items.len(),
+impl<K> ObjectCodec<K> for ZstdCodec<K> {
+    /// The first [`TRAIN_SAMPLES`] objects of the first list wait for the dictionary.
+    fn ready(&self, waiting: &[Arc<K>]) -> bool {
+        if !self.settled() && waiting.len() >= TRAIN_SAMPLES {
+            self.train(waiting);
         }
+        self.settled()
     }
 
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    fn learn(&self, objects: &[Arc<K>]) {
+        self.train(objects);
     }
 
-    /// The objects, decoded, in list order.
-    pub fn into_decoded(self) -> Vec<Arc<K>> {
-        match self.repr {
-            Listed::Decoded(objects) => objects,
-            Listed::Keyed(items, codec) => items
-                .iter()
-                .filter_map(|(key, stored)| stored.load(Some(&codec), key))
-                .collect(),
-        }
+    fn encode(&self, obj: &K) -> Result<Encoded, CodecError> {
+        let json = (self.to_json)(obj)?;
+        let mut out = Vec::with_capacity(zstd_safe::compress_bound(json.len()));
+        CONTEXTS
+            .with_borrow_mut(|(cctx, _)| match self.trained() {
+                Some(d) => cctx.compress_using_cdict(&mut out, &json, &d.compress),
+                None => cctx.compress(&mut out, &json, LEVEL),
+            })
+            .map_err(ZstdError::Zstd)?;
+        Ok(out.into())
     }
 
-    /// Each object's key, in list order (objects without one left out).
-    pub(crate) fn keys(&self, key_func: &super::store::KeyFunc<K>) -> Vec<String> {
-        match &self.repr {
-            Listed::Decoded(objects) => objects.iter().filter_map(|o| key_func(o).ok()).collect(),
-            Listed::Keyed(items, _) => items.iter().map(|(k, _)| k.clone()).collect(),
-        }
-    }
-
-    pub(crate) fn into_repr(self) -> Listed<K> {
-        self.repr
-    }
-}
-
-impl<K> From<Vec<Arc<K>>> for ListedObjects<K> {
-    fn from(objects: Vec<Arc<K>>) -> Self {
-        Self {
-            repr: Listed::Decoded(objects),
-        }
-    }
-}
-
-impl<K> Clone for ListedObjects<K> {
-    fn clone(&self) -> Self {
-        let repr = match &self.repr {
-            Listed::Decoded(objects) => Listed::Decoded(objects.clone()),
-            Listed::Keyed(items, codec) => Listed::Keyed(items.clone(), codec.clone()),
-        };
-        Self { repr }
-    }
-}
-
-impl<K> std::fmt::Debug for ListedObjects<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.repr {
-            Listed::Decoded(_) => "decoded",
-            Listed::Keyed(..) => "encoded",
-        };
-        write!(f, "ListedObjects({} {kind})", self.len())
-    }
-}
-
-impl<K> Clone for ListCodec<K> {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
-
-impl<K> Clone for Stored<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Object(o) => Self::Object(o.clone()),
-            Self::Encoded(e) => Self::Encoded(e.clone()),
-        }
-    }
-}
-
-impl<K> Stored<K> {
-    /// How `obj` is stored: with a codec its frame, else the object itself. An object that
-    /// will not encode is logged with its key and kept decoded, so nothing is lost.
-    pub(crate) fn new(codec: Option<&Codec<K>>, key: &str, obj: Arc<K>) -> Self {
-        let Some(codec) = codec else {
-            return Self::Object(obj);
-        };
-        match codec.encode(&obj) {
-            Ok(frame) => Self::Encoded(frame),
-            Err(e) => {
-                tracing::warn!(%key, "compact store: cannot encode the object, keeping it decoded: {e}");
-                Self::Object(obj)
-            }
-        }
-    }
-
-    /// A frame's length (0 for a decoded object).
-    pub(crate) fn encoded_len(&self) -> usize {
-        match self {
-            Self::Object(_) => 0,
-            Self::Encoded(frame) => frame.len(),
-        }
-    }
-
-    /// The object. A frame that does not decode (a bug: the store wrote it) is logged with
-    /// its key and gives `None`.
-    pub(crate) fn load(&self, codec: Option<&Codec<K>>, key: &str) -> Option<Arc<K>> {
-        match (self, codec) {
-            (Self::Object(obj), _) => Some(obj.clone()),
-            (Self::Encoded(frame), Some(codec)) => match codec.decode(frame) {
-                Ok(obj) => Some(Arc::new(obj)),
-                Err(e) => {
-                    tracing::error!(%key, "compact store: cannot decode the cached object: {e}");
-                    None
-                }
+    fn decode(&self, frame: &[u8]) -> Result<K, CodecError> {
+        let size = zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten()
+            .unwrap_or(0) as usize;
+        let mut json = Vec::with_capacity(size);
+        CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
+            None => dctx.decompress(&mut json, frame).map_err(ZstdError::Zstd),
+            Some(id) => match self.trained() {
+                Some(d) if d.id == id.get() => dctx
+                    .decompress_using_ddict(&mut json, frame, &d.decompress)
+                    .map_err(ZstdError::Zstd),
+                _ => Err(ZstdError::UnknownDictionary(id.get())),
             },
-            (Self::Encoded(_), None) => unreachable!("only a compact store holds frames"),
-        }
-    }
-}
-
-impl<K: Resource> ListBuilder<K> {
-    pub(crate) fn new(codec: Option<ListCodec<K>>, type_name: &str) -> Self {
-        Self {
-            codec: codec.map(|c| c.0),
-            type_name: type_name.to_string(),
-            decoded: Vec::new(),
-            keyed: Vec::new(),
-        }
-    }
-
-    /// Adds the next listed object (already transformed).
-    pub(crate) fn push(&mut self, obj: K) {
-        self.decoded.push(Arc::new(obj));
-        if let Some(codec) = &self.codec
-            && (codec.settled() || self.decoded.len() >= TRAIN_SAMPLES)
-        {
-            self.encode_decoded();
-        }
-    }
-
-    /// Adds a page of listed objects.
-    pub(crate) fn extend(&mut self, objects: Vec<K>) {
-        for obj in objects {
-            self.push(obj);
-        }
-    }
-
-    /// Drops the object at `key` (a streaming list's deletion before its end).
-    pub(crate) fn remove(&mut self, key: &str) {
-        self.decoded
-            .retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
-        self.keyed.retain(|(k, _)| k != key);
-    }
-
-    pub(crate) fn finish(mut self) -> ListedObjects<K> {
-        let repr = match self.codec.clone() {
-            None => {
-                self.decoded.shrink_to_fit();
-                Listed::Decoded(self.decoded)
-            }
-            Some(codec) => {
-                self.encode_decoded();
-                self.keyed.shrink_to_fit();
-                Listed::Keyed(self.keyed, codec)
-            }
-        };
-        ListedObjects { repr }
-    }
-
-    /// Trains the dictionary on the waiting objects if it has none yet, then encodes them.
-    /// An object without a key is left out, as the typed path leaves it out of the store.
-    fn encode_decoded(&mut self) {
-        let Some(codec) = &self.codec else { return };
-        codec.train(self.decoded.iter().map(|o| &**o));
-        for obj in self.decoded.drain(..) {
-            match meta_namespace_key(&*obj) {
-                Ok(key) => {
-                    let stored = Stored::new(Some(codec), &key, obj);
-                    self.keyed.push((key, stored));
-                }
-                Err(e) => {
-                    tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}")
-                }
-            }
-        }
+        })?;
+        Ok((self.from_json)(&json)?)
     }
 }
 
@@ -433,12 +206,18 @@ mod tests {
     // and the dictionary makes them smaller.
     #[test]
     fn frames_round_trip_with_and_without_the_dictionary() {
-        let codec = Codec::<ConfigMap>::new();
+        let codec = ZstdCodec::<ConfigMap>::new();
         let before = codec.encode(&cm(1)).unwrap();
-        let objects: Vec<ConfigMap> = (0..TRAIN_MIN_OBJECTS * 2).map(cm).collect();
-        codec.train(objects.iter().take(TRAIN_MIN_OBJECTS - 1));
+        let objects: Vec<Arc<ConfigMap>> = (0..TRAIN_MIN_OBJECTS * 2)
+            .map(|i| Arc::new(cm(i)))
+            .collect();
+        assert!(
+            !codec.ready(&objects[..TRAIN_MIN_OBJECTS]),
+            "waits for more"
+        );
+        codec.learn(&objects[..TRAIN_MIN_OBJECTS - 1]);
         assert!(codec.trained().is_none(), "too few objects to train on");
-        codec.train(objects.iter());
+        codec.learn(&objects);
         assert!(codec.trained().is_some());
         let after = codec.encode(&cm(1)).unwrap();
         assert!(
@@ -455,12 +234,15 @@ mod tests {
     // never a wrong object.
     #[test]
     fn a_frame_from_another_dictionary_is_refused() {
-        let objects: Vec<ConfigMap> = (0..TRAIN_MIN_OBJECTS).map(cm).collect();
-        let one = Codec::<ConfigMap>::new();
-        one.train(objects.iter());
-        let other = Codec::<ConfigMap>::new();
+        let objects: Vec<Arc<ConfigMap>> = (0..TRAIN_SAMPLES).map(|i| Arc::new(cm(i))).collect();
+        let one = ZstdCodec::<ConfigMap>::new();
+        assert!(one.ready(&objects), "trains on a full sample");
+        let other = ZstdCodec::<ConfigMap>::new();
         let frame = one.encode(&cm(3)).unwrap();
         let err = other.decode(&frame).unwrap_err();
-        assert!(matches!(err, CodecError::UnknownDictionary(_)), "{err}");
+        assert!(
+            matches!(err.downcast_ref(), Some(ZstdError::UnknownDictionary(_))),
+            "{err}"
+        );
     }
 }

@@ -26,12 +26,11 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::compact::ListedObjects;
 use super::delta::{DeletedObject, Delta, DeltaType, Deltas};
+use super::keys::{KeyError, KeyFunc};
 use super::queue::{FifoClosed, InformerQueue, KnownObjects, Popped, wait_for_item};
-use super::store::{
-    KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list,
-};
+use super::store::{ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list};
+use super::stored::ListedObjects;
 
 /// The queue. Cloning shares it (the reflector writes, the informer pops).
 pub struct DeltaFIFO<K> {

@@ -17,11 +17,11 @@ use kube_client::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube_client::{Client, Resource};
 use parking_lot::Mutex;
 
-use super::compact::StoreKind;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
 use super::shared_informer::{InformerConfig, SharedIndexInformer};
+use super::stored::StoreKind;
 
 /// Settings every informer of a factory gets.
 #[derive(Debug, Clone, Default)]

@@ -19,9 +19,9 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
+use super::keys::meta_namespace_key;
 use super::list_watch::{CacheObject, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
-use super::store::meta_namespace_key;
 use super::undecodable::{UndecodableObject, UndecodableReason, WatchEventType};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Resource;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use kube_client::Resource;
 
 use super::index::NAMESPACE_INDEX;
+use super::keys::object_key;
 use super::labels::LabelSelector;
-use super::store::object_key;
 use super::thread_safe_store::Indexer;
 
 /// Lists and gets objects of one type from a cache.

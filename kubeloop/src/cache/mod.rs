@@ -5,8 +5,13 @@
 //! [`Lister`] handing out `Arc<K>`; only the informer writes the cache.
 //!
 //! The table runs from the top layer (the factory) down; imports only run downwards.
-//! `delta.rs` (the vocabulary), `store.rs` (keys and the transform), `queue.rs` (what the
-//! informer pops) are leaves both FIFOs build on; neither FIFO imports the other.
+//! `delta.rs` (the vocabulary), `keys.rs`, `store.rs` (the writer's contract and the
+//! transform), `stored.rs` (how a cache holds an object) and `queue.rs` (what the informer
+//! pops) are what both FIFOs build on; neither FIFO imports the other. Two choices are
+//! independent, each behind its own seam: how objects arrive (`wire/`: JSON or protobuf) and
+//! how the store keeps them (`stored.rs`'s codec: typed, or `compact.rs`'s frames, which only
+//! `thread_safe_store.rs` names). `tests/layering.rs` checks that no two files import each
+//! other.
 //!
 //! | file                   | what                                                      | client-go                                          |
 //! |------------------------|-----------------------------------------------------------|----------------------------------------------------|
@@ -26,10 +31,12 @@
 //! | `delta.rs`             | [`Delta`], [`Deltas`], [`DeletedObject`], [`DeletedFinalStateUnknown`] | the types of `delta_fifo.go`          |
 //! | `lister.rs`            | [`Lister`], [`NamespaceLister`]                           | `listers.go`                                       |
 //! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]: typed or compact        | `thread_safe_store.go`                             |
-//! | `compact.rs`           | [`StoreKind`]; the compact store's encoding (zstd frames of JSON, a trained dictionary) | none (kubernetes#141683's "bytecache" is the nearest) |
+//! | `stored.rs`            | [`StoreKind`]; an object as a cache holds it (decoded, or a codec's frame), a list on its way to the cache | none (client-go keeps decoded objects only) |
+//! | `compact.rs`           | the compact store's codec (zstd frames of JSON, a trained dictionary; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
-//! | `store.rs`             | [`meta_namespace_key`], [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | `store.go` (keys) and the reflector's `Store`; controller-runtime's `TransformStripManagedFields` |
+//! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
+//! | `keys.rs`              | [`meta_namespace_key`], [`KeyFunc`], [`split_meta_namespace_key`] | `store.go` (keys)                              |
 //! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types,
@@ -38,8 +45,8 @@
 //! the apiserver sends `PartialObjectMetadata`, see `list_watch.rs`).
 //!
 //! How a cache holds its objects is [`StoreKind`]: typed (client-go's, the default) or
-//! compact (each object a zstd frame of its JSON, about 0.6x its wire size; decoded on every
-//! read; see `compact.rs`), per factory ([`FactoryOptions::store`]) or informer
+//! compact (feature `compact-store`: each object a zstd frame of its JSON, about 0.6x its
+//! wire size; decoded on every read; see `compact.rs`), per factory ([`FactoryOptions::store`]) or informer
 //! ([`InformerConfig::store`]). Handlers, listers and indexers see the same `Arc<K>`s either
 //! way, and a metadata-only informer can be compact too.
 //!
@@ -79,6 +86,7 @@
 //! dropping the handles does not stop its tasks, as in client-go without a stop channel.
 
 mod backoff;
+#[cfg(feature = "compact-store")]
 mod compact;
 mod delta;
 mod delta_fifo;
@@ -88,6 +96,7 @@ mod fake_source;
 mod fifo_fixtures;
 mod index;
 mod json_scan;
+mod keys;
 mod labels;
 mod list_watch;
 mod list_watch_error;
@@ -99,12 +108,12 @@ mod real_fifo;
 mod reflector;
 mod shared_informer;
 mod store;
+mod stored;
 mod thread_safe_store;
 mod undecodable;
 mod wire;
 
 pub use backoff::BackoffConfig;
-pub use compact::StoreKind;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
 #[cfg(feature = "runtime")]
@@ -113,6 +122,10 @@ pub use factory::{FactoryOptions, SharedInformerFactory};
 pub use fake_source::FakeControllerSource;
 pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
+};
+pub use keys::{
+    KeyError, KeyFunc, default_key_func, meta_namespace_key, object_key, resource_version,
+    split_meta_namespace_key,
 };
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
 pub use list_watch::{
@@ -134,11 +147,8 @@ pub use reflector::{
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };
-pub use store::{
-    KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, default_key_func,
-    meta_namespace_key, object_key, resource_version, split_meta_namespace_key,
-    strip_managed_fields,
-};
+pub use store::{ReflectorStore, StoreError, TransformFunc, strip_managed_fields};
+pub use stored::StoreKind;
 pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
 pub use wire::{ListDecodeError, Wire};

@@ -25,9 +25,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::compact::{Codec, Stored};
 use super::delta::DeletedObject;
-use super::store::KeyFunc;
+use super::keys::KeyFunc;
+use super::stored::{Codec, Stored};
 
 /// Receives the changes an informer sees (client-go `ResourceEventHandler`). Methods run on
 /// the handler's own task, one at a time, in order; keep them quick (enqueue a key).

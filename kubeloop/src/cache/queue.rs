@@ -14,9 +14,9 @@ use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use super::compact::ListedObjects;
 use super::delta::{Delta, Deltas};
 use super::store::{ReflectorStore, TransformFunc};
+use super::stored::ListedObjects;
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
 
 /// What one pop hands to the informer's processing loop.

@@ -42,14 +42,13 @@ use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use super::compact::{ListCodec, ListedObjects};
 use super::delta::{DeletedObject, Delta};
+use super::keys::{KeyError, KeyFunc};
 use super::queue::{
     FifoClosed, InformerQueue, KnownObjects, Popped, ReplacedAllInfo, wait_for_item,
 };
-use super::store::{
-    KeyError, KeyFunc, ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list,
-};
+use super::store::{ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list};
+use super::stored::{ListCodec, ListedObjects};
 
 /// client-go's `defaultBatchSize`: the most events one `pop_batch` hands out.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;

@@ -46,13 +46,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffConfig};
-use super::compact::{ListBuilder, ListedObjects};
+use super::keys::{meta_namespace_key, resource_version};
 use super::list_watch::{CacheObject, ListOptions, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
 use super::metrics::{CacheMetrics, ReflectorMetrics};
-use super::store::{
-    ReflectorStore, StoreError, apply_transform, meta_namespace_key, resource_version,
-};
+use super::store::{ReflectorStore, StoreError, apply_transform};
+use super::stored::{ListBuilder, ListedObjects};
 use super::undecodable::{UndecodableObject, WatchEventType};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.

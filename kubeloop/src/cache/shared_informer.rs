@@ -39,10 +39,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::compact::{Listed, StoreKind, Stored};
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 use super::delta_fifo::DeltaFIFO;
 use super::index::{IndexError, Indexers, namespace_indexers};
+use super::keys::{KeyFunc, default_key_func, resource_version};
 use super::list_watch::{CacheObject, ListerWatcher};
 use super::lister::Lister;
 use super::metrics::CacheMetrics;
@@ -53,9 +53,8 @@ use super::processor::{
 use super::queue::{InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
 use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
-use super::store::{
-    KeyFunc, ReflectorStore, TransformFunc, default_key_func, kept_decoded, resource_version,
-};
+use super::store::{ReflectorStore, TransformFunc, kept_decoded};
+use super::stored::{Listed, StoreKind, Stored};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
 
 /// Informer settings.
@@ -311,6 +310,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         let t: TransformFunc<K> = Arc::new(transform);
         let t = match self.shared.store.kind() {
             StoreKind::Typed => kept_decoded(Some(t)),
+            #[cfg(feature = "compact-store")]
             StoreKind::Compact => t,
         };
         self.shared.fifo.set_transform(Some(t));

@@ -7,9 +7,9 @@
 //! Two ways to hold them ([`StoreKind`]):
 //! - typed (the default, client-go's): the decoded objects themselves; a read hands out the
 //!   stored `Arc`, never a copy;
-//! - compact (no client-go counterpart, see `compact.rs`): each object as a compressed frame
-//!   of its JSON, about half its wire size; a read decodes a new `Arc<K>` (about 3 us for a
-//!   1.5 KB ConfigMap), outside the lock. Indexes are kept from the decoded object when it is
+//! - compact (feature `compact-store`; no client-go counterpart, see `compact.rs`): each
+//!   object as a compressed frame of its JSON, about half its wire size; a read decodes a new
+//!   `Arc<K>` (about 3 us for a 1.5 KB ConfigMap), outside the lock. Indexes are kept from the decoded object when it is
 //!   written, so a lookup by index decodes only what it returns.
 //!
 //! Invariants (kept under the one lock, in `Inner`):
@@ -26,8 +26,8 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::compact::{Codec, ListCodec, StoreKind, Stored};
 use super::index::{IndexError, Indexers};
+use super::stored::{Codec, ListCodec, StoreKind, Stored};
 
 /// The writable, indexed cache. Cloning shares the same map.
 pub struct ThreadSafeStore<K> {
@@ -136,9 +136,13 @@ impl<K> ThreadSafeStore<K> {
     /// An empty store of `kind` with the given indexers.
     pub fn of_kind(kind: StoreKind, indexers: Indexers<K>) -> Self
     where
-        K: Serialize + DeserializeOwned,
+        K: Serialize + DeserializeOwned + 'static,
     {
-        let codec = (kind == StoreKind::Compact).then(|| Arc::new(Codec::new()));
+        let codec = match kind {
+            StoreKind::Typed => None,
+            #[cfg(feature = "compact-store")]
+            StoreKind::Compact => Some(super::compact::codec::<K>()),
+        };
         Self::with_codec(indexers, codec)
     }
 
@@ -189,7 +193,7 @@ impl<K> ThreadSafeStore<K> {
     pub fn replace(&self, items: HashMap<String, Arc<K>>, resource_version: &str) -> Replaced<K> {
         let codec = self.inner.read().codec.clone();
         if let Some(codec) = &codec {
-            codec.train(items.values().map(|o| &**o));
+            codec.learn(&items.values().cloned().collect::<Vec<_>>());
         }
         let entries = items
             .into_iter()
@@ -332,8 +336,9 @@ impl<K> Indexer<K> {
     /// How the store holds its objects.
     pub fn kind(&self) -> StoreKind {
         match self.inner.read().codec {
+            #[cfg(feature = "compact-store")]
             Some(_) => StoreKind::Compact,
-            None => StoreKind::Typed,
+            _ => StoreKind::Typed,
         }
     }
 
@@ -435,7 +440,7 @@ impl<K> Indexer<K> {
         drop(inner);
         picked
             .iter()
-            .filter_map(|(key, stored)| stored.load(Some(&codec), key))
+            .filter_map(|(key, stored)| stored.load(Some(&*codec), key))
             .collect()
     }
 }
@@ -556,6 +561,7 @@ mod tests {
         const KIND: super::super::StoreKind = super::super::StoreKind::Typed;
         include!("thread_safe_store/tests.rs");
     }
+    #[cfg(feature = "compact-store")]
     mod compact {
         const KIND: super::super::StoreKind = super::super::StoreKind::Compact;
         include!("thread_safe_store/tests.rs");

@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::json_scan::{Field, field_in_prefix};
-use super::store::object_key;
+use super::keys::object_key;
 use crate::protobuf::LooseNames;
 
 /// The largest watch line or list item decoded: client-go's streaming decoder's

@@ -5,7 +5,7 @@ use crate::cache::delta::DeltaType;
 use crate::cache::fifo_fixtures::{
     BASIC, Flat, LINE_JUMPERS, apply, deltas, f, flat, known_store, obj, val,
 };
-use crate::cache::store::default_key_func;
+use crate::cache::keys::default_key_func;
 use crate::cache::thread_safe_store::ThreadSafeStore;
 
 fn flat_all(d: &Deltas<ConfigMap>) -> Vec<Flat> {

@@ -170,7 +170,7 @@ async fn every_queue_setting_gives_handlers_the_same_events() {
     ];
     let settings = settings
         .into_iter()
-        .flat_map(|s| [(s, StoreKind::Typed), (s, StoreKind::Compact)]);
+        .flat_map(|s| store_kinds().map(move |store| (s, store)));
     for ((setting, queue, real_fifo), store) in settings {
         let name = format!("{setting}, {store:?} store");
         let source = FakeControllerSource::new();
@@ -862,7 +862,7 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
     ];
     let settings = settings
         .into_iter()
-        .flat_map(|s| [(s, StoreKind::Typed), (s, StoreKind::Compact)]);
+        .flat_map(|s| store_kinds().map(move |store| (s, store)));
     for ((queue_name, queue, real_fifo), store) in settings {
         let setting = format!("{queue_name}, {store:?} store");
         let source = FakeControllerSource::new();
@@ -943,4 +943,14 @@ async fn objects_that_do_not_decode_never_stall_the_informer() {
         assert_eq!(inf.indexer().list_keys(), ["ns/a"], "{setting}");
         inf.shutdown().await;
     }
+}
+
+/// Every store kind this build has.
+fn store_kinds() -> impl Iterator<Item = StoreKind> {
+    [
+        StoreKind::Typed,
+        #[cfg(feature = "compact-store")]
+        StoreKind::Compact,
+    ]
+    .into_iter()
 }

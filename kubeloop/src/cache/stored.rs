@@ -1,0 +1,282 @@
+//! How a cache holds one object, and a list on its way from the reflector to the cache: the
+//! seam between the informer's machinery and the store's representation. No client-go
+//! counterpart (client-go's informers keep decoded Go objects only).
+//!
+//! A store holds each object as a [`Stored`]: the decoded object (a typed store, client-go's)
+//! or an encoded frame (a compact store). The machinery moves `Stored` values and lists of
+//! them ([`ListedObjects`], built by [`ListBuilder`] as a list arrives) without knowing how a
+//! frame is made: that is an [`ObjectCodec`]'s business, and the one codec, the compact
+//! store's zstd frames (`compact.rs`, feature `compact-store`), is named only where a store is
+//! created (`thread_safe_store.rs`). A second representation would be a second codec.
+//!
+//! Invariant: a `Stored::Encoded` frame is only ever decoded by the codec that made it (the
+//! store's own, passed along with the frames in [`ListedObjects`] and handler notifications).
+
+use std::sync::Arc;
+
+use kube_client::Resource;
+
+use super::keys::{KeyFunc, meta_namespace_key};
+
+/// How an informer's store holds its objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreKind {
+    /// Decoded objects, handed out as the same `Arc<K>` every time (client-go's store).
+    #[default]
+    Typed,
+    /// Each object as a zstd frame, decoded into a new `Arc<K>` on every read (see
+    /// `compact.rs` for what that costs and saves). Needs the `compact-store` feature.
+    #[cfg(feature = "compact-store")]
+    Compact,
+}
+
+/// An encoded object.
+pub(crate) type Encoded = Arc<[u8]>;
+
+/// What an encoding or decoding failed on (the codec's own error, boxed).
+pub(crate) type CodecError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Encodes and decodes one type's objects for a store that holds frames.
+pub(crate) trait ObjectCodec<K>: Send + Sync {
+    /// Whether objects may be encoded now, given the ones of a list still waiting decoded: a
+    /// codec that learns from the first objects it sees (a compression dictionary) learns
+    /// from these when they are enough, and says yes once it has, or will never.
+    fn ready(&self, waiting: &[Arc<K>]) -> bool;
+
+    /// Learns from `objects` if it still can and they are enough (the end of a list whose
+    /// objects waited for [`ready`](Self::ready)); after this call, objects are encoded.
+    fn learn(&self, objects: &[Arc<K>]);
+
+    /// The object as a frame.
+    fn encode(&self, obj: &K) -> Result<Encoded, CodecError>;
+
+    /// The object a frame holds.
+    fn decode(&self, frame: &[u8]) -> Result<K, CodecError>;
+}
+
+/// A store's codec.
+pub(crate) type Codec<K> = dyn ObjectCodec<K>;
+
+/// A completed list on its way from the reflector to the cache, in list order: decoded
+/// objects, or, for a store that holds frames, each object's key and frame, encoded as the
+/// list arrived so that a 100,000-object list is never held decoded all at once.
+pub struct ListedObjects<K> {
+    repr: Listed<K>,
+}
+
+pub(crate) enum Listed<K> {
+    Decoded(Vec<Arc<K>>),
+    Keyed(Vec<(String, Stored<K>)>, Arc<Codec<K>>),
+}
+
+/// What a store that holds frames hands the queue in front of it, so the reflector can
+/// encode a list as it arrives ([`ReflectorStore::list_codec`](super::ReflectorStore::list_codec)).
+pub struct ListCodec<K>(pub(crate) Arc<Codec<K>>);
+
+/// One object as a cache holds it.
+pub(crate) enum Stored<K> {
+    /// The decoded object (a typed store's; or one a codec could not encode).
+    Object(Arc<K>),
+    /// Its frame.
+    Encoded(Encoded),
+}
+
+/// Builds a [`ListedObjects`] one object at a time: decoded without a codec; with one,
+/// objects wait decoded until the codec is [`ready`](ObjectCodec::ready), and every object
+/// after that is encoded as it comes.
+pub(crate) struct ListBuilder<K> {
+    codec: Option<Arc<Codec<K>>>,
+    type_name: String,
+    decoded: Vec<Arc<K>>,
+    keyed: Vec<(String, Stored<K>)>,
+}
+
+impl<K> ListedObjects<K> {
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Listed::Decoded(objects) => objects.len(),
+            Listed::Keyed(items, _) => items.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects, decoded, in list order.
+    pub fn into_decoded(self) -> Vec<Arc<K>> {
+        match self.repr {
+            Listed::Decoded(objects) => objects,
+            Listed::Keyed(items, codec) => items
+                .iter()
+                .filter_map(|(key, stored)| stored.load(Some(&*codec), key))
+                .collect(),
+        }
+    }
+
+    /// Each object's key, in list order (objects without one left out).
+    pub(crate) fn keys(&self, key_func: &KeyFunc<K>) -> Vec<String> {
+        match &self.repr {
+            Listed::Decoded(objects) => objects.iter().filter_map(|o| key_func(o).ok()).collect(),
+            Listed::Keyed(items, _) => items.iter().map(|(k, _)| k.clone()).collect(),
+        }
+    }
+
+    pub(crate) fn into_repr(self) -> Listed<K> {
+        self.repr
+    }
+}
+
+impl<K> From<Vec<Arc<K>>> for ListedObjects<K> {
+    fn from(objects: Vec<Arc<K>>) -> Self {
+        Self {
+            repr: Listed::Decoded(objects),
+        }
+    }
+}
+
+impl<K> Clone for ListedObjects<K> {
+    fn clone(&self) -> Self {
+        let repr = match &self.repr {
+            Listed::Decoded(objects) => Listed::Decoded(objects.clone()),
+            Listed::Keyed(items, codec) => Listed::Keyed(items.clone(), codec.clone()),
+        };
+        Self { repr }
+    }
+}
+
+impl<K> std::fmt::Debug for ListedObjects<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.repr {
+            Listed::Decoded(_) => "decoded",
+            Listed::Keyed(..) => "encoded",
+        };
+        write!(f, "ListedObjects({} {kind})", self.len())
+    }
+}
+
+impl<K> Clone for ListCodec<K> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K> Clone for Stored<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Object(o) => Self::Object(o.clone()),
+            Self::Encoded(e) => Self::Encoded(e.clone()),
+        }
+    }
+}
+
+impl<K> Stored<K> {
+    /// How `obj` is stored: with a codec its frame, else the object itself. An object that
+    /// will not encode is logged with its key and kept decoded, so nothing is lost.
+    pub(crate) fn new(codec: Option<&Codec<K>>, key: &str, obj: Arc<K>) -> Self {
+        let Some(codec) = codec else {
+            return Self::Object(obj);
+        };
+        match codec.encode(&obj) {
+            Ok(frame) => Self::Encoded(frame),
+            Err(e) => {
+                tracing::warn!(%key, "compact store: cannot encode the object, keeping it decoded: {e}");
+                Self::Object(obj)
+            }
+        }
+    }
+
+    /// A frame's length (0 for a decoded object).
+    pub(crate) fn encoded_len(&self) -> usize {
+        match self {
+            Self::Object(_) => 0,
+            Self::Encoded(frame) => frame.len(),
+        }
+    }
+
+    /// The object. A frame that does not decode (a bug: the store wrote it) is logged with
+    /// its key and gives `None`.
+    pub(crate) fn load(&self, codec: Option<&Codec<K>>, key: &str) -> Option<Arc<K>> {
+        match (self, codec) {
+            (Self::Object(obj), _) => Some(obj.clone()),
+            (Self::Encoded(frame), Some(codec)) => match codec.decode(frame) {
+                Ok(obj) => Some(Arc::new(obj)),
+                Err(e) => {
+                    tracing::error!(%key, "compact store: cannot decode the cached object: {e}");
+                    None
+                }
+            },
+            (Self::Encoded(_), None) => unreachable!("only a store with a codec holds frames"),
+        }
+    }
+}
+
+impl<K: Resource> ListBuilder<K> {
+    pub(crate) fn new(codec: Option<ListCodec<K>>, type_name: &str) -> Self {
+        Self {
+            codec: codec.map(|c| c.0),
+            type_name: type_name.to_string(),
+            decoded: Vec::new(),
+            keyed: Vec::new(),
+        }
+    }
+
+    /// Adds the next listed object (already transformed).
+    pub(crate) fn push(&mut self, obj: K) {
+        self.decoded.push(Arc::new(obj));
+        if let Some(codec) = &self.codec
+            && codec.ready(&self.decoded)
+        {
+            self.encode_decoded();
+        }
+    }
+
+    /// Adds a page of listed objects.
+    pub(crate) fn extend(&mut self, objects: Vec<K>) {
+        for obj in objects {
+            self.push(obj);
+        }
+    }
+
+    /// Drops the object at `key` (a streaming list's deletion before its end).
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.decoded
+            .retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
+        self.keyed.retain(|(k, _)| k != key);
+    }
+
+    pub(crate) fn finish(mut self) -> ListedObjects<K> {
+        let repr = match self.codec.clone() {
+            None => {
+                self.decoded.shrink_to_fit();
+                Listed::Decoded(self.decoded)
+            }
+            Some(codec) => {
+                codec.learn(&self.decoded);
+                self.encode_decoded();
+                self.keyed.shrink_to_fit();
+                Listed::Keyed(self.keyed, codec)
+            }
+        };
+        ListedObjects { repr }
+    }
+
+    /// Encodes the waiting objects. An object without a key is left out, as the typed path
+    /// leaves it out of the store.
+    fn encode_decoded(&mut self) {
+        let Some(codec) = &self.codec else { return };
+        for obj in self.decoded.drain(..) {
+            match meta_namespace_key(&*obj) {
+                Ok(key) => {
+                    let stored = Stored::new(Some(&**codec), &key, obj);
+                    self.keyed.push((key, stored));
+                }
+                Err(e) => {
+                    tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}")
+                }
+            }
+        }
+    }
+}
