@@ -44,7 +44,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
-use super::stored::{Codec, CodecError, Encoded, ObjectCodec};
+use super::stored::{Arrived, Codec, CodecError, Encoded, ObjectCodec, SentBytes};
 
 /// The first list with at least this many objects trains the dictionary.
 pub const TRAIN_MIN_OBJECTS: usize = 64;
@@ -52,7 +52,8 @@ pub const TRAIN_MIN_OBJECTS: usize = 64;
 const TRAIN_SAMPLES: usize = 128;
 /// The dictionary's size: 4 KiB did as well as 16 KiB in the measurement above.
 const DICT_BYTES: usize = 4096;
-/// zstd's fastest level: higher levels saved under 0.1% here and cost a third more time.
+/// zstd's fastest level with entropy-coded literals: higher levels saved under 0.1% here and
+/// cost a third more time; the negative ones leave the literals raw (a frame 1.26x bigger).
 const LEVEL: i32 = 1;
 
 /// A compact store's codec for `K`.
@@ -60,23 +61,49 @@ pub(crate) fn codec<K: Serialize + DeserializeOwned + 'static>() -> Arc<Codec<K>
     Arc::new(ZstdCodec::<K>::new())
 }
 
-/// What zstd itself refused.
+/// What a frame holds, its first byte; a zstd frame follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The object's JSON, as serde_json writes it from the decoded object.
+    Json = 0,
+    /// The bytes the apiserver sent: `apiVersion`, NUL, `kind`, NUL, the protobuf message.
+    Protobuf = 1,
+}
+
+impl Form {
+    fn of(byte: u8) -> Option<Self> {
+        [Self::Json, Self::Protobuf]
+            .into_iter()
+            .find(|f| *f as u8 == byte)
+    }
+}
+
+/// What a frame's decoding or encoding failed on, below the object's own decoding.
 #[derive(Debug, thiserror::Error)]
-enum ZstdError {
+enum FrameError {
     /// zstd refused the frame.
     #[error("zstd: {}", zstd_safe::get_error_name(*.0))]
     Zstd(usize),
     /// The frame was made with a dictionary this store does not have.
     #[error("frame needs dictionary {0}, which this store does not have")]
     UnknownDictionary(u32),
+    /// The frame does not start with a form this codec writes.
+    #[error("a frame of unknown form {0:?}")]
+    UnknownForm(Option<u8>),
+    /// A protobuf frame without its `apiVersion` and `kind`.
+    #[error("a protobuf frame without its apiVersion and kind")]
+    NoTypeMeta,
 }
 
-/// Encodes and decodes one type's objects as zstd frames of their JSON.
+/// Encodes and decodes one type's objects as zstd frames, of the bytes the apiserver sent
+/// when they are given, else of their JSON.
 struct ZstdCodec<K> {
     to_json: fn(&K) -> serde_json::Result<Vec<u8>>,
     from_json: fn(&[u8]) -> serde_json::Result<K>,
-    /// Set once: `Some` when trained, `None` when training failed (never tried again).
-    dictionary: OnceLock<Option<Dictionary>>,
+    from_protobuf: fn(&str, &str, &[u8]) -> Result<K, crate::protobuf::DecodeError>,
+    /// One per [`Form`], both set by the one training: `Some` when trained, `None` when
+    /// training failed or had too few samples of that form (never tried again).
+    dictionaries: [OnceLock<Option<Dictionary>>; 2],
 }
 
 struct Dictionary {
@@ -95,90 +122,161 @@ impl<K: Serialize + DeserializeOwned> ZstdCodec<K> {
         Self {
             to_json: |k| serde_json::to_vec(k),
             from_json: |b| serde_json::from_slice(b),
-            dictionary: OnceLock::new(),
+            from_protobuf: |api_version, kind, message| {
+                crate::protobuf::decode_message(api_version, kind, message)
+            },
+            dictionaries: Default::default(),
+        }
+    }
+}
+
+/// A protobuf frame's content: the type, then the message.
+fn protobuf_form(sent: &SentBytes) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(sent.api_version.len() + sent.kind.len() + 2 + sent.message.len());
+    out.extend_from_slice(sent.api_version.as_bytes());
+    out.push(0);
+    out.extend_from_slice(sent.kind.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&sent.message);
+    out
+}
+
+/// Trains a dictionary on `samples`, or says why not (logged) with `None`.
+fn train_on(form: Form, samples: &[Vec<u8>]) -> Option<Dictionary> {
+    if samples.len() < TRAIN_MIN_OBJECTS {
+        return None;
+    }
+    match zstd::dict::from_samples(samples, DICT_BYTES) {
+        Ok(bytes) => Some(Dictionary {
+            id: zstd_safe::get_dict_id(&bytes).map_or(0, |id| id.get()),
+            compress: CDict::create(&bytes, LEVEL),
+            decompress: DDict::create(&bytes),
+        }),
+        Err(e) => {
+            tracing::warn!(
+                "compact store: no {form:?} dictionary trained ({e}); frames go without one"
+            );
+            None
         }
     }
 }
 
 impl<K> ZstdCodec<K> {
-    /// Trains the dictionary on `objects` if there is none yet and they are enough; a
-    /// training that fails leaves frames without one (logged).
-    fn train(&self, objects: &[Arc<K>]) {
+    /// Trains the dictionaries on `objects` if there are none yet and they are enough: the
+    /// JSON one on their JSON, the protobuf one on the bytes they were sent as, if enough of
+    /// them came with those. A training that fails leaves that form's frames without one.
+    fn train(&self, objects: &[Arrived<K>]) {
         if self.settled() || objects.len() < TRAIN_MIN_OBJECTS {
             return;
         }
-        let samples: Vec<Vec<u8>> = objects
+        let objects = &objects[..objects.len().min(TRAIN_SAMPLES)];
+        let json: Vec<Vec<u8>> = objects
             .iter()
-            .take(TRAIN_SAMPLES)
-            .filter_map(|o| (self.to_json)(o).ok())
+            .filter_map(|o| (self.to_json)(&o.object).ok())
             .collect();
-        match zstd::dict::from_samples(&samples, DICT_BYTES) {
-            Ok(bytes) => {
-                let id = zstd_safe::get_dict_id(&bytes).map_or(0, |id| id.get());
-                let _ = self.dictionary.set(Some(Dictionary {
-                    id,
-                    compress: CDict::create(&bytes, LEVEL),
-                    decompress: DDict::create(&bytes),
-                }));
-            }
-            Err(e) => {
-                tracing::warn!("compact store: no dictionary trained ({e}); frames go without one");
-                let _ = self.dictionary.set(None);
-            }
-        }
+        let protobuf: Vec<Vec<u8>> = objects
+            .iter()
+            .filter_map(|o| o.sent.as_deref().map(protobuf_form))
+            .collect();
+        let _ = self.dictionaries[Form::Protobuf as usize].set(train_on(Form::Protobuf, &protobuf));
+        let _ = self.dictionaries[Form::Json as usize].set(train_on(Form::Json, &json));
     }
 
     /// Whether training is over (trained, or failed for good): objects no longer wait for it.
     fn settled(&self) -> bool {
-        self.dictionary.get().is_some()
+        self.dictionaries[Form::Json as usize].get().is_some()
     }
 
-    fn trained(&self) -> Option<&Dictionary> {
-        self.dictionary.get().and_then(Option::as_ref)
+    fn trained(&self, form: Form) -> Option<&Dictionary> {
+        self.dictionaries[form as usize]
+            .get()
+            .and_then(Option::as_ref)
+    }
+
+    /// `form`, then `content` compressed with that form's dictionary if there is one.
+    fn compress(&self, form: Form, content: &[u8]) -> Result<Encoded, FrameError> {
+        let mut out = vec![0; 1 + zstd_safe::compress_bound(content.len())];
+        out[0] = form as u8;
+        let dst = &mut out[1..];
+        let written = CONTEXTS
+            .with_borrow_mut(|(cctx, _)| match self.trained(form) {
+                Some(d) => cctx.compress_using_cdict(dst, content, &d.compress),
+                None => cctx.compress(dst, content, LEVEL),
+            })
+            .map_err(FrameError::Zstd)?;
+        out.truncate(1 + written);
+        Ok(out.into())
+    }
+
+    /// A frame's form and content.
+    fn decompress(&self, frame: &[u8]) -> Result<(Form, Vec<u8>), FrameError> {
+        let (form, frame) = match frame.split_first() {
+            Some((&byte, rest)) => (
+                Form::of(byte).ok_or(FrameError::UnknownForm(Some(byte)))?,
+                rest,
+            ),
+            None => return Err(FrameError::UnknownForm(None)),
+        };
+        let size = zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten()
+            .unwrap_or(0) as usize;
+        let mut content = Vec::with_capacity(size);
+        CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
+            None => dctx
+                .decompress(&mut content, frame)
+                .map_err(FrameError::Zstd),
+            Some(id) => match self.trained(form) {
+                Some(d) if d.id == id.get() => dctx
+                    .decompress_using_ddict(&mut content, frame, &d.decompress)
+                    .map_err(FrameError::Zstd),
+                _ => Err(FrameError::UnknownDictionary(id.get())),
+            },
+        })?;
+        Ok((form, content))
     }
 }
 
 impl<K> ObjectCodec<K> for ZstdCodec<K> {
-    /// The first [`TRAIN_SAMPLES`] objects of the first list wait for the dictionary.
-    fn ready(&self, waiting: &[Arc<K>]) -> bool {
+    /// The first [`TRAIN_SAMPLES`] objects of the first list wait for the dictionaries.
+    fn ready(&self, waiting: &[Arrived<K>]) -> bool {
         if !self.settled() && waiting.len() >= TRAIN_SAMPLES {
             self.train(waiting);
         }
         self.settled()
     }
 
-    fn learn(&self, objects: &[Arc<K>]) {
+    fn learn(&self, objects: &[Arrived<K>]) {
         self.train(objects);
     }
 
-    fn encode(&self, obj: &K) -> Result<Encoded, CodecError> {
-        let json = (self.to_json)(obj)?;
-        let mut out = Vec::with_capacity(zstd_safe::compress_bound(json.len()));
-        CONTEXTS
-            .with_borrow_mut(|(cctx, _)| match self.trained() {
-                Some(d) => cctx.compress_using_cdict(&mut out, &json, &d.compress),
-                None => cctx.compress(&mut out, &json, LEVEL),
-            })
-            .map_err(ZstdError::Zstd)?;
-        Ok(out.into())
+    fn encode(&self, obj: &K, sent: Option<&SentBytes>) -> Result<Encoded, CodecError> {
+        Ok(match sent {
+            Some(sent) => self.compress(Form::Protobuf, &protobuf_form(sent))?,
+            None => self.compress(Form::Json, &(self.to_json)(obj)?)?,
+        })
     }
 
     fn decode(&self, frame: &[u8]) -> Result<K, CodecError> {
-        let size = zstd_safe::get_frame_content_size(frame)
-            .ok()
-            .flatten()
-            .unwrap_or(0) as usize;
-        let mut json = Vec::with_capacity(size);
-        CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
-            None => dctx.decompress(&mut json, frame).map_err(ZstdError::Zstd),
-            Some(id) => match self.trained() {
-                Some(d) if d.id == id.get() => dctx
-                    .decompress_using_ddict(&mut json, frame, &d.decompress)
-                    .map_err(ZstdError::Zstd),
-                _ => Err(ZstdError::UnknownDictionary(id.get())),
-            },
-        })?;
-        Ok((self.from_json)(&json)?)
+        let (form, content) = self.decompress(frame)?;
+        match form {
+            Form::Json => Ok((self.from_json)(&content)?),
+            Form::Protobuf => {
+                let mut parts = content.splitn(3, |b| *b == 0);
+                let (Some(api_version), Some(kind), Some(message)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(FrameError::NoTypeMeta.into());
+                };
+                let utf8 = |b| std::str::from_utf8(b).map_err(|_| FrameError::NoTypeMeta);
+                Ok((self.from_protobuf)(
+                    utf8(api_version)?,
+                    utf8(kind)?,
+                    message,
+                )?)
+            }
+        }
     }
 }
 
@@ -202,24 +300,38 @@ mod tests {
         }
     }
 
+    fn arrived(objects: impl Iterator<Item = ConfigMap>) -> Vec<Arrived<ConfigMap>> {
+        objects
+            .map(|o| Arrived {
+                object: Arc::new(o),
+                sent: None,
+            })
+            .collect()
+    }
+
     // kubeloop's own: frames from before and after the dictionary both decode to the object,
     // and the dictionary makes them smaller.
     #[test]
     fn frames_round_trip_with_and_without_the_dictionary() {
         let codec = ZstdCodec::<ConfigMap>::new();
-        let before = codec.encode(&cm(1)).unwrap();
-        let objects: Vec<Arc<ConfigMap>> = (0..TRAIN_MIN_OBJECTS * 2)
-            .map(|i| Arc::new(cm(i)))
-            .collect();
+        let before = codec.encode(&cm(1), None).unwrap();
+        let objects = arrived((0..TRAIN_MIN_OBJECTS * 2).map(cm));
         assert!(
             !codec.ready(&objects[..TRAIN_MIN_OBJECTS]),
             "waits for more"
         );
         codec.learn(&objects[..TRAIN_MIN_OBJECTS - 1]);
-        assert!(codec.trained().is_none(), "too few objects to train on");
+        assert!(
+            codec.trained(Form::Json).is_none(),
+            "too few objects to train on"
+        );
         codec.learn(&objects);
-        assert!(codec.trained().is_some());
-        let after = codec.encode(&cm(1)).unwrap();
+        assert!(codec.trained(Form::Json).is_some());
+        assert!(
+            codec.trained(Form::Protobuf).is_none(),
+            "no protobuf samples: no protobuf dictionary"
+        );
+        let after = codec.encode(&cm(1), None).unwrap();
         assert!(
             after.len() < before.len(),
             "{} >= {}",
@@ -230,18 +342,79 @@ mod tests {
         assert_eq!(codec.decode(&after).unwrap(), cm(1));
     }
 
-    // kubeloop's own: a frame made with another store's dictionary is an error naming it,
-    // never a wrong object.
+    // kubeloop's own: an object that came with the bytes the apiserver sent is kept as those
+    // bytes and decodes to what the wire decoded, with and without the protobuf dictionary.
     #[test]
-    fn a_frame_from_another_dictionary_is_refused() {
-        let objects: Vec<Arc<ConfigMap>> = (0..TRAIN_SAMPLES).map(|i| Arc::new(cm(i))).collect();
+    fn sent_bytes_are_kept_and_decode_to_the_same_object() {
+        let body = include_bytes!("../protobuf/testdata/configmap.pb");
+        let envelope = crate::protobuf::Envelope::parse(body).unwrap();
+        let sent = SentBytes {
+            api_version: envelope.api_version.to_string(),
+            kind: envelope.kind.to_string(),
+            message: envelope.raw.to_vec(),
+        };
+        let wire: ConfigMap = envelope.decode().unwrap();
+        let codec = ZstdCodec::<ConfigMap>::new();
+        let frame = codec.encode(&ConfigMap::default(), Some(&sent)).unwrap();
+        assert_eq!(frame[0], Form::Protobuf as u8);
+        assert_eq!(
+            codec.decode(&frame).unwrap(),
+            wire,
+            "the sent bytes, not the object"
+        );
+        // Trained on objects that were sent this way, with their names changed so the
+        // samples differ.
+        let objects: Vec<Arrived<ConfigMap>> = (0..TRAIN_SAMPLES)
+            .map(|i| {
+                let mut message = sent.message.clone();
+                let at = message.len() / 2;
+                message[at..at + 4].copy_from_slice(&(i as u32).to_be_bytes());
+                Arrived {
+                    object: Arc::new(cm(i)),
+                    sent: Some(Box::new(SentBytes {
+                        message,
+                        ..sent.clone()
+                    })),
+                }
+            })
+            .collect();
+        assert!(codec.ready(&objects));
+        assert!(codec.trained(Form::Json).is_some());
+        assert!(codec.trained(Form::Protobuf).is_some());
+        let trained = codec.encode(&ConfigMap::default(), Some(&sent)).unwrap();
+        assert!(
+            trained.len() < frame.len(),
+            "{} >= {}",
+            trained.len(),
+            frame.len()
+        );
+        assert_eq!(codec.decode(&trained).unwrap(), wire);
+        assert_eq!(
+            codec.decode(&frame).unwrap(),
+            wire,
+            "a frame from before training"
+        );
+    }
+
+    // kubeloop's own: a frame made with another store's dictionary, or of a form this codec
+    // does not write, is an error naming it, never a wrong object.
+    #[test]
+    fn a_frame_from_another_dictionary_or_form_is_refused() {
+        let objects = arrived((0..TRAIN_SAMPLES).map(cm));
         let one = ZstdCodec::<ConfigMap>::new();
         assert!(one.ready(&objects), "trains on a full sample");
         let other = ZstdCodec::<ConfigMap>::new();
-        let frame = one.encode(&cm(3)).unwrap();
+        let frame = one.encode(&cm(3), None).unwrap();
         let err = other.decode(&frame).unwrap_err();
         assert!(
-            matches!(err.downcast_ref(), Some(ZstdError::UnknownDictionary(_))),
+            matches!(err.downcast_ref(), Some(FrameError::UnknownDictionary(_))),
+            "{err}"
+        );
+        let mut unknown = frame.to_vec();
+        unknown[0] = 7;
+        let err = one.decode(&unknown).unwrap_err();
+        assert!(
+            matches!(err.downcast_ref(), Some(FrameError::UnknownForm(Some(7)))),
             "{err}"
         );
     }

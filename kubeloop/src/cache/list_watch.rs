@@ -38,14 +38,14 @@
 use std::fmt::Write as _;
 use std::future::Future;
 
-use futures::{AsyncBufRead, AsyncBufReadExt, TryStreamExt};
+use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use kube_client::client::Body;
 use kube_client::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::list_watch_error::{ListWatchError, WatchStream};
+use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
 use super::store::TransformFunc;
 use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject};
 use super::wire::{Encoding, ListBody, ListDecodeError, ProtobufType, Wire, watch_events};
@@ -131,6 +131,21 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
         &self,
         options: &WatchOptions,
     ) -> impl Future<Output = Result<WatchStream<K>, ListWatchError>> + Send;
+
+    /// [`watch`](Self::watch), where the initial events of a streaming list may come with
+    /// the bytes the apiserver sent for their objects ([`SentBytes`](super::SentBytes)): a compact store keeps
+    /// those instead of encoding each decoded object again. [`ListWatch`] hands them out for
+    /// a protobuf stream; this default hands out none.
+    fn watch_keeping_sent(
+        &self,
+        options: &WatchOptions,
+    ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send
+    where
+        K: Send + 'static,
+    {
+        let watch = self.watch(options);
+        async move { Ok(watch.await?.map_ok(|event| (event, None)).boxed()) }
+    }
 
     /// A short description of the type for logs and metrics, e.g. `v1/configmaps`.
     fn type_description(&self) -> String;
@@ -495,6 +510,30 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         &self,
         options: &WatchOptions,
     ) -> impl Future<Output = Result<WatchStream<K>, ListWatchError>> + Send {
+        let watch = self.open_watch(options, false);
+        async move { Ok(watch.await?.map_ok(|(event, _)| event).boxed()) }
+    }
+
+    fn watch_keeping_sent(
+        &self,
+        options: &WatchOptions,
+    ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send {
+        self.open_watch(options, true)
+    }
+
+    fn type_description(&self) -> String {
+        self.description.clone()
+    }
+}
+
+impl<K: CacheObject> ListWatch<K> {
+    /// Opens a WATCH; with `keep_sent`, a protobuf stream's initial events come with the
+    /// bytes their objects were sent as.
+    fn open_watch(
+        &self,
+        options: &WatchOptions,
+        keep_sent: bool,
+    ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send + 'static {
         let url = self.watch_url(options);
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
@@ -514,12 +553,9 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 res.into_body(),
                 url,
                 max_object_bytes,
+                keep_sent,
             ))
         }
-    }
-
-    fn type_description(&self) -> String {
-        self.description.clone()
     }
 }
 

@@ -9,10 +9,16 @@ use kube_client::core::{Status, WatchEvent};
 
 use crate::protobuf;
 
+use super::stored::SentBytes;
 use super::undecodable::UndecodableObject;
 
 /// The event stream of a WATCH.
 pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, ListWatchError>>;
+
+/// The event stream of a WATCH whose events may come with the bytes their objects were sent
+/// as ([`ListerWatcher::watch_keeping_sent`](super::ListerWatcher::watch_keeping_sent)).
+pub type SentWatchStream<K> =
+    BoxStream<'static, Result<(WatchEvent<K>, Option<Box<SentBytes>>), ListWatchError>>;
 
 /// What went wrong talking to the apiserver.
 #[derive(Debug, thiserror::Error)]

@@ -132,7 +132,7 @@ pub use list_watch::{
     CacheObject, ListOptions, ListPage, ListWatch, ListerWatcher, METADATA_LIST_ACCEPT,
     METADATA_WATCH_ACCEPT, WatchOptions,
 };
-pub use list_watch_error::{ListWatchError, WatchStream};
+pub use list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, ReflectorMetrics};
 pub use processor::{
@@ -141,14 +141,14 @@ pub use processor::{
 pub use queue::{FifoClosed, InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 pub use real_fifo::{DEFAULT_BATCH_SIZE, RealFIFO, RealFifoOptions, RealFifoOptionsError};
 pub use reflector::{
-    INITIAL_EVENTS_END_ANNOTATION, Reflector, ReflectorConfig, ReflectorError, ShouldResync,
-    WatchErrorHandler, default_watch_error_handler,
+    Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
+    default_watch_error_handler,
 };
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };
 pub use store::{ReflectorStore, StoreError, TransformFunc, strip_managed_fields};
-pub use stored::StoreKind;
+pub use stored::{SentBytes, StoreKind};
 pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
-pub use wire::{ListDecodeError, Wire};
+pub use wire::{INITIAL_EVENTS_END_ANNOTATION, ListDecodeError, Wire};

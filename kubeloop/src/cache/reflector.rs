@@ -40,7 +40,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube_client::core::WatchEvent;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,12 +50,10 @@ use super::keys::{meta_namespace_key, resource_version};
 use super::list_watch::{CacheObject, ListOptions, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
 use super::metrics::{CacheMetrics, ReflectorMetrics};
-use super::store::{ReflectorStore, StoreError, apply_transform};
+use super::store::{ReflectorStore, StoreError};
 use super::stored::{ListBuilder, ListedObjects};
 use super::undecodable::{UndecodableObject, WatchEventType};
-
-/// The annotation on the bookmark that ends a streaming list's initial events.
-pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+use super::wire::INITIAL_EVENTS_END_ANNOTATION;
 
 /// The smallest `min_watch_timeout` honoured (client-go `defaultMinWatchTimeout`).
 const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -797,12 +795,23 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     ) -> Result<(ListedObjects<K>, Vec<String>, String, WatchStream<K>), String> {
         let bound = self.config.watch_list_timeout;
         let silent = || format!("no progress for {bound:?} before the initial-events-end bookmark");
-        let mut stream = tokio::time::timeout(bound, self.lw.watch(options))
+        let transform = self.store.transformer();
+        let codec = self.store.list_codec();
+        // A store that keeps frames keeps the bytes the apiserver sent, where no transform
+        // changes the object.
+        let watch = async {
+            if codec.is_some() && transform.is_none() {
+                self.lw.watch_keeping_sent(options).await
+            } else {
+                let stream = self.lw.watch(options).await?;
+                Ok(stream.map_ok(|event| (event, None)).boxed())
+            }
+        };
+        let mut stream = tokio::time::timeout(bound, watch)
             .await
             .map_err(|_| silent())?
             .map_err(|e| e.to_string())?;
-        let transform = self.store.transformer();
-        let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
+        let mut items = ListBuilder::new(codec, &self.type_name);
         let mut undecodable: std::collections::BTreeSet<String> = Default::default();
         loop {
             let next = tokio::time::timeout(bound, stream.next())
@@ -810,7 +819,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 .map_err(|_| silent())?;
             match next {
                 None => return Err("the stream closed before the initial events ended".into()),
-                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
+                Some(Ok((WatchEvent::Added(obj) | WatchEvent::Modified(obj), sent))) => {
                     self.metrics.watch_events.inc();
                     if crate::trace::on() {
                         trace_watch_event(&WatchEvent::Added(obj.clone()), " (streaming list)");
@@ -820,9 +829,12 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     {
                         undecodable.remove(&key);
                     }
-                    items.push(apply_transform(transform.as_ref(), obj));
+                    match &transform {
+                        None => items.push_sent(obj, sent),
+                        Some(t) => items.push(t(obj)),
+                    }
                 }
-                Some(Ok(WatchEvent::Deleted(obj))) => {
+                Some(Ok((WatchEvent::Deleted(obj), _))) => {
                     self.metrics.watch_events.inc();
                     if let Ok(key) = meta_namespace_key(&obj) {
                         items.remove(&key);
@@ -841,7 +853,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         }
                     }
                 }
-                Some(Ok(WatchEvent::Bookmark(b))) => {
+                Some(Ok((WatchEvent::Bookmark(b), _))) => {
                     self.metrics.watch_events.inc();
                     let end = b
                         .metadata
@@ -851,10 +863,11 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     if end {
                         let undecodable = undecodable.into_iter().collect();
                         let items = items.finish();
+                        let stream = stream.map_ok(|(event, _)| event).boxed();
                         return Ok((items, undecodable, b.metadata.resource_version, stream));
                     }
                 }
-                Some(Ok(WatchEvent::Error(status))) => {
+                Some(Ok((WatchEvent::Error(status), _))) => {
                     return Err(ListWatchError::from_status(
                         "WATCH",
                         &format!("({} watch stream)", self.type_name),

@@ -36,19 +36,41 @@ pub(crate) type Encoded = Arc<[u8]>;
 /// What an encoding or decoding failed on (the codec's own error, boxed).
 pub(crate) type CodecError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The bytes the apiserver sent for an object, where the wire hands them out (a protobuf
+/// watch's initial events): its `apiVersion`, `kind` and protobuf message. A store that holds
+/// frames may keep these instead of encoding the decoded object again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentBytes {
+    /// The object's `apiVersion`, as its envelope names it.
+    pub api_version: String,
+    /// Its `kind`.
+    pub kind: String,
+    /// Its protobuf message, without the envelope.
+    pub message: Vec<u8>,
+}
+
+/// An object of a list as it arrived: decoded (and transformed), with the bytes it was sent
+/// as when the wire kept them and no transform changed it.
+pub(crate) struct Arrived<K> {
+    pub(crate) object: Arc<K>,
+    /// Boxed: a typed store's lists, which never have them, stay two words an object.
+    pub(crate) sent: Option<Box<SentBytes>>,
+}
+
 /// Encodes and decodes one type's objects for a store that holds frames.
 pub(crate) trait ObjectCodec<K>: Send + Sync {
     /// Whether objects may be encoded now, given the ones of a list still waiting decoded: a
     /// codec that learns from the first objects it sees (a compression dictionary) learns
     /// from these when they are enough, and says yes once it has, or will never.
-    fn ready(&self, waiting: &[Arc<K>]) -> bool;
+    fn ready(&self, waiting: &[Arrived<K>]) -> bool;
 
     /// Learns from `objects` if it still can and they are enough (the end of a list whose
     /// objects waited for [`ready`](Self::ready)); after this call, objects are encoded.
-    fn learn(&self, objects: &[Arc<K>]);
+    fn learn(&self, objects: &[Arrived<K>]);
 
-    /// The object as a frame.
-    fn encode(&self, obj: &K) -> Result<Encoded, CodecError>;
+    /// The object as a frame: from `sent`, the bytes it arrived as, when given (they decode to
+    /// `obj`); else from `obj`.
+    fn encode(&self, obj: &K, sent: Option<&SentBytes>) -> Result<Encoded, CodecError>;
 
     /// The object a frame holds.
     fn decode(&self, frame: &[u8]) -> Result<K, CodecError>;
@@ -87,7 +109,7 @@ pub(crate) enum Stored<K> {
 pub(crate) struct ListBuilder<K> {
     codec: Option<Arc<Codec<K>>>,
     type_name: String,
-    decoded: Vec<Arc<K>>,
+    decoded: Vec<Arrived<K>>,
     keyed: Vec<(String, Stored<K>)>,
 }
 
@@ -176,10 +198,23 @@ impl<K> Stored<K> {
     /// How `obj` is stored: with a codec its frame, else the object itself. An object that
     /// will not encode is logged with its key and kept decoded, so nothing is lost.
     pub(crate) fn new(codec: Option<&Codec<K>>, key: &str, obj: Arc<K>) -> Self {
+        Self::arrived(
+            codec,
+            key,
+            Arrived {
+                object: obj,
+                sent: None,
+            },
+        )
+    }
+
+    /// [`new`](Self::new) for an object that may come with the bytes it was sent as.
+    pub(crate) fn arrived(codec: Option<&Codec<K>>, key: &str, arrived: Arrived<K>) -> Self {
+        let Arrived { object: obj, sent } = arrived;
         let Some(codec) = codec else {
             return Self::Object(obj);
         };
-        match codec.encode(&obj) {
+        match codec.encode(&obj, sent.as_deref()) {
             Ok(frame) => Self::Encoded(frame),
             Err(e) => {
                 tracing::warn!(%key, "compact store: cannot encode the object, keeping it decoded: {e}");
@@ -225,7 +260,17 @@ impl<K: Resource> ListBuilder<K> {
 
     /// Adds the next listed object (already transformed).
     pub(crate) fn push(&mut self, obj: K) {
-        self.decoded.push(Arc::new(obj));
+        self.push_sent(obj, None);
+    }
+
+    /// Adds the next listed object with the bytes it was sent as, when they are its own (no
+    /// transform changed it).
+    pub(crate) fn push_sent(&mut self, obj: K, sent: Option<Box<SentBytes>>) {
+        let sent = sent.filter(|_| self.codec.is_some());
+        self.decoded.push(Arrived {
+            object: Arc::new(obj),
+            sent,
+        });
         if let Some(codec) = &self.codec
             && codec.ready(&self.decoded)
         {
@@ -243,16 +288,13 @@ impl<K: Resource> ListBuilder<K> {
     /// Drops the object at `key` (a streaming list's deletion before its end).
     pub(crate) fn remove(&mut self, key: &str) {
         self.decoded
-            .retain(|o| meta_namespace_key(&**o).is_ok_and(|k| k != key));
+            .retain(|o| meta_namespace_key(&*o.object).is_ok_and(|k| k != key));
         self.keyed.retain(|(k, _)| k != key);
     }
 
     pub(crate) fn finish(mut self) -> ListedObjects<K> {
         let repr = match self.codec.clone() {
-            None => {
-                self.decoded.shrink_to_fit();
-                Listed::Decoded(self.decoded)
-            }
+            None => Listed::Decoded(self.decoded.into_iter().map(|a| a.object).collect()),
             Some(codec) => {
                 codec.learn(&self.decoded);
                 self.encode_decoded();
@@ -267,10 +309,10 @@ impl<K: Resource> ListBuilder<K> {
     /// leaves it out of the store.
     fn encode_decoded(&mut self) {
         let Some(codec) = &self.codec else { return };
-        for obj in self.decoded.drain(..) {
-            match meta_namespace_key(&*obj) {
+        for arrived in self.decoded.drain(..) {
+            match meta_namespace_key(&*arrived.object) {
                 Ok(key) => {
-                    let stored = Stored::new(Some(&**codec), &key, obj);
+                    let stored = Stored::arrived(Some(&**codec), &key, arrived);
                     self.keyed.push((key, stored));
                 }
                 Err(e) => {

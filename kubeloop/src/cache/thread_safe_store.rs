@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::index::{IndexError, Indexers};
-use super::stored::{Codec, ListCodec, StoreKind, Stored};
+use super::stored::{Arrived, Codec, ListCodec, StoreKind, Stored};
 
 /// The writable, indexed cache. Cloning shares the same map.
 pub struct ThreadSafeStore<K> {
@@ -193,7 +193,14 @@ impl<K> ThreadSafeStore<K> {
     pub fn replace(&self, items: HashMap<String, Arc<K>>, resource_version: &str) -> Replaced<K> {
         let codec = self.inner.read().codec.clone();
         if let Some(codec) = &codec {
-            codec.learn(&items.values().cloned().collect::<Vec<_>>());
+            let objects: Vec<Arrived<K>> = items
+                .values()
+                .map(|o| Arrived {
+                    object: o.clone(),
+                    sent: None,
+                })
+                .collect();
+            codec.learn(&objects);
         }
         let entries = items
             .into_iter()

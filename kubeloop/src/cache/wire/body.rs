@@ -1,12 +1,14 @@
 //! The seam between the requests (`list_watch.rs`) and the wires: a LIST body or a watch
 //! body, decoded by the wire its response's `Content-Type` names.
 
+use futures::{StreamExt, TryStreamExt};
 use kube_client::client::Body;
 use serde::de::DeserializeOwned;
 
 use super::encoding::{DecodedList, Encoding, ListDecodeError, ProtobufType};
 use super::{json_list, json_watch, protobuf_list, protobuf_watch};
-use crate::cache::list_watch_error::WatchStream;
+
+use crate::cache::list_watch_error::SentWatchStream;
 use crate::cache::store::TransformFunc;
 
 /// A LIST body being decoded, in the encoding its response came in.
@@ -63,15 +65,19 @@ impl<K: DeserializeOwned> ListBody<K> {
 }
 
 /// The event stream of a watch body in `encoding`; an object (line, frame) over
-/// `max_object_bytes` is skipped.
+/// `max_object_bytes` is skipped. With `keep_sent`, a protobuf stream's initial events come
+/// with the bytes their objects were sent as (a JSON stream's never do).
 pub(crate) fn watch_events<K: DeserializeOwned + Send + 'static>(
     encoding: Encoding,
     body: Body,
     url: String,
     max_object_bytes: usize,
-) -> WatchStream<K> {
+    keep_sent: bool,
+) -> SentWatchStream<K> {
     match encoding {
-        Encoding::Json => json_watch::watch_events(body, url, max_object_bytes),
-        Encoding::Protobuf => protobuf_watch::watch_events(body, url, max_object_bytes),
+        Encoding::Json => json_watch::watch_events(body, url, max_object_bytes)
+            .map_ok(|event| (event, None))
+            .boxed(),
+        Encoding::Protobuf => protobuf_watch::watch_events(body, url, max_object_bytes, keep_sent),
     }
 }

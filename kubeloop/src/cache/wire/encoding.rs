@@ -12,6 +12,9 @@ use crate::cache::UndecodableObject;
 use crate::cache::list_watch_error::ListWatchError;
 use crate::protobuf::{self, DecodeError, ObjectType};
 
+/// The annotation on the bookmark that ends a streaming list's initial events.
+pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+
 /// Which encoding a [`ListWatch`](crate::cache::ListWatch) asks the apiserver for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Wire {

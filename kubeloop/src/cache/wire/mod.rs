@@ -23,4 +23,4 @@ mod protobuf_watch;
 
 pub(crate) use body::{ListBody, watch_events};
 pub(crate) use encoding::{Encoding, ProtobufType};
-pub use encoding::{ListDecodeError, Wire};
+pub use encoding::{INITIAL_EVENTS_END_ANNOTATION, ListDecodeError, Wire};

@@ -8,6 +8,11 @@
 //!   frame over the bound (named from its first bytes, then dropped as it streams past, never
 //!   held whole), are a [`ListWatchError::Undecodable`], and the stream goes on;
 //! - the body ending ends the stream; a frame cut off by the close is dropped.
+//!
+//! Asked to, the stream hands out with each initial event of a streaming list the bytes its
+//! object was sent as ([`SentBytes`]), for a compact store to keep instead of encoding the
+//! decoded object again; it stops at the bookmark that ends the initial events, since later
+//! events reach the store through the queue, which carries objects only.
 
 use futures::StreamExt;
 use http_body_util::BodyExt;
@@ -15,25 +20,33 @@ use kube_client::client::Body;
 use kube_client::core::WatchEvent;
 use serde::de::DeserializeOwned;
 
-use super::encoding::{Chunk, next_chunk};
-use crate::cache::list_watch_error::{ListWatchError, WatchStream};
+use super::encoding::{Chunk, INITIAL_EVENTS_END_ANNOTATION, next_chunk};
+use crate::cache::list_watch_error::{ListWatchError, SentWatchStream};
+use crate::cache::stored::SentBytes;
 use crate::cache::undecodable::{UndecodableObject, UndecodableReason, WatchEventType};
 use crate::protobuf::{DecodeError, Frames, LooseNames, RawWatchEvent};
 
 /// How much of a frame over the bound is read to name its object: its metadata comes first.
 const OVERSIZED_PREFIX: usize = 4096;
 
-/// The event stream of a protobuf watch body.
+/// The event stream of a protobuf watch body; with `keep_sent`, the initial events come with
+/// the bytes their objects were sent as.
 pub(super) fn watch_events<K: DeserializeOwned + Send + 'static>(
     body: Body,
     url: String,
     max_frame_bytes: usize,
-) -> WatchStream<K> {
-    watch_events_of_chunks(body.into_data_stream(), url, max_frame_bytes)
+    keep_sent: bool,
+) -> SentWatchStream<K> {
+    watch_events_of_chunks(body.into_data_stream(), url, max_frame_bytes, keep_sent)
 }
 
 /// [`watch_events`] over the body's chunks as they arrive.
-fn watch_events_of_chunks<K, S, D>(chunks: S, url: String, max_frame_bytes: usize) -> WatchStream<K>
+fn watch_events_of_chunks<K, S, D>(
+    chunks: S,
+    url: String,
+    max_frame_bytes: usize,
+    keep_sent: bool,
+) -> SentWatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<D, kube_client::Error>> + Send + Unpin + 'static,
@@ -48,6 +61,8 @@ where
         url: String,
         max_frame_bytes: usize,
         oversized: Option<(UndecodableObject, usize)>,
+        /// Whether objects still come with their bytes: until the initial events end.
+        keep_sent: bool,
     }
     let stream = Stream {
         body: chunks,
@@ -56,6 +71,7 @@ where
         url,
         max_frame_bytes,
         oversized: None,
+        keep_sent,
     };
     futures::stream::unfold(stream, |mut st| async move {
         loop {
@@ -80,7 +96,14 @@ where
                     continue;
                 }
             } else if let Some(frame) = st.frames.next_frame() {
-                let event = decode_frame(frame, &st.url);
+                let event = decode_frame(frame, &st.url, st.keep_sent);
+                if let Ok((WatchEvent::Bookmark(b), _)) = &event
+                    && b.metadata
+                        .annotations
+                        .contains_key(INITIAL_EVENTS_END_ANNOTATION)
+                {
+                    st.keep_sent = false;
+                }
                 return Some((event, st));
             }
             if st.ended {
@@ -114,17 +137,20 @@ fn oversized_frame(prefix: &[u8], size: usize, limit: usize) -> UndecodableObjec
     )
 }
 
+/// One frame's event, with its object's bytes if `keep_sent` and it has an object.
 fn decode_frame<K: DeserializeOwned>(
     frame: &[u8],
     url: &str,
-) -> Result<WatchEvent<K>, ListWatchError> {
+    keep_sent: bool,
+) -> Result<(WatchEvent<K>, Option<Box<SentBytes>>), ListWatchError> {
     let decode_error = |e: DecodeError| ListWatchError::Decode {
         verb: "WATCH",
         url: url.to_string(),
         source: e.into(),
     };
     let raw = RawWatchEvent::parse(frame).map_err(decode_error)?;
-    raw.decode::<K>()
+    let event = raw
+        .decode::<K>()
         .map_err(|e| match WatchEventType::parse(raw.event_type) {
             Some(event) => ListWatchError::Undecodable {
                 verb: "WATCH",
@@ -136,7 +162,16 @@ fn decode_frame<K: DeserializeOwned>(
                 )),
             },
             None => decode_error(e),
-        })
+        })?;
+    let sent = match &event {
+        WatchEvent::Added(_) | WatchEvent::Modified(_) if keep_sent => Some(Box::new(SentBytes {
+            api_version: raw.object.api_version.to_string(),
+            kind: raw.object.kind.to_string(),
+            message: raw.object.raw.to_vec(),
+        })),
+        _ => None,
+    };
+    Ok((event, sent))
 }
 
 #[cfg(test)]
@@ -163,9 +198,23 @@ mod tests {
         chunk: usize,
         max: usize,
     ) -> Vec<Result<WatchEvent<ConfigMap>, ListWatchError>> {
+        sent_events_of(body, chunk, max, false)
+            .await
+            .into_iter()
+            .map(|e| e.map(|(event, _)| event))
+            .collect()
+    }
+
+    async fn sent_events_of(
+        body: &[u8],
+        chunk: usize,
+        max: usize,
+        keep_sent: bool,
+    ) -> Vec<Result<(WatchEvent<ConfigMap>, Option<Box<SentBytes>>), ListWatchError>> {
         let chunks: Vec<Result<Vec<u8>, kube_client::Error>> =
             body.chunks(chunk).map(|c| Ok(c.to_vec())).collect();
-        watch_events_of_chunks::<ConfigMap, _, _>(futures::stream::iter(chunks), "/w".into(), max)
+        let chunks = futures::stream::iter(chunks);
+        watch_events_of_chunks::<ConfigMap, _, _>(chunks, "/w".into(), max, keep_sent)
             .collect()
             .await
     }
@@ -248,5 +297,54 @@ mod tests {
                 UndecodableReason::TooLarge { limit: 2000, .. }
             ));
         }
+    }
+
+    /// A ConfigMap envelope that is a bookmark at resourceVersion 9, ending the initial
+    /// events if `end`.
+    fn bookmark(end: bool) -> Vec<u8> {
+        let annotation = [
+            delimited(1, INITIAL_EVENTS_END_ANNOTATION.as_bytes()),
+            delimited(2, b"true"),
+        ]
+        .concat();
+        let mut meta = delimited(6, b"9");
+        if end {
+            meta.extend(delimited(12, &annotation));
+        }
+        let type_meta = [delimited(1, b"v1"), delimited(2, b"ConfigMap")].concat();
+        let unknown = [delimited(1, &type_meta), delimited(2, &delimited(1, &meta))].concat();
+        [&b"k8s\0"[..], &unknown].concat()
+    }
+
+    // kubeloop's own: asked to, the initial events come with the bytes their objects were
+    // sent as, which decode to the same object; events after the bookmark that ends them,
+    // and a deletion, come without.
+    #[tokio::test]
+    async fn initial_events_come_with_their_bytes_until_the_end_bookmark() {
+        let body = [
+            frame("ADDED", CONFIG_MAP),
+            frame("BOOKMARK", &bookmark(false)),
+            frame("DELETED", CONFIG_MAP),
+            frame("ADDED", CONFIG_MAP),
+            frame("BOOKMARK", &bookmark(true)),
+            frame("MODIFIED", CONFIG_MAP),
+        ]
+        .concat();
+        let events = sent_events_of(&body, 100, MAX_OBJECT_BYTES, true).await;
+        let kept: Vec<bool> = events
+            .iter()
+            .map(|e| e.as_ref().unwrap().1.is_some())
+            .collect();
+        assert_eq!(kept, [true, false, false, true, false, false]);
+        let Ok((WatchEvent::Added(object), Some(sent))) = &events[0] else {
+            unreachable!()
+        };
+        assert_eq!((&*sent.api_version, &*sent.kind), ("v1", "ConfigMap"));
+        let again: ConfigMap =
+            crate::protobuf::decode_message(&sent.api_version, &sent.kind, &sent.message)
+                .unwrap();
+        assert_eq!(&again, object);
+        let without = sent_events_of(&body, 100, MAX_OBJECT_BYTES, false).await;
+        assert!(without.iter().all(|e| e.as_ref().unwrap().1.is_none()));
     }
 }
