@@ -32,7 +32,7 @@ async fn apiserver_lists_namespaces_and_reports_the_pinned_version() {
         );
     }
     let version = client.apiserver_version().await.unwrap();
-    assert_eq!(version.git_version, testenv::versions::kubernetes());
+    assert_eq!(version.git_version, testenv::kubernetes_version());
 }
 
 #[tokio::test]

@@ -27,20 +27,27 @@
 
 mod certs;
 mod cluster;
+mod components;
 mod error;
+mod etcd;
 mod helpers;
+mod kubeconfig;
 mod node;
+mod options;
 mod ports;
 mod process;
 mod proxy;
-pub mod versions;
+mod versions;
 
-pub use cluster::{Cluster, ClusterOptions, KWOK_NODE, shared, shared_full};
+pub use cluster::{Cluster, shared, shared_full};
+pub use components::KWOK_NODE;
 pub use error::TestEnvError;
 pub(crate) use error::{create_dir, write_file};
 pub use helpers::{Kubectl, ensure_crd};
 pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
+pub use options::ClusterOptions;
 pub use process::ManagedProcess;
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
+pub use versions::{bin_dir, etcd_version, kubernetes_version, kwok_version};
 // The waiting helpers live with the unit-test ones; real-cluster tests find them here too.
 pub use crate::testing::{POLL_INTERVAL, Ready, eventually, eventually_blocking};

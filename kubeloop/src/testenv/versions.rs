@@ -18,17 +18,17 @@ fn lookup(key: &str) -> &'static str {
 }
 
 /// The Kubernetes release the control plane is built from, e.g. `v1.36.3`.
-pub fn kubernetes() -> &'static str {
+pub fn kubernetes_version() -> &'static str {
     lookup("KUBERNETES_VERSION")
 }
 
 /// The etcd version in `hack/versions.env`.
-pub fn etcd() -> &'static str {
+pub fn etcd_version() -> &'static str {
     lookup("ETCD_VERSION")
 }
 
 /// The kwok version in `hack/versions.env`.
-pub fn kwok() -> &'static str {
+pub fn kwok_version() -> &'static str {
     lookup("KWOK_VERSION")
 }
 
@@ -46,7 +46,7 @@ pub fn bin_dir() -> PathBuf {
                 .unwrap_or_else(|| PathBuf::from("/root"));
             home.join(".cache").join("kubeloop")
         });
-    cache.join("bin").join(kubernetes())
+    cache.join("bin").join(kubernetes_version())
 }
 
 #[cfg(test)]
@@ -55,15 +55,19 @@ mod tests {
 
     #[test]
     fn versions_are_read_from_hack_versions_env() {
-        assert!(kubernetes().starts_with("v1."), "{}", kubernetes());
-        assert!(etcd().starts_with("v3.6."), "{}", etcd());
-        assert!(kwok().starts_with("v0."), "{}", kwok());
+        assert!(
+            kubernetes_version().starts_with("v1."),
+            "{}",
+            kubernetes_version()
+        );
+        assert!(etcd_version().starts_with("v3.6."), "{}", etcd_version());
+        assert!(kwok_version().starts_with("v0."), "{}", kwok_version());
     }
 
     #[test]
     fn bin_dir_names_the_kubernetes_version() {
         if std::env::var_os("KUBELOOP_BIN_DIR").is_none() {
-            assert!(bin_dir().ends_with(kubernetes()));
+            assert!(bin_dir().ends_with(kubernetes_version()));
         }
     }
 }
