@@ -75,6 +75,17 @@ mod tests {
     }
 
     #[test]
+    fn the_round_comes_from_the_exact_rate_not_a_rounded_one() {
+        // 971 reconciles in 20 s is 48.55/s: 300 VMs take 6.179 s. The awk this replaces
+        // divided by the rate printed to one decimal (48.5) and printed 6.19.
+        let results = Results::parse(
+            "# vms: 300\n# latency: 50ms\n# window: 20\n# cores: 2\n# clk_tck: 100\n# load: l\n# date: d\n# commit: c\n\
+             replicas=2 reconciles=971 controllers_cpu_ticks=0 plane_cpu_ticks=0 busy_jiffies=1 idle_jiffies=1\n",
+        );
+        assert!(render(&results).unwrap().contains("| 2 | 6.18 s | 1.00x |"));
+    }
+
+    #[test]
     fn a_missing_count_names_the_line() {
         let results = Results::parse(
             "# vms: 300\n# latency: 50ms\n# window: 20\n# cores: 2\n# clk_tck: 100\n# load: l\n# date: d\n# commit: c\nreplicas=1\n",
