@@ -4,7 +4,8 @@
 //! [`Cluster::start`] runs etcd and kube-apiserver (and, with [`ClusterOptions::full`],
 //! kube-controller-manager, kube-scheduler and kwok with one fake Node) on loopback with free
 //! ports and generated certificates, waits until each is ready and writes an admin kubeconfig.
-//! The binaries come from `hack/build-control-plane` (versions in `hack/versions.env`).
+//! The binaries come from `hack/build-control-plane` into [`bin_dir`] (versions in
+//! `hack/versions.env`: [`kubernetes_version`], [`etcd_version`], [`kwok_version`]).
 //!
 //! Invariants:
 //! - No component outlives the test binary: see `process.rs` ([`ManagedProcess`]) for how (parent-death signal from
