@@ -7,13 +7,15 @@
 //!
 //! A controller is declared with [`Controller`] (a primary type's informer, owned and watched
 //! types, workers, queue, rate limiter, leader election or sharding, leader-only tasks) and run
-//! with [`Controller::run`], a reconcile function and an error policy. The two controllers in
-//! [`crate::controller`] are built on this module's public items only.
+//! with [`Controller::run`], a reconcile function and an error policy. The two controllers
+//! (`kubeloop::controller`, features `sample-controller` and `vm-controller`) are built on it.
 //!
 //! # The map
 //!
-//! The layers import one way, from the leaves at the top of this table to `run.rs` at the
-//! bottom (controller-runtime: `pkg/reconcile` -> `pkg/internal/controller` -> `pkg/builder`).
+//! The files are private; what a controller author needs is re-exported here, so each item
+//! has one path, `kubeloop::runtime::Item`. No two files import each other, directly or round
+//! a longer circle, and none imports `ops`, `controller` or `testenv` (`tests/layering.rs`
+//! checks all three).
 //!
 //! | file | what | client-go / controller-runtime / kube-runtime |
 //! |---|---|---|
@@ -26,7 +28,7 @@
 //! | `leadership.rs` | [`Term`] and the gate between leadership and workers | `leaderelection.RunOrDie` + the manager's leader-only runnables, with a fence |
 //! | `queue.rs` | [`ControllerQueue`]: the priority queue (default) or the plain one | controller-runtime `priorityqueue.PriorityQueue`, client-go `TypedRateLimitingInterface` |
 //! | `lanes.rs` | the controller's queue and the requeue lane | (none: knative's two-lane queue is the nearest) |
-//! | `worker.rs` | the worker loop, [`run_workers`] | sample-controller `runWorker` / `processNextWorkItem`; controller-runtime `reconcileHandler` |
+//! | `worker.rs` | the worker loop | sample-controller `runWorker` / `processNextWorkItem`; controller-runtime `reconcileHandler` |
 //! | `terms.rs` | what a term starts and ends (gate, parked keys, leader tasks) | controller-runtime `LeaderElectionRunnable` |
 //! | `sharding/` | [`ShardRing`], [`LeaseRing`], [`assign`] | (none built in; kubernetes-controller-sharding adds it to controller-runtime) |
 //! | `handlers.rs` | [`enqueue_handler`], [`key_of`], [`controller_of`], [`refers_to`] | sample-controller `enqueueFoo` / `handleObject`; controller-runtime `handler.EnqueueRequestForOwner` |
@@ -132,4 +134,7 @@ pub use sharding::{
     LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL, ShardRing,
     ShardingConfig, ShardingError, assign, member_lease_name, shard_lease_name,
 };
-pub use worker::{WorkerConfig, process_next_work_item, run_workers};
+// The key-only worker loop, without informers or leadership: for unit tests (the worker's own
+// and the VM controller's); a controller runs its workers through `Controller::run`.
+#[cfg(test)]
+pub(crate) use worker::{WorkerConfig, run_workers};

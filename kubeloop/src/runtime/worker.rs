@@ -10,7 +10,8 @@
 //! it. Every key put back keeps the priority it was taken with, unless the reconcile asked for
 //! another ([`Action::RequeueWithPriority`]), as controller-runtime's `reconcileHandler` does.
 //! A worker stops when `get` returns `None`, i.e. once the queue is shut down and drained,
-//! or when the gate closes. [`run_workers`] is the same loop without informers or leadership.
+//! or when the gate closes. `run_workers` is the same loop without informers or leadership,
+//! for unit tests.
 //!
 //! Invariants:
 //! - every key a worker takes is `done` exactly once, even if reconcile panics (the panic is
@@ -30,29 +31,34 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, warn};
+#[cfg(test)]
+use {
+    super::action::default_error_policy, super::leadership::Term, tokio::task::JoinSet,
+    tokio_util::sync::CancellationToken,
+};
 
-use super::action::{Action, ErrorAction, default_error_policy};
+use super::action::{Action, ErrorAction};
 use super::context::ReconcileContext;
 use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{BusyKeys, Lane};
-use super::leadership::{Dispatch, Gate, GateWatch, Term};
+use super::leadership::{Dispatch, Gate, GateWatch};
 use super::queue::ControllerQueue;
 use super::reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 use crate::trace::Stage;
 
 /// How [`run_workers`] runs.
+#[cfg(test)]
 #[derive(Debug, Clone)]
-pub struct WorkerConfig {
+pub(crate) struct WorkerConfig {
     /// How many keys are reconciled at once (sample-controller's `--workers`, default 2).
     pub workers: usize,
     /// A name for logs (the controller's name).
     pub name: String,
 }
 
+#[cfg(test)]
 impl Default for WorkerConfig {
     fn default() -> Self {
         // sample-controller's main.go runs `controller.Run(ctx, 2)`.
@@ -287,25 +293,10 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs `config.workers` workers over `queue` until it is shut down and drained; returns when
 /// the last one stops. `reconcile` gets each key; see the module docs for what its result does.
-/// This is the runtime's worker loop without informers or leader election; a controller
-/// declared with [`super::Controller`] gets it wired for it.
-///
-/// # Examples
-/// ```
-/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-/// use kubeloop::runtime::{Action, ObjectKey, WorkerConfig, run_workers};
-/// use kubeloop::workqueue::{RateLimitingQueue, default_controller_rate_limiter};
-/// let queue = RateLimitingQueue::<ObjectKey>::new(default_controller_rate_limiter());
-/// queue.add(ObjectKey::new("default", "web"));
-/// let workers = tokio::spawn(run_workers(queue.clone(), WorkerConfig::default(), |key: ObjectKey| async move {
-///     println!("reconciling {key}");
-///     Ok::<_, std::convert::Infallible>(Action::Done)
-/// }));
-/// queue.shutdown_with_drain().await;
-/// workers.await.unwrap();
-/// # });
-/// ```
-pub async fn run_workers<F, Fut, E>(
+/// This is the runtime's worker loop without informers or leader election, for unit tests; a
+/// controller declared with [`super::Controller`] gets it wired for it.
+#[cfg(test)]
+pub(crate) async fn run_workers<F, Fut, E>(
     queue: impl Into<ControllerQueue>,
     config: WorkerConfig,
     reconcile: F,
@@ -331,7 +322,8 @@ pub async fn run_workers<F, Fut, E>(
 
 /// Takes one key and reconciles it; `false` once the queue is shut down and empty.
 /// sample-controller: `processNextWorkItem`.
-pub async fn process_next_work_item<F, Fut, E>(
+#[cfg(test)]
+pub(crate) async fn process_next_work_item<F, Fut, E>(
     queue: impl Into<ControllerQueue>,
     name: &str,
     reconcile: &F,
@@ -351,9 +343,11 @@ where
 }
 
 /// The error policy of the key-only loop.
+#[cfg(test)]
 type Policy<E> = fn(&E, &ObjectKey, u32) -> ErrorAction;
 
 /// A key-only reconcile as the runtime's worker state, with the default error policy.
+#[cfg(test)]
 fn shared<F, Fut, E>(
     queue: ControllerQueue,
     name: String,
