@@ -23,7 +23,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use kubeloop::leaderelection::fake_lock::FakeLockStore;
+//! use kubeloop::testing::FakeLockStore;
 //! use kubeloop::leaderelection::{LeaderElectionRecord, ResourceLock};
 //!
 //! let store = FakeLockStore::new();

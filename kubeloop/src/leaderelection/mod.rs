@@ -9,13 +9,13 @@
 //! | [`HealthzAdaptor`]        | `healthzadaptor.go`                                   |
 //! | [`LeaderMetricsProvider`] | `metrics.go` (+ component-base's metric names)        |
 //! | [`Clock`]                 | `k8s.io/utils/clock` (wall clock for the record only) |
-//! | [`fake_lock::FakeLock`]   | the fake clientset + reactors of client-go's tests     |
+//! | [`FakeLock`](crate::testing::FakeLock) | the fake clientset + reactors of client-go's tests |
 //!
 //! Better than client-go on purpose: the elector can contend again after losing
 //! ([`LeaderElectionConfig::recontend`]); `on_stopped_leading` only runs after leading; the
 //! leader's work gets a [`LeaderContext`] and is awaited (bounded) before the lease is released
 //! and before `on_stopped_leading`, so it stops before the lease can pass to another holder
-//! (the argument is in [`config`]); on a shutdown the lease is released *before*
+//! (the argument is at the top of `config.rs`); on a shutdown the lease is released *before*
 //! `on_stopped_leading`, so a program that exits there has given it back; a 409 is a typed lost
 //! race ([`LockError::Conflict`]); [`LeaderContext::still_leading`] lets work check its
 //! entitlement before each step, [`LeaderContext::lease_valid_until`] tells it when a successor
@@ -31,7 +31,8 @@
 //! duration, so a restarted process also waits for its dead predecessor's lease to expire.
 //! [`default_identity`] gives each process its own identity (hostname + "_" + UUID).
 //!
-//! [`fake_lock`] is an in-memory lock for unit tests of code built on the elector.
+//! An in-memory lock for unit tests of code built on the elector is in [`crate::testing`]
+//! ([`FakeLockStore`](crate::testing::FakeLockStore)).
 //!
 //! ```no_run
 //! # async fn demo(client: kube_client::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -55,17 +56,22 @@
 //! # Ok(()) }
 //! ```
 
-pub mod clock;
-pub mod config;
+mod clock;
+mod config;
 mod elector;
-pub mod fake_lock;
+// `pub(crate)` for `crate::testing`, which re-exports the fake lock: its one public path.
+pub(crate) mod fake_lock;
 mod healthz;
 mod lease_lock;
 mod metrics;
 mod resource_lock;
 
 pub use clock::{Clock, SkewedClock, SystemClock};
-pub use config::{ConfigError, LeaderElectionConfig, default_identity};
+pub(crate) use config::validate_identity;
+pub use config::{
+    ConfigError, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+    JITTER_FACTOR, LeaderElectionConfig, default_identity,
+};
 pub use elector::{HealthError, LeaderCallbacks, LeaderContext, LeaderElector, StopReason};
 pub use healthz::HealthzAdaptor;
 pub use lease_lock::LeaseLock;
