@@ -882,7 +882,7 @@ async fn vm_replica(
     String,
     tokio::task::JoinHandle<kubeloop::leaderelection::StopReason>,
 ) {
-    use kubeloop::controller::vm::{self, VmControllerConfig, driver::FakeDriver};
+    use kubeloop::controller::vm::{self, FakeDriver, VmControllerConfig};
     use kubeloop::leaderelection::{
         HealthzAdaptor, LeaderElectionConfig, LeaderElector, LeaderMetricsProvider, LeaseLock,
     };

@@ -23,8 +23,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube_client::Client;
 use kube_client::api::{Api, Patch, PatchParams, PostParams};
 use kubeloop::controller::sample::{self, ControllerConfig, Foo, FooSpec};
-use kubeloop::controller::vm::driver::docker::{DockerDriver, DockerDriverConfig};
-use kubeloop::controller::vm::{self, Phase, VirtualMachine, VmControllerConfig};
+use kubeloop::controller::vm::{
+    self, DockerDriver, DockerDriverConfig, Phase, VirtualMachine, VmControllerConfig,
+};
 use kubeloop::leaderelection::LeaseLock;
 use kubeloop::runtime::{DEFAULT_FRESHNESS_WAIT, ReconcileMetrics};
 use kubeloop::testenv::{self, Cluster, HttpFaultProxy, eventually};

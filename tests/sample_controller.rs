@@ -699,8 +699,7 @@ impl kubeloop::controller::sample::SyncClient for CountingClient {
 #[tokio::test]
 async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried() {
     use kubeloop::cache::{Lister, ThreadSafeStore};
-    use kubeloop::controller::sample::deployment::new_deployment;
-    use kubeloop::controller::sample::sync::sync_handler;
+    use kubeloop::controller::sample::{new_deployment, sync_handler};
     use kubeloop::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
 
     let (client, ns, apis) = setup("sample-conflict").await;

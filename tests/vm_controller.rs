@@ -17,8 +17,7 @@ use bollard::query_parameters::InspectContainerOptions;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
-use kubeloop::controller::vm::driver::docker::DEFAULT_DOCKER_HOST;
-use kubeloop::controller::vm::{Phase, VirtualMachine};
+use kubeloop::controller::vm::{DEFAULT_DOCKER_HOST, Phase, VirtualMachine};
 use kubeloop::testenv::{self, Cluster, ManagedProcess, eventually};
 
 mod vm_common;
@@ -1000,7 +999,7 @@ async fn create_labelled_container(docker: &Docker, name: &str, labels: &[(&str,
     use bollard::models::ContainerCreateBody;
     use bollard::query_parameters::CreateContainerOptionsBuilder;
     let body = ContainerCreateBody {
-        image: Some(kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE.to_string()),
+        image: Some(kubeloop::controller::vm::DEFAULT_IMAGE.to_string()),
         labels: Some(
             labels
                 .iter()
@@ -1129,9 +1128,9 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
 #[tokio::test]
 async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist() {
     use kubeloop::cache::{Lister, ThreadSafeStore};
-    use kubeloop::controller::vm::api::KubeVmApi;
-    use kubeloop::controller::vm::driver::{DockerDriver, DockerDriverConfig};
-    use kubeloop::controller::vm::{SweepReport, sweep_orphans};
+    use kubeloop::controller::vm::{
+        DockerDriver, DockerDriverConfig, KubeVmApi, SweepReport, sweep_orphans,
+    };
     use kubeloop::runtime::ReconcileContext;
 
     let PodmanTest {
@@ -2041,7 +2040,7 @@ fn exiting_image() -> String {
         dir.path().join("Containerfile"),
         format!(
             "FROM {}\nCMD [\"/bin/sh\", \"-c\", \"exit 3\"]\n",
-            kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE
+            kubeloop::controller::vm::DEFAULT_IMAGE
         ),
     )
     .unwrap();

@@ -13,10 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_client::api::Api;
-use kubeloop::controller::vm::driver::qemu::qmp::Qmp;
-use kubeloop::controller::vm::driver::qemu::state::{ServerDir, StateRoot};
-use kubeloop::controller::vm::driver::qemu::{READY_LINE, default_cache_dir};
-use kubeloop::controller::vm::{Phase, VirtualMachine};
+use kubeloop::controller::vm::{
+    Phase, Qmp, READY_LINE, ServerDir, StateRoot, VirtualMachine, default_cache_dir,
+};
 use kubeloop::testenv::{self, Cluster};
 
 mod vm_common;

@@ -20,11 +20,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
-use kubeloop::controller::vm::driver::qemu::{self as qemu_driver, Accel};
-use kubeloop::controller::vm::driver::{
-    DockerDriver, DockerDriverConfig, Driver, FakeDriver, QemuDriver, QemuDriverConfig,
+use kubeloop::controller::vm::{
+    self, Accel, DockerDriver, DockerDriverConfig, Driver, FakeDriver, QemuDriver,
+    QemuDriverConfig, VmControllerConfig, VmControllerError,
 };
-use kubeloop::controller::vm::{self, VmControllerConfig, VmControllerError};
 use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kubeloop::runtime::{LeaseRing, ShardRing, ShardingConfig};
 use tokio_util::sync::CancellationToken;
@@ -79,7 +78,7 @@ pub struct Args {
     pub vm_driver: VmDriver,
     /// With --vm-driver docker: the image each VM's container runs (hack/setup-podman builds
     /// the default: busybox httpd).
-    #[arg(long, default_value = kubeloop::controller::vm::driver::docker::DEFAULT_IMAGE)]
+    #[arg(long, default_value = vm::DEFAULT_IMAGE)]
     pub vm_image: String,
     /// With --vm-driver qemu: the root of the per-VM state directories (default
     /// /var/lib/kubeloop/qemu as root, else $XDG_STATE_HOME/kubeloop/qemu).
@@ -162,12 +161,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let cache = args
                 .qemu_cache
                 .clone()
-                .unwrap_or_else(qemu_driver::default_cache_dir);
+                .unwrap_or_else(vm::default_cache_dir);
             let qemu_config = QemuDriverConfig {
                 state_dir: args
                     .qemu_state_dir
                     .clone()
-                    .unwrap_or_else(qemu_driver::default_state_dir),
+                    .unwrap_or_else(vm::default_state_dir),
                 kernel: cache.join("vmlinuz"),
                 initrd: cache.join("initramfs.cpio.gz"),
                 accel: match args.qemu_accel {

@@ -1,6 +1,12 @@
-//! The two controllers built on the runtime ([`crate::runtime`]), as users of its public API:
-//! the sample-controller equivalent (Foo -> Deployment) and the VirtualMachine controller (VMs
-//! as containers through the Docker API, or real VMs through QEMU).
+//! The two controllers built on the runtime ([`crate::runtime`]): the sample-controller
+//! equivalent (Foo -> Deployment) and the VirtualMachine controller (VMs as containers through
+//! the Docker API, or real VMs through QEMU).
+//!
+//! Each is an application with a public module of its own, the one exception below the top
+//! level to "modules are private" (`tests/layering.rs` lists it): their names would clash in
+//! one (`run`, `CONTROLLER_NAME`, their configs and errors). Inside each, the files are private
+//! and re-exported, so an item has one path, `kubeloop::controller::sample::Item` or
+//! `kubeloop::controller::vm::Item`.
 //!
 //! | kubeloop   | counterpart                                          |
 //! |------------|------------------------------------------------------|

@@ -13,9 +13,10 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 
 use super::types::{API_VERSION, Foo, KIND};
+use crate::runtime::controller_of;
 
 /// The container image of every Foo's Deployment.
-pub const IMAGE: &str = "nginx:latest";
+pub(crate) const IMAGE: &str = "nginx:latest";
 
 /// The Deployment `foo` asks for. sample-controller: `newDeployment`.
 pub fn new_deployment(foo: &Foo) -> Deployment {
@@ -57,7 +58,7 @@ pub fn new_deployment(foo: &Foo) -> Deployment {
 }
 
 /// A controller ownerReference to `foo`. client-go: `metav1.NewControllerRef`.
-pub fn controller_reference(foo: &Foo) -> OwnerReference {
+pub(crate) fn controller_reference(foo: &Foo) -> OwnerReference {
     OwnerReference {
         api_version: API_VERSION.to_string(),
         kind: KIND.to_string(),
@@ -68,19 +69,12 @@ pub fn controller_reference(foo: &Foo) -> OwnerReference {
     }
 }
 
-pub use crate::runtime::controller_of;
-
 /// Whether `meta`'s controller is `foo` (same UID). client-go: `metav1.IsControlledBy`.
-pub fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {
+pub(crate) fn is_controlled_by(meta: &ObjectMeta, foo: &Foo) -> bool {
     match (controller_of(meta), foo.metadata.uid.as_deref()) {
         (Some(owner), Some(uid)) => owner.uid == uid,
         _ => false,
     }
-}
-
-/// Whether an ownerReference points at a Foo (kind and API group both match).
-pub fn refers_to_foo(owner: &OwnerReference) -> bool {
-    crate::runtime::refers_to::<super::types::Foo>(owner)
 }
 
 #[cfg(test)]
@@ -128,7 +122,7 @@ mod tests {
         assert_eq!(owner.api_version, "samplecontroller.k8s.io/v1alpha1");
         assert_eq!(owner.block_owner_deletion, Some(true));
         assert!(is_controlled_by(&d.metadata, &foo()));
-        assert!(refers_to_foo(owner));
+        assert!(crate::runtime::refers_to::<Foo>(owner));
     }
 
     #[test]
@@ -149,6 +143,6 @@ mod tests {
     fn an_owner_of_another_group_is_not_a_foo() {
         let mut owner = controller_reference(&foo());
         owner.api_version = "example.com/v1".into();
-        assert!(!refers_to_foo(&owner));
+        assert!(!crate::runtime::refers_to::<Foo>(&owner));
     }
 }

@@ -5,7 +5,7 @@
 //! errors at all.
 
 /// The message of the `ErrResourceExists` event. sample-controller: `MessageResourceExists`.
-pub fn message_resource_exists(name: &str) -> String {
+pub(crate) fn message_resource_exists(name: &str) -> String {
     format!("Resource \"{name}\" already exists and is not managed by Foo")
 }
 

@@ -43,24 +43,24 @@ use crate::runtime::{
 };
 
 /// Reason of the Normal event after a successful sync. sample-controller: `SuccessSynced`.
-pub const SUCCESS_SYNCED: &str = "Synced";
+pub(crate) const SUCCESS_SYNCED: &str = "Synced";
 /// Reason of the Warning event for a Deployment owned by someone else.
 /// sample-controller: `ErrResourceExists`.
-pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
+pub(crate) const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
 /// Message of the Normal event after a successful sync. sample-controller:
 /// `MessageResourceSynced`.
-pub const MESSAGE_RESOURCE_SYNCED: &str = "Foo synced successfully";
+pub(crate) const MESSAGE_RESOURCE_SYNCED: &str = "Foo synced successfully";
 /// Reason of the Warning event and the `Stalled` condition of a Foo whose name is too long for
 /// the label value it becomes.
-pub const INVALID_NAME: &str = "InvalidName";
+pub(crate) const INVALID_NAME: &str = "InvalidName";
 /// The condition a Foo that can never be synced carries (kstatus's `Stalled`).
-pub const STALLED: &str = "Stalled";
+pub(crate) const STALLED: &str = "Stalled";
 /// The longest label value (apimachinery `validation.LabelValueMaxLength`): a Foo's name is the
 /// value of its Deployment's `controller` label.
-pub const LABEL_VALUE_MAX_LENGTH: usize = 63;
+pub(crate) const LABEL_VALUE_MAX_LENGTH: usize = 63;
 /// How many times a status write is tried when it keeps hitting conflicts (client-go's
 /// `retry.DefaultRetry`).
-pub const STATUS_ATTEMPTS: u32 = DEFAULT_RETRY.steps;
+pub(crate) const STATUS_ATTEMPTS: u32 = DEFAULT_RETRY.steps;
 
 /// Brings the Deployment and status of the Foo at `key` in line with its spec.
 /// sample-controller: `syncHandler`.

@@ -25,14 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::controller::schema::{conditions, plain_fields};
 
-/// API group of Foo.
-pub const GROUP: &str = "samplecontroller.k8s.io";
-/// API version of Foo.
-pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of Foo.
-pub const API_VERSION: &str = "samplecontroller.k8s.io/v1alpha1";
+pub(crate) const API_VERSION: &str = "samplecontroller.k8s.io/v1alpha1";
 /// Kind of Foo.
-pub const KIND: &str = "Foo";
+pub(crate) const KIND: &str = "Foo";
 
 /// Foo's spec: the Deployment to create and own, and its replicas.
 // kube's derive writes `Foo` from this struct, and the CRD from the attributes below.
@@ -191,8 +187,6 @@ mod tests {
         assert_eq!(Foo::api_version(&()), "samplecontroller.k8s.io/v1alpha1");
         assert_eq!(Foo::plural(&()), "foos");
         // The constants the controller names Foo by agree with the derive's.
-        assert_eq!(Foo::group(&()), GROUP);
-        assert_eq!(Foo::version(&()), VERSION);
         assert_eq!(Foo::api_version(&()), API_VERSION);
         assert_eq!(Foo::kind(&()), KIND);
         let url = Foo::url_path(&(), Some("ns"));

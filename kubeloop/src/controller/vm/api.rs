@@ -29,7 +29,7 @@ use crate::runtime::{Conflict, DEFAULT_RETRY, NotEntitled, ReconcileContext, ret
 
 /// How many times a write that hit a 409 is recomputed on fresh data before giving up (the
 /// failure then goes back to the workqueue's rate limiter): client-go's `retry.DefaultRetry`.
-pub const CONFLICT_RETRIES: usize = DEFAULT_RETRY.steps as usize;
+pub(crate) const CONFLICT_RETRIES: usize = DEFAULT_RETRY.steps as usize;
 
 /// An apiserver call that failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub trait VmApi: Send + Sync + 'static {
 /// the VM is gone or because its spec changed since `vm` was read (a status computed for the
 /// old spec would report on a spec the VM no longer has; the change's own watch event
 /// reconciles the VM again).
-pub async fn write_status<A: VmApi>(
+pub(crate) async fn write_status<A: VmApi>(
     api: &A,
     vm: &VirtualMachine,
     status_of: impl Fn(&VirtualMachine) -> VirtualMachineStatus + Sync,
@@ -175,7 +175,7 @@ pub async fn write_status<A: VmApi>(
 /// Adds (`present = true`) or removes our finalizer, re-reading after a conflict. Returns the
 /// updated object, or `Ok(None)` if it is gone (removing the last finalizer of a deleting
 /// object makes it disappear).
-pub async fn set_finalizer<A: VmApi>(
+pub(crate) async fn set_finalizer<A: VmApi>(
     api: &A,
     vm: &VirtualMachine,
     present: bool,

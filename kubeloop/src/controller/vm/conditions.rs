@@ -17,13 +17,13 @@ use super::types::{Phase, VirtualMachine, VirtualMachineStatus};
 use crate::record::EventType;
 
 /// `status.conditions[].type` of the VM being Active on a running server.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 /// `status.conditions[].type` of the server existing and running.
-pub const SERVER_RUNNING: &str = "ServerRunning";
+pub(crate) const SERVER_RUNNING: &str = "ServerRunning";
 
 /// The conditions `status` implies for `vm`, keeping each transition time from `vm`'s current
 /// conditions when the condition's status did not change.
-pub fn conditions_for(
+pub(crate) fn conditions_for(
     vm: &VirtualMachine,
     status: &VirtualMachineStatus,
     now: &Time,
@@ -80,7 +80,7 @@ pub fn conditions_for(
 
 /// The event for a phase change from `vm`'s phase to `status`'s: reason the new phase
 /// (CamelCase), message naming the VM and the change. `None` if the phase did not change.
-pub fn transition_event(
+pub(crate) fn transition_event(
     vm: &VirtualMachine,
     status: &VirtualMachineStatus,
 ) -> Option<(EventType, &'static str, String)> {

@@ -223,7 +223,7 @@ pub(crate) fn reconcile_fn<D: Driver, A: VmApi>(
 }
 
 /// Errors a retry cannot fix (see [`super::error_policy`]) drop the key; the rest back off.
-pub fn error_policy(error: &ReconcileError, _key: &ObjectKey, _retries: u32) -> ErrorAction {
+pub(crate) fn error_policy(error: &ReconcileError, _key: &ObjectKey, _retries: u32) -> ErrorAction {
     if error.retry() {
         ErrorAction::RateLimited
     } else {
@@ -258,7 +258,7 @@ async fn sweep_every<D: Driver, A: VmApi>(
 }
 
 /// False for the controller's own status writes (only status and resourceVersion changed).
-pub fn needs_reconcile(old: &VirtualMachine, new: &VirtualMachine) -> bool {
+pub(crate) fn needs_reconcile(old: &VirtualMachine, new: &VirtualMachine) -> bool {
     let (o, n) = (&old.metadata, &new.metadata);
     o.resource_version == n.resource_version
         || o.generation != n.generation

@@ -4,7 +4,7 @@
 //! - [`ReconcileError::retry`] true (driver and apiserver failures): the worker puts the key
 //!   back with `add_rate_limited`, so a Failed VM is retried with the rate limiter's per-item
 //!   exponential backoff and never in a hot loop; a success `forget`s the key and resets the
-//!   backoff. The backoff is capped at [`MAX_RETRY_DELAY`] ([`rate_limiter`]), not client-go's
+//!   backoff. The backoff is capped at [`MAX_RETRY_DELAY`] ([`rate_limiter_capped`]), not client-go's
 //!   1000 s: an engine that comes back is noticed within two minutes, not seventeen.
 //! - Not retried: a key that is not `namespace/name`. A VM that is gone is not an error at all
 //!   (the reconcile returns done), so a deleted object is never requeued forever; an invalid
@@ -15,8 +15,7 @@
 //!   about the VM: no Failed status is written, no event recorded, and the error is not a
 //!   failure of the key. [`ReconcileError::retry`] is false (this replica must not act on it
 //!   again in this term); the runtime hands the key to the next leader, whose initial list
-//!   enqueues every VM anyway ([`ReconcileError::not_entitled`] tells it apart from a key to
-//!   drop).
+//!   enqueues every VM anyway.
 
 use std::time::Duration;
 
@@ -27,17 +26,12 @@ use super::driver::DriverError;
 use crate::runtime::NotEntitled;
 
 /// The longest a failing VM waits before its next try.
-pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(120);
 
-/// The VM controller's queue limiter: per VM 5 ms doubling up to [`MAX_RETRY_DELAY`], and
-/// overall 10 retries a second with bursts of 100 (client-go's `DefaultControllerRateLimiter`
-/// with the per-item cap lowered).
-pub fn rate_limiter() -> crate::workqueue::MaxOfRateLimiter<crate::runtime::ObjectKey> {
-    rate_limiter_capped(MAX_RETRY_DELAY)
-}
-
-/// [`rate_limiter`] with the per-VM backoff capped at `max_delay` (`--max-retry-delay`).
-pub fn rate_limiter_capped(
+/// The VM controller's queue limiter: per VM 5 ms doubling up to `max_delay`
+/// (`--max-retry-delay`, by default [`MAX_RETRY_DELAY`]), and overall 10 retries a second with
+/// bursts of 100 (client-go's `DefaultControllerRateLimiter` with the per-item cap lowered).
+pub(crate) fn rate_limiter_capped(
     max_delay: Duration,
 ) -> crate::workqueue::MaxOfRateLimiter<crate::runtime::ObjectKey> {
     use crate::workqueue::{
@@ -54,7 +48,7 @@ pub fn rate_limiter_capped(
 
 /// Why one reconcile of a key failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     #[error("invalid workqueue key {key:?}: expected namespace/name")]
     /// A key that is not `namespace/name`.
     InvalidKey {
@@ -79,19 +73,10 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// True if the key should go back to the queue with rate-limited backoff.
-    pub fn retry(&self) -> bool {
+    pub(crate) fn retry(&self) -> bool {
         match self {
             ReconcileError::InvalidKey { .. } | ReconcileError::NotEntitled(_) => false,
             ReconcileError::Api(_) | ReconcileError::Driver { .. } => true,
-        }
-    }
-
-    /// Why the reconcile stopped, if it stopped for lack of entitlement (not a failure of the
-    /// VM: requeue the key for the next leader without counting a failure).
-    pub fn not_entitled(&self) -> Option<NotEntitled> {
-        match self {
-            ReconcileError::NotEntitled(reason) => Some(*reason),
-            _ => None,
         }
     }
 }
@@ -119,7 +104,7 @@ mod tests {
 
     #[test]
     fn a_failing_vm_backs_off_exponentially_up_to_two_minutes() {
-        let limiter = rate_limiter();
+        let limiter = rate_limiter_capped(MAX_RETRY_DELAY);
         let key = crate::runtime::ObjectKey::new("ns", "vm");
         let delays: Vec<Duration> = (0..40).map(|_| limiter.when(&key)).collect();
         assert_eq!(delays[0], Duration::from_millis(5));
@@ -168,15 +153,9 @@ mod tests {
         });
         assert_eq!(fenced, ReconcileError::NotEntitled(NotEntitled::NotLeading));
         assert!(!fenced.retry());
-        assert_eq!(fenced.not_entitled(), Some(NotEntitled::NotLeading));
         assert_eq!(
             fenced.to_string(),
             "reconcile stopped: this process no longer leads"
         );
-        let api = ReconcileError::from(ApiError::Conflict {
-            vm: "ns/vm".into(),
-            operation: "status update",
-        });
-        assert_eq!(api.not_entitled(), None);
     }
 }

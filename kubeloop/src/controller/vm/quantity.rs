@@ -22,7 +22,7 @@ use super::types::VirtualMachine;
 
 /// What a VM asks the engine for, in engine units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resources {
+pub(crate) struct Resources {
     /// Millicores (`2` -> 2000, `500m` -> 500).
     pub cpu_millis: u64,
     /// Bytes.
@@ -31,7 +31,7 @@ pub struct Resources {
 
 /// A quantity string that is not acceptable.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum QuantityError {
+pub(crate) enum QuantityError {
     #[error("{value:?} is not a quantity: {problem}")]
     /// Not a Kubernetes quantity.
     Malformed {
@@ -68,7 +68,7 @@ pub enum QuantityError {
 
 /// A VM whose `spec.resource` cannot be turned into engine units.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum SpecError {
+pub(crate) enum SpecError {
     #[error("VirtualMachine {vm}: spec.resource is missing (cpu and memory are required)")]
     /// `spec.resource` is missing.
     MissingResource {
@@ -95,13 +95,13 @@ pub enum SpecError {
 
 /// The most CPU a VM may ask for, in millicores: what the Docker API's `NanoCpus` (an int64
 /// of nano-cores) holds, about 9.2 billion cores. `crds/virtualmachine.yaml` refuses more.
-pub const MAX_CPU_MILLIS: u64 = i64::MAX as u64 / 1_000_000;
+pub(crate) const MAX_CPU_MILLIS: u64 = i64::MAX as u64 / 1_000_000;
 /// The most memory a VM may ask for, in bytes: 1 EiB, more than any machine has and well
 /// inside what the Docker API's `Memory` (an int64) holds. (Not `i64::MAX` itself: a CRD rule
 /// `quantity(self).compareTo(quantity('9223372036854775807')) <= 0` let `8Ei` through on
 /// Kubernetes 1.36.3, so the CRD could not say that limit.)
 /// `crds/virtualmachine.yaml` refuses more.
-pub const MAX_MEMORY_BYTES: u64 = 1 << 60;
+pub(crate) const MAX_MEMORY_BYTES: u64 = 1 << 60;
 
 /// The most a resource takes, in its engine unit, and how an error says it.
 struct Limit {
@@ -122,7 +122,7 @@ const CPU_SUFFIXES: &str = "m, k, M, G or none";
 const MEMORY_SUFFIXES: &str = "k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or none";
 
 /// The engine units of `vm.spec.resource`, or an error naming the VM and the field.
-pub fn resources_of(vm: &VirtualMachine) -> Result<Resources, SpecError> {
+pub(crate) fn resources_of(vm: &VirtualMachine) -> Result<Resources, SpecError> {
     let key = vm.key();
     let resource = vm
         .spec
@@ -142,7 +142,7 @@ pub fn resources_of(vm: &VirtualMachine) -> Result<Resources, SpecError> {
 }
 
 /// CPU in millicores: `"2"` -> 2000, `"500m"` -> 500, `"0.25"` -> 250.
-pub fn parse_cpu_millis(value: &str) -> Result<u64, QuantityError> {
+pub(crate) fn parse_cpu_millis(value: &str) -> Result<u64, QuantityError> {
     let (number, suffix) = split_number(value, &CPU_LIMIT)?;
     // Multiplier to millicores, as a (numerator) power of ten.
     let scale: u128 = match suffix {
@@ -157,7 +157,7 @@ pub fn parse_cpu_millis(value: &str) -> Result<u64, QuantityError> {
 }
 
 /// Memory in bytes: `"4G"` -> 4 000 000 000, `"4Gi"` -> 4 294 967 296.
-pub fn parse_memory_bytes(value: &str) -> Result<u64, QuantityError> {
+pub(crate) fn parse_memory_bytes(value: &str) -> Result<u64, QuantityError> {
     let (number, suffix) = split_number(value, &MEMORY_LIMIT)?;
     let scale: u128 = match suffix {
         "" => 1,

@@ -48,39 +48,38 @@ use super::api::{VmApi, set_finalizer, write_status};
 use super::compensation::create_fenced;
 use super::conditions::{conditions_for, transition_event};
 use super::driver::{
-    DeleteOutcome, Driver, DriverError, ServerSpec, ServerStatus as DriverServerStatus,
-    server_name, uid_label_text,
+    DeleteOutcome, Driver, DriverError, DriverServerStatus, ServerSpec, server_name, uid_label_text,
 };
 use super::error_policy::ReconcileError;
 use super::quantity::{Resources, resources_of};
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
 use crate::record::{EventRecorder, EventType};
-pub use crate::runtime::Action;
+use crate::runtime::Action;
 use crate::runtime::{NotEntitled, ObjectKey, ReconcileContext};
 
 /// controller101 refreshed usage on a 20-30 s resync; we requeue each Active VM after this.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(20);
 
 /// The Warning event reason when a server of the VM's name is not the VM's.
-pub const REASON_SERVER_NAME_TAKEN: &str = "ServerNameTaken";
+pub(crate) const REASON_SERVER_NAME_TAKEN: &str = "ServerNameTaken";
 
 /// How long a VM the engine refused ([`DriverError::Refused`]: image missing, limits it
 /// cannot apply) waits before the same spec is tried again; an edit of the spec tries at once.
-pub const DEFAULT_REFUSED_RETRY_INTERVAL: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_REFUSED_RETRY_INTERVAL: Duration = Duration::from_secs(600);
 
 /// The wait before the first restart of a server that exited; each further exit in a row
 /// doubles it, up to [`CRASH_BACKOFF_MAX`] (the kubelet's container restart backoff).
-pub const CRASH_BACKOFF_BASE: Duration = Duration::from_secs(10);
+pub(crate) const CRASH_BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// The longest wait before restarting a server that keeps exiting.
-pub const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub(crate) const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// After this many exits in a row the VM's phase is `CrashLoopBackOff` (before: `Failed`).
-pub const CRASH_LOOP_AFTER: i32 = 3;
+pub(crate) const CRASH_LOOP_AFTER: i32 = 3;
 /// A server that has run this long since its last start has its restart count reset.
-pub const CRASH_RESET_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const CRASH_RESET_AFTER: Duration = Duration::from_secs(600);
 
 /// Settings of the phase machine.
 #[derive(Clone, Debug)]
-pub struct ReconcilerConfig {
+pub(crate) struct ReconcilerConfig {
     /// How often an Active VM's usage is refreshed (`--refresh-interval`).
     pub refresh_interval: Duration,
     /// How long a VM the engine refused waits before the same spec is tried again.
@@ -98,7 +97,7 @@ impl Default for ReconcilerConfig {
 
 /// The wait before restarting a server that has been restarted `restarts` times in a row:
 /// [`CRASH_BACKOFF_BASE`] doubled per restart, at most [`CRASH_BACKOFF_MAX`].
-pub fn crash_backoff(restarts: i32) -> Duration {
+pub(crate) fn crash_backoff(restarts: i32) -> Duration {
     CRASH_BACKOFF_BASE
         .saturating_mul(1u32 << restarts.clamp(0, 16))
         .min(CRASH_BACKOFF_MAX)
@@ -113,7 +112,7 @@ enum Started {
 }
 
 /// Reconciles VirtualMachines with a driver `D` through an apiserver `A`.
-pub struct Reconciler<D, A> {
+pub(crate) struct Reconciler<D, A> {
     /// Shared with the create tasks, which outlive a cancelled reconcile to undo what they made.
     driver: Arc<D>,
     api: A,
@@ -131,7 +130,7 @@ struct NameTaken<'a> {
 
 impl<D: Driver, A: VmApi> Reconciler<D, A> {
     /// A reconciler creating servers through `driver` and writing through `api`.
-    pub fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
+    pub(crate) fn new(driver: D, api: A, config: ReconcilerConfig) -> Self {
         Self {
             driver: Arc::new(driver),
             api,
@@ -141,7 +140,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     }
 
     /// Also records Kubernetes Events about the VMs.
-    pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
+    pub(crate) fn with_recorder(mut self, recorder: EventRecorder) -> Self {
         self.recorder = Some(recorder);
         self
     }
@@ -163,17 +162,17 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     }
 
     /// The apiserver access (for tests and wiring).
-    pub fn api(&self) -> &A {
+    pub(crate) fn api(&self) -> &A {
         &self.api
     }
 
     /// The driver (for tests and wiring).
-    pub fn driver(&self) -> &D {
+    pub(crate) fn driver(&self) -> &D {
         &self.driver
     }
 
     /// One pass over the VM named by `key`, entitled to side effects while `ctx` is.
-    pub async fn reconcile(
+    pub(crate) async fn reconcile(
         &self,
         key: &ObjectKey,
         ctx: &ReconcileContext,
@@ -717,7 +716,7 @@ fn with_conditions(vm: &VirtualMachine, mut status: VirtualMachineStatus) -> Vir
 }
 
 /// A usage change smaller than this (percentage points) is not worth a status write.
-pub const USAGE_WRITE_THRESHOLD: f64 = 1.0;
+pub(crate) const USAGE_WRITE_THRESHOLD: f64 = 1.0;
 
 /// True if `new` would show a user nothing that `old` does not: the same phase, reason,
 /// conditions (generation included) and server, and CPU and memory within

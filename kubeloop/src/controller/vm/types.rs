@@ -22,14 +22,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::controller::schema::{conditions, date_time, plain_fields};
 
-/// API group of the resource.
-pub const GROUP: &str = "cloudnative.tw";
-/// API version of the resource.
-pub const VERSION: &str = "v1alpha1";
-/// Kind of the resource.
-pub const KIND: &str = "VirtualMachine";
-/// Plural (the REST resource name).
-pub const PLURAL: &str = "virtualmachines";
 /// The finalizer that keeps a VM until its server is deleted (controller101's string).
 pub const FINALIZER: &str = "finalizer.cloudnative.tw";
 
@@ -80,10 +72,10 @@ pub struct VirtualMachineSpec {
 /// `spec.resource`: Kubernetes quantities (`cpu: 2`, `cpu: 500m`, `memory: 4G`, `memory: 4Gi`).
 ///
 /// Each is written as an integer (cpu: 2) or a string (cpu: "500m", memory: 4G, memory: 4Gi).
-/// The schema's patterns admit exactly what the controller parses ([`super::quantity`]): an
+/// The schema's patterns admit exactly what the controller parses (`quantity.rs`): an
 /// unsigned decimal number with an optional suffix, no exponent. Its CEL rules refuse zero, and
-/// more than the controller takes ([`super::quantity::MAX_CPU_MILLIS`], what the Docker API's
-/// int64 NanoCpus holds, and [`super::quantity::MAX_MEMORY_BYTES`], 1Ei).
+/// more than the controller takes (`MAX_CPU_MILLIS`, `i64::MAX / 1_000_000` millicores, what
+/// the Docker API's int64 NanoCpus holds, and `MAX_MEMORY_BYTES`, 1Ei).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceSpec {
     /// CPU cores, e.g. 2 or "500m"; must be greater than zero.
@@ -148,8 +140,9 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The server backing the VM, as last seen.
     pub server: Option<ServerStatus>,
-    /// Restarts of the server after it exited, since it last ran
-    /// [`super::reconcile::CRASH_RESET_AFTER`] without exiting (a pod's `restartCount`).
+    /// Restarts of the server after it exited, since it last ran for
+    /// ten minutes (`CRASH_RESET_AFTER` in `reconcile.rs`) without exiting (a pod's
+    /// `restartCount`).
     /// An `int32`, as the CRD says: the apiserver checks the schema's bounds, not its
     /// `format`, so the type is as wide as the CRD allows and no wider.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -162,7 +155,7 @@ pub struct VirtualMachineStatus {
     #[schemars(schema_with = "date_time")]
     /// When the status last changed in a way a user sees.
     pub last_update_time: Option<Time>,
-    /// `Ready` and `ServerRunning` ([`super::conditions`]), derived from the rest of the status
+    /// `Ready` and `ServerRunning` (`conditions.rs`), derived from the rest of the status
     /// each time it is written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
@@ -216,7 +209,7 @@ pub enum Phase {
     Active,
     /// Something went wrong; the reason says what.
     Failed,
-    /// The server exited [`super::reconcile::CRASH_LOOP_AFTER`] times in a row; it is
+    /// The server exited 3 times in a row (`CRASH_LOOP_AFTER` in `reconcile.rs`); it is
     /// restarted with a growing delay (a pod's `CrashLoopBackOff`).
     CrashLoopBackOff,
     /// Deletion was requested; its server is being deleted.
@@ -352,11 +345,7 @@ mod tests {
     #[test]
     fn the_resource_url_is_the_crds_namespaced_path() {
         use kube_client::Resource;
-        // The constants the controller names VirtualMachine by agree with the derive's.
-        assert_eq!(VirtualMachine::group(&()), GROUP);
-        assert_eq!(VirtualMachine::version(&()), VERSION);
-        assert_eq!(VirtualMachine::kind(&()), KIND);
-        assert_eq!(VirtualMachine::plural(&()), PLURAL);
+        assert_eq!(VirtualMachine::kind(&()), "VirtualMachine");
         assert_eq!(
             VirtualMachine::url_path(&(), Some("ns")),
             "/apis/cloudnative.tw/v1alpha1/namespaces/ns/virtualmachines"

@@ -42,10 +42,10 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
-    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, ManagedServer, ServerSpec,
-    ServerStatus, labels_for,
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
+    ManagedServer, ServerSpec, labels_for,
 };
-pub use super::{LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID};
+use super::{LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID};
 
 /// Socket hack/setup-podman serves the Docker API on.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///run/kubeloop/podman.sock";
@@ -293,7 +293,10 @@ fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// CPU% between two samples: cpu_delta / system_delta * online_cpus * 100.
-pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerCpuStats>) -> f64 {
+pub(crate) fn cpu_percent(
+    before: Option<&ContainerCpuStats>,
+    after: Option<&ContainerCpuStats>,
+) -> f64 {
     let (Some(before), Some(after)) = (before, after) else {
         return 0.0;
     };
@@ -328,7 +331,7 @@ pub fn cpu_percent(before: Option<&ContainerCpuStats>, after: Option<&ContainerC
 
 /// Mem% as `docker stats` shows it: (usage - inactive file cache) / limit * 100 (0 without a
 /// limit). The cache is `inactive_file` under cgroup v2, `total_inactive_file` under v1.
-pub fn memory_percent(stats: &ContainerStatsResponse) -> f64 {
+pub(crate) fn memory_percent(stats: &ContainerStatsResponse) -> f64 {
     let Some(memory) = stats.memory_stats.as_ref() else {
         return 0.0;
     };
@@ -501,7 +504,7 @@ impl Driver for DockerDriver {
         Ok(self.inspect(name).await?.is_some())
     }
 
-    async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
+    async fn server_status(&self, name: &str) -> Result<Option<DriverServerStatus>, DriverError> {
         let Some(mut found) = self.inspect(name).await? else {
             return Ok(None);
         };
@@ -535,7 +538,7 @@ impl Driver for DockerDriver {
         let limits = found.host_config.as_ref();
         let nano_cpus = limits.and_then(|h| h.nano_cpus).unwrap_or(0);
         let memory = limits.and_then(|h| h.memory).unwrap_or(0);
-        Ok(Some(ServerStatus {
+        Ok(Some(DriverServerStatus {
             id: found.id.unwrap_or_default(),
             state: state_name,
             running,

@@ -19,8 +19,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::{
-    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, LABEL_MANAGED_BY, LABEL_NAME,
-    LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec, ServerStatus, labels_for,
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
+    LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec,
+    labels_for,
 };
 
 /// A cloneable handle to one in-memory engine.
@@ -242,8 +243,8 @@ impl Inner {
 }
 
 impl FakeServer {
-    fn status(&self) -> ServerStatus {
-        ServerStatus {
+    fn status(&self) -> DriverServerStatus {
+        DriverServerStatus {
             id: self.id.clone(),
             state: if self.running { "running" } else { "exited" }.into(),
             running: self.running,
@@ -376,7 +377,7 @@ impl Driver for FakeDriver {
         Ok(inner.servers.contains_key(name))
     }
 
-    async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
+    async fn server_status(&self, name: &str) -> Result<Option<DriverServerStatus>, DriverError> {
         if !self.status_latency.is_zero() {
             tokio::time::sleep(self.status_latency).await;
         }

@@ -40,7 +40,7 @@ pub struct ServerSpec {
 
 /// A server as the engine reports it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ServerStatus {
+pub struct DriverServerStatus {
     /// The engine's id.
     pub id: String,
     /// The engine's state string (`running`, `exited`, `created`, ...).
@@ -69,7 +69,7 @@ pub struct ServerStatus {
     pub accelerator: Option<String>,
 }
 
-impl ServerStatus {
+impl DriverServerStatus {
     /// True if the server ran and stopped (exited, was killed, crashed), as opposed to one
     /// created and never started, or running.
     pub fn exited(&self) -> bool {
@@ -81,7 +81,7 @@ impl ServerStatus {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Created {
     /// The server, running.
-    pub status: ServerStatus,
+    pub status: DriverServerStatus,
     /// True if the server already existed (with this VM's uid) and was adopted, not created:
     /// undoing this call must then not delete it.
     pub adopted: bool,
@@ -187,7 +187,7 @@ impl DriverError {
 }
 
 /// `label kubeloop.dev/vm-uid=<uid>` or `no kubeloop.dev/vm-uid label`, for messages.
-pub fn uid_label_text(found_uid: Option<&str>) -> String {
+pub(crate) fn uid_label_text(found_uid: Option<&str>) -> String {
     match found_uid {
         Some(uid) => format!("label {LABEL_UID}={uid}"),
         None => format!("no {LABEL_UID} label"),
@@ -195,7 +195,7 @@ pub fn uid_label_text(found_uid: Option<&str>) -> String {
 }
 
 /// The labels a server for `spec` is created with.
-pub fn labels_for(spec: &ServerSpec, managed_by: &str) -> BTreeMap<String, String> {
+pub(crate) fn labels_for(spec: &ServerSpec, managed_by: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_NAMESPACE.to_string(), spec.vm_namespace.clone()),
         (LABEL_NAME.to_string(), spec.vm_name.clone()),
@@ -237,7 +237,7 @@ pub trait Driver: Send + Sync + 'static {
     fn server_status(
         &self,
         name: &str,
-    ) -> impl Future<Output = Result<Option<ServerStatus>, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Option<DriverServerStatus>, DriverError>> + Send;
 }
 
 /// The server (container) name of VM `namespace/name`: `kubeloop-vm_<namespace>_<name>`.

@@ -1,6 +1,7 @@
 //! Where VMs run: controller101's `pkg/driver` (`Interface`: CreateServer, DeleteServer,
-//! IsServerExist, GetServerStatus), with two implementations: [`FakeDriver`] (in memory) and
-//! [`DockerDriver`] (containers through the Docker API, e.g. podman's).
+//! IsServerExist, GetServerStatus), with three implementations: [`FakeDriver`] (in memory),
+//! [`DockerDriver`] (containers through the Docker API, e.g. podman's) and [`QemuDriver`]
+//! (`qemu-system-x86_64` processes).
 //!
 //! Differences on purpose: every call returns its errors (controller101 dropped those of
 //! `IsServerExist`); `delete_server` of a missing server succeeds; `create_server` of a server
@@ -19,16 +20,20 @@
 //! The interface and its vocabulary are in `interface.rs`, a leaf the drivers import; this
 //! file only names the modules and re-exports them.
 
-pub mod docker;
-pub mod fake;
+mod docker;
+mod fake;
 mod interface;
-pub mod qemu;
+mod qemu;
 
-pub use docker::{DockerDriver, DockerDriverConfig};
-pub use fake::FakeDriver;
+pub use docker::{DEFAULT_DOCKER_HOST, DEFAULT_IMAGE, DockerDriver, DockerDriverConfig};
+pub use fake::{FakeDriver, FakeServer};
 pub use interface::{
-    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, LABEL_MANAGED_BY, LABEL_NAME,
-    LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec, ServerStatus, labels_for, server_name,
-    uid_label_text,
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
+    LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec,
+    server_name,
 };
-pub use qemu::{QemuDriver, QemuDriverConfig};
+pub(crate) use interface::{labels_for, uid_label_text};
+pub use qemu::{
+    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, Qmp, QmpError, READY_LINE,
+    ServerDir, StateRoot, VmRecord, default_cache_dir, default_state_dir,
+};

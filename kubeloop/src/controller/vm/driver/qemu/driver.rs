@@ -14,8 +14,8 @@ use super::qmp::{Qmp, QmpError, query_accelerator, query_status};
 use super::state::{ServerDir, StateRoot, VmRecord, valid_uid};
 use super::usage::{self, CpuSample};
 use crate::controller::vm::driver::{
-    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, ManagedServer, ServerSpec,
-    ServerStatus,
+    Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
+    ManagedServer, ServerSpec,
 };
 
 /// The line the guest's init prints on the serial console once httpd answers
@@ -214,7 +214,7 @@ impl QemuDriver {
     }
 
     /// The status of the server in `dir`.
-    async fn status_of(&self, dir: &ServerDir) -> Result<ServerStatus, DriverError> {
+    async fn status_of(&self, dir: &ServerDir) -> Result<DriverServerStatus, DriverError> {
         let server = dir.id.clone();
         let record = dir
             .record()
@@ -222,7 +222,7 @@ impl QemuDriver {
         let pid = dir
             .live_pid()
             .map_err(|e| self.io_error("inspect", &server, e))?;
-        let mut status = ServerStatus {
+        let mut status = DriverServerStatus {
             id: dir.id.clone(),
             state: String::new(),
             running: false,
@@ -654,7 +654,7 @@ impl Driver for QemuDriver {
         Ok(self.find(name)?.is_some())
     }
 
-    async fn server_status(&self, name: &str) -> Result<Option<ServerStatus>, DriverError> {
+    async fn server_status(&self, name: &str) -> Result<Option<DriverServerStatus>, DriverError> {
         match self.find(name)? {
             Some(dir) => self.status_of(&dir).await.map(Some),
             None => Ok(None),

@@ -17,7 +17,7 @@ use super::state::ServerDir;
 
 /// What to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LaunchSpec {
+pub(crate) struct LaunchSpec {
     /// The `qemu-system-x86_64` to run.
     pub qemu_binary: PathBuf,
     /// The kernel (`vmlinuz`).
@@ -38,10 +38,10 @@ pub struct LaunchSpec {
 
 /// The guest kernel's command line: console on the first serial port, and a panic ends QEMU
 /// (with `-no-reboot`) instead of hanging, so a guest that cannot boot is a dead server.
-pub const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 quiet";
+pub(crate) const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 quiet";
 
 /// QEMU's argv (without the binary) for `spec` in `dir`.
-pub fn qemu_args(spec: &LaunchSpec, dir: &Path) -> Vec<String> {
+pub(crate) fn qemu_args(spec: &LaunchSpec, dir: &Path) -> Vec<String> {
     let path = |name: &str| escape_commas(&dir.join(name).display().to_string());
     let (accel, cpu) = match spec.accelerator {
         "kvm" => ("kvm".to_string(), "host"),
@@ -112,7 +112,7 @@ echo "$code $(date +%s)" > exit.tmp && mv exit.tmp exit
 
 /// Starts QEMU for `spec` under the monitor in `dir`, detached. Returns once the detaching
 /// shell has exited (QEMU is then starting; wait for its QMP socket).
-pub async fn spawn_detached(spec: &LaunchSpec, dir: &ServerDir) -> std::io::Result<()> {
+pub(crate) async fn spawn_detached(spec: &LaunchSpec, dir: &ServerDir) -> std::io::Result<()> {
     let args = qemu_args(spec, &dir.path);
     let cmdline = std::iter::once(spec.qemu_binary.display().to_string())
         .chain(args.iter().cloned())
@@ -166,7 +166,7 @@ pub async fn spawn_detached(spec: &LaunchSpec, dir: &ServerDir) -> std::io::Resu
 /// Opening `/dev/kvm` is not enough: under some nested hypervisors KVM creates VMs whose
 /// guests hang before the kernel's first line (seen on this project's build machines), or
 /// QEMU aborts setting an MSR the host refuses.
-pub async fn probe_kvm(
+pub(crate) async fn probe_kvm(
     qemu_binary: &Path,
     kernel: &Path,
     bound: Duration,

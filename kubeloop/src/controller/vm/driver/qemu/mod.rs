@@ -12,7 +12,8 @@
 //!   choice is in each VM's `vm.json` and QMP's `query-kvm`.
 //! - Lifetime: QEMU runs detached under a monitor shell and outlives the controller; the
 //!   driver finds, adopts (by uid only), inspects and deletes VMs through their state
-//!   directories ([`state`]) and QMP ([`qmp`]), never by scanning process names.
+//!   directories ([`StateRoot`], `state.rs`) and QMP ([`Qmp`], `qmp.rs`), never by scanning
+//!   process names.
 //! - Phases: a create launches QEMU and waits (up to `boot_timeout`) for the guest's
 //!   readiness line on the serial console, so the reconcile's phase stays `Creating` until the
 //!   guest is up, then `Active` with `server.state` from QMP `query-status`. A QEMU alive but
@@ -25,16 +26,18 @@
 //! - Delete: ACPI power button (QMP `system_powerdown`; the guest's acpid powers off), QMP
 //!   `quit` after `powerdown_timeout`, SIGKILL after `quit_timeout`, then the directory goes.
 //!   Deleting what is not there succeeds.
-//! - Usage: see [`usage`] (CPU% 100 = one host core, over the QEMU process's CPU time between
+//! - Usage: see `usage.rs` (CPU% 100 = one host core, over the QEMU process's CPU time between
 //!   refreshes; MEMORY% = QEMU's RSS over the guest's memory).
 
 mod driver;
-pub mod launch;
-pub mod qmp;
-pub mod state;
-pub mod usage;
+mod launch;
+mod qmp;
+mod state;
+mod usage;
 
 pub use driver::{
     Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, READY_LINE, default_cache_dir,
     default_state_dir,
 };
+pub use qmp::{Qmp, QmpError};
+pub use state::{ServerDir, StateRoot, VmRecord};

@@ -74,7 +74,8 @@ pub enum QmpError {
     },
 }
 
-/// One negotiated QMP connection.
+/// One negotiated QMP connection to a QEMU VM's `qmp.sock` (QEMU Machine Protocol). QEMU serves
+/// one client at a time, so hold it only for the commands at hand.
 pub struct Qmp {
     path: String,
     reader: BufReader<OwnedReadHalf>,
@@ -187,7 +188,7 @@ impl Qmp {
 }
 
 /// `query-status`'s `status` (`running`, `paused`, `shutdown`, `internal-error`, ...).
-pub async fn query_status(qmp: &mut Qmp) -> Result<String, QmpError> {
+pub(crate) async fn query_status(qmp: &mut Qmp) -> Result<String, QmpError> {
     let answer = qmp.execute("query-status", None).await?;
     Ok(answer
         .get("status")
@@ -197,7 +198,7 @@ pub async fn query_status(qmp: &mut Qmp) -> Result<String, QmpError> {
 }
 
 /// `kvm` if `query-kvm` says KVM is enabled, else `tcg`.
-pub async fn query_accelerator(qmp: &mut Qmp) -> Result<&'static str, QmpError> {
+pub(crate) async fn query_accelerator(qmp: &mut Qmp) -> Result<&'static str, QmpError> {
     let answer = qmp.execute("query-kvm", None).await?;
     Ok(
         if answer.get("enabled").and_then(Value::as_bool) == Some(true) {

@@ -79,7 +79,10 @@ pub struct VmRecord {
     pub accelerator: String,
 }
 
-/// The root holding every server directory of one driver.
+/// The root holding every server directory of one QEMU driver
+/// ([`QemuDriverConfig::state_dir`](super::QemuDriverConfig::state_dir)). Public so that a test
+/// or a tool can find a VM's directory ([`Self::of_vm`]) and look inside it; the driver is its
+/// only writer.
 #[derive(Clone, Debug)]
 pub struct StateRoot {
     root: PathBuf,
@@ -87,7 +90,9 @@ pub struct StateRoot {
     prefix_max: usize,
 }
 
-/// One server directory.
+/// One server directory, `<root>/<namespace>_<name>_<uid>/`: `vm.json` ([`VmRecord`]),
+/// `qemu.pid`, `qmp.sock` ([`Qmp`](super::Qmp)), `console.sock` (the guest's serial console),
+/// `serial.log`, `qemu.log`, `cmdline` (QEMU's argv, one argument a line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerDir {
     /// The directory's name: the server's id.
@@ -95,16 +100,16 @@ pub struct ServerDir {
     /// The directory.
     pub path: PathBuf,
     /// The uid its name carries.
-    pub uid: String,
+    pub(crate) uid: String,
 }
 
 /// How a server's last QEMU run ended, from the `exit` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Exit {
+pub(crate) struct Exit {
     /// The exit code (128 + the signal for a killed QEMU).
-    pub code: i64,
+    pub(crate) code: i64,
     /// When it ended.
-    pub at: Timestamp,
+    pub(crate) at: Timestamp,
 }
 
 impl StateRoot {
@@ -140,7 +145,7 @@ impl StateRoot {
     }
 
     /// The root directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.root
     }
 
@@ -153,7 +158,7 @@ impl StateRoot {
     }
 
     /// The directory (existing or not) of the server for VM `namespace/name` with `uid`.
-    pub fn dir_for(&self, namespace: &str, name: &str, uid: &str) -> ServerDir {
+    pub(crate) fn dir_for(&self, namespace: &str, name: &str, uid: &str) -> ServerDir {
         let id = format!("{}_{uid}", self.prefix(namespace, name));
         ServerDir {
             path: self.root.join(&id),
@@ -164,7 +169,7 @@ impl StateRoot {
 
     /// The server directory named `id`, if it exists and its `vm.json` is of the uid the id
     /// ends with (an id may come from a status anyone with status rights can write).
-    pub fn by_id(&self, id: &str) -> Option<ServerDir> {
+    pub(crate) fn by_id(&self, id: &str) -> Option<ServerDir> {
         let dir = self.present(id)?;
         let record = dir.record().ok()?;
         (record.uid == dir.uid).then_some(dir)
@@ -224,7 +229,7 @@ impl StateRoot {
 
     /// Makes the directory for `record` whole (see the module docs). `Ok(false)`: it already
     /// existed (and was left as it was).
-    pub fn create(&self, dir: &ServerDir, record: &VmRecord) -> io::Result<bool> {
+    pub(crate) fn create(&self, dir: &ServerDir, record: &VmRecord) -> io::Result<bool> {
         if dir.path.exists() {
             return Ok(false);
         }
@@ -250,7 +255,7 @@ impl StateRoot {
 
     /// Removes a server directory: renamed out of the way first (so it stops being the server
     /// at once), then deleted. Also removes what earlier removals left half done.
-    pub fn remove(&self, dir: &ServerDir) -> io::Result<()> {
+    pub(crate) fn remove(&self, dir: &ServerDir) -> io::Result<()> {
         let doomed = self.root.join(format!(".deleting-{}", dir.id));
         match fs::rename(&dir.path, &doomed) {
             Ok(()) => {}
@@ -270,7 +275,7 @@ impl StateRoot {
     /// Deletes `.creating-*` and `.deleting-*` directories that crashes left behind (best
     /// effort; a `.creating-` of a create in flight in another process loses its race and that
     /// create fails and is retried).
-    pub fn remove_leftovers(&self) {
+    pub(crate) fn remove_leftovers(&self) {
         let Ok(entries) = fs::read_dir(&self.root) else {
             return;
         };
@@ -313,7 +318,7 @@ impl ServerDir {
     }
 
     /// Writes the VM record (atomically: a temporary file renamed over it).
-    pub fn write_record(&self, record: &VmRecord) -> io::Result<()> {
+    pub(crate) fn write_record(&self, record: &VmRecord) -> io::Result<()> {
         write_atomic(&self.file("vm.json"), &record_json(record)?)
     }
 
@@ -328,19 +333,19 @@ impl ServerDir {
     }
 
     /// The `exit` file the monitor shell writes when QEMU ends.
-    pub fn exit(&self) -> Option<Exit> {
+    pub(crate) fn exit(&self) -> Option<Exit> {
         let text = fs::read_to_string(self.file("exit")).ok()?;
         parse_exit(&text)
     }
 
     /// When the current QEMU started (its pidfile's time), if one runs.
-    pub fn started_at(&self) -> Option<Timestamp> {
+    pub(crate) fn started_at(&self) -> Option<Timestamp> {
         unix_time_file(&self.file("started"))
     }
 
     /// When the serial log last changed: the last sign of life of a QEMU that ended without
     /// its monitor recording it (both killed, or the host rebooted).
-    pub fn last_output_at(&self) -> Option<Timestamp> {
+    pub(crate) fn last_output_at(&self) -> Option<Timestamp> {
         let modified = fs::metadata(self.file("serial.log"))
             .and_then(|m| m.modified())
             .ok()?;
@@ -349,7 +354,7 @@ impl ServerDir {
 
     /// True once the readiness line was seen this boot; looks for it in `serial.log` (and
     /// remembers it in `ready`) until then.
-    pub fn ready(&self, line: &str) -> bool {
+    pub(crate) fn ready(&self, line: &str) -> bool {
         if self.file("ready").exists() {
             return true;
         }
@@ -363,18 +368,18 @@ impl ServerDir {
     }
 
     /// The last `n` lines the guest printed (for error messages), lossily decoded.
-    pub fn serial_tail(&self, n: usize) -> String {
+    pub(crate) fn serial_tail(&self, n: usize) -> String {
         tail_lines(&fs::read(self.file("serial.log")).unwrap_or_default(), n)
     }
 
     /// The last `n` lines of QEMU's stderr.
-    pub fn qemu_log_tail(&self, n: usize) -> String {
+    pub(crate) fn qemu_log_tail(&self, n: usize) -> String {
         tail_lines(&fs::read(self.file("qemu.log")).unwrap_or_default(), n)
     }
 
     /// Clears what belongs to the previous boot before a new one: its exit, readiness and
     /// pidfile; its serial log is kept as `serial.log.1`.
-    pub fn reset_boot(&self) -> io::Result<()> {
+    pub(crate) fn reset_boot(&self) -> io::Result<()> {
         for name in ["exit", "exit.tmp", "ready", "qemu.pid", "started"] {
             match fs::remove_file(self.file(name)) {
                 Ok(()) => {}
@@ -393,7 +398,7 @@ impl ServerDir {
 /// Splits a directory name `<prefix>_<uid>` (the uid has no `_`). The prefix must be a
 /// `<namespace>_<name>` (cut short or not): lower-case letters, digits, `-`, `.` and one `_`,
 /// starting with a letter or digit; so no id is a path of more than one component.
-pub fn parse_id(id: &str) -> Option<(&str, &str)> {
+pub(crate) fn parse_id(id: &str) -> Option<(&str, &str)> {
     let (prefix, uid) = id.rsplit_once('_')?;
     let valid = prefix
         .bytes()
@@ -408,7 +413,7 @@ pub fn parse_id(id: &str) -> Option<(&str, &str)> {
 }
 
 /// True if `uid` can name a directory (a UUID can; anything with `/`, `_` or `.` cannot).
-pub fn valid_uid(uid: &str) -> bool {
+pub(crate) fn valid_uid(uid: &str) -> bool {
     !uid.is_empty()
         && uid.len() <= UID_LEN
         && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
@@ -431,7 +436,7 @@ fn record_json(record: &VmRecord) -> io::Result<Vec<u8>> {
 }
 
 /// Writes `path` whole or not at all (a private temp file renamed over it).
-pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     write_private(&tmp, contents)?;
     fs::File::open(&tmp)?.sync_all()?;
@@ -439,7 +444,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 }
 
 /// Writes `path` (created with mode 0600, or truncated), never through a symlink.
-pub fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
+pub(crate) fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 /// One CPU sample of a process.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CpuSample {
+pub(crate) struct CpuSample {
     /// The QEMU process.
     pub pid: i32,
     /// `starttime` (clock ticks after boot): with the pid, identifies the process.
@@ -28,14 +28,14 @@ pub struct CpuSample {
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
-pub fn ticks_per_second() -> f64 {
+pub(crate) fn ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 /// Reads `/proc/<pid>/stat`.
-pub fn sample(pid: i32) -> io::Result<CpuSample> {
+pub(crate) fn sample(pid: i32) -> io::Result<CpuSample> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let (cpu_ticks, start_ticks) = parse_stat(&text).ok_or_else(|| {
         io::Error::new(
@@ -54,7 +54,7 @@ pub fn sample(pid: i32) -> io::Result<CpuSample> {
 /// (`utime + stime`, `starttime`) from a `/proc/<pid>/stat` line. The command name (field 2)
 /// is in parentheses and may hold spaces and parentheses: fields are counted after the last
 /// `)`, where field 3 (state) comes first.
-pub fn parse_stat(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64)> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // Field n of proc(5) is fields[n - 3].
@@ -66,7 +66,11 @@ pub fn parse_stat(text: &str) -> Option<(u64, u64)> {
 
 /// CPU% between `before` and `now` of the same process (0 if it is another process or no
 /// time passed).
-pub fn cpu_percent_between(before: &CpuSample, now: &CpuSample, ticks_per_second: f64) -> f64 {
+pub(crate) fn cpu_percent_between(
+    before: &CpuSample,
+    now: &CpuSample,
+    ticks_per_second: f64,
+) -> f64 {
     if before.pid != now.pid || before.start_ticks != now.start_ticks {
         return 0.0;
     }
@@ -80,7 +84,11 @@ pub fn cpu_percent_between(before: &CpuSample, now: &CpuSample, ticks_per_second
 
 /// CPU% averaged over the process's life, for a first sample: `uptime_seconds` is the first
 /// number of `/proc/uptime`.
-pub fn cpu_percent_since_start(now: &CpuSample, uptime_seconds: f64, ticks_per_second: f64) -> f64 {
+pub(crate) fn cpu_percent_since_start(
+    now: &CpuSample,
+    uptime_seconds: f64,
+    ticks_per_second: f64,
+) -> f64 {
     let alive = uptime_seconds - now.start_ticks as f64 / ticks_per_second;
     if alive <= 0.0 {
         return 0.0;
@@ -89,7 +97,7 @@ pub fn cpu_percent_since_start(now: &CpuSample, uptime_seconds: f64, ticks_per_s
 }
 
 /// The first number of `/proc/uptime`.
-pub fn uptime_seconds() -> io::Result<f64> {
+pub(crate) fn uptime_seconds() -> io::Result<f64> {
     let text = fs::read_to_string("/proc/uptime")?;
     text.split_whitespace()
         .next()
@@ -98,7 +106,7 @@ pub fn uptime_seconds() -> io::Result<f64> {
 }
 
 /// The process's resident set in bytes (`VmRSS` of `/proc/<pid>/status`).
-pub fn rss_bytes(pid: i32) -> io::Result<u64> {
+pub(crate) fn rss_bytes(pid: i32) -> io::Result<u64> {
     let text = fs::read_to_string(format!("/proc/{pid}/status"))?;
     parse_rss(&text).ok_or_else(|| {
         io::Error::new(
@@ -115,7 +123,7 @@ fn parse_rss(status: &str) -> Option<u64> {
 }
 
 /// MEMORY% = RSS over the guest's memory.
-pub fn memory_percent(rss_bytes: u64, guest_bytes: u64) -> f64 {
+pub(crate) fn memory_percent(rss_bytes: u64, guest_bytes: u64) -> f64 {
     if guest_bytes == 0 {
         return 0.0;
     }
