@@ -1,5 +1,5 @@
 //! The library's layering, kept by a check (issue 35): which files of `kubeloop/src` import
-//! which, read from the sources, and two rules on the graph.
+//! which, read from the sources, two rules on the graph and two on what is public.
 //!
 //! 1. No import circles between files, of any length: a circle is a strongly connected
 //!    component of more than one file (Tarjan). The only ones allowed are listed in
@@ -8,6 +8,16 @@
 //! 2. The layers point down: the machinery (cache, workqueue, leaderelection, record,
 //!    runtime, trace.rs, testing.rs) reaches none of ops, controller and testenv; cache,
 //!    workqueue, leaderelection and record do not reach runtime.
+//! 3. Modules are public only at the top level: only `lib.rs` declares a `pub mod` (outside any
+//!    inline module), and no `pub use` re-exports a public module, so below the top level an
+//!    item is public only through its parent's `pub use`s (STYLE.md: modules private,
+//!    re-exported from the parent), under one path. `pub(crate) mod` is not public. The
+//!    exceptions are listed in [`ALLOWED_PUBLIC_MODULES`], each with its reason (the two
+//!    controllers' namespaces, `kubeloop::controller::{sample, vm}`; testenv's `versions` until
+//!    the harness split); a listed module that is no longer public fails the check too.
+//! 4. One public path per item: an item is not re-exported (`pub use`) by two public modules,
+//!    nor by one beside the public module that defines it. The exceptions are listed in
+//!    [`ALLOWED_SECOND_PATHS`], each with its owner; a listed one that is gone fails too.
 //!
 //! The reader is a token scanner, not a Rust parser. It drops comments and string literals,
 //! skips `#[cfg(test)]` items and the files that are test modules (test code imports freely),
@@ -30,6 +40,67 @@ use std::path::Path;
 /// The circles still allowed, each as its set of files, with the issue that owns it. The check
 /// fails when a listed circle is gone or has changed: trim the entry then.
 const ALLOWED_CYCLES: &[(&str, &[&str])] = &[];
+
+/// The modules still public below the top level, as (file, module, reason). The check fails
+/// when a listed module is no longer public: trim the entry then.
+const ALLOWED_PUBLIC_MODULES: &[(&str, &str, &str)] = &[
+    // The two controllers are applications, not layers: each keeps a namespace of its own
+    // (`kubeloop::controller::sample`, `kubeloop::controller::vm`), since their names clash
+    // (`run`, `CONTROLLER_NAME`, their configs and errors). Their own files are private.
+    (
+        "controller/mod.rs",
+        "sample",
+        "an application's namespace; its files are private",
+    ),
+    (
+        "controller/mod.rs",
+        "vm",
+        "an application's namespace; its files are private",
+    ),
+    (
+        "testenv/mod.rs",
+        "versions",
+        "the harness split (issue 35) makes it private",
+    ),
+];
+
+/// The items still public under two paths, each as its paths (sorted), with what removes the
+/// second. The check fails when a listed item has one path again: trim the entry then.
+const ALLOWED_SECOND_PATHS: &[(&[&str], &str)] = &[
+    (
+        &[
+            "kubeloop::cache::FakeControllerSource",
+            "kubeloop::testing::FakeControllerSource",
+        ],
+        // client-go keeps it in tools/cache/testing; cache/mod.rs is the protobuf issue's now.
+        "the protobuf issue: cache/mod.rs stops re-exporting it",
+    ),
+    (
+        &[
+            "kubeloop::testenv::POLL_INTERVAL",
+            "kubeloop::testing::POLL_INTERVAL",
+        ],
+        "the harness split (issue 35): one eventually",
+    ),
+    (
+        &["kubeloop::testenv::Ready", "kubeloop::testing::Ready"],
+        "the harness split (issue 35): one eventually",
+    ),
+    (
+        &[
+            "kubeloop::testenv::eventually",
+            "kubeloop::testing::eventually",
+        ],
+        "the harness split (issue 35): one eventually",
+    ),
+    (
+        &[
+            "kubeloop::testenv::eventually_blocking",
+            "kubeloop::testing::eventually_blocking",
+        ],
+        "the harness split (issue 35): one eventually",
+    ),
+];
 
 /// The machinery: the layers below the ops servers, the controllers and the harness.
 const MACHINERY: &[&str] = &[
@@ -78,6 +149,64 @@ fn the_machinery_does_not_reach_up() {
     let graph = Graph::read(&library_sources());
     let mut failures = graph.reaching(MACHINERY, &["ops", "controller", "testenv"]);
     failures.extend(graph.reaching(BELOW_RUNTIME, &["runtime"]));
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn modules_are_public_only_at_the_top_level() {
+    let found = public_modules_below_the_top(&library_sources());
+    let mut failures: Vec<String> = found
+        .iter()
+        .filter(|m| {
+            !ALLOWED_PUBLIC_MODULES
+                .iter()
+                .any(|(file, name, _)| m.file == *file && m.name == *name)
+        })
+        .map(|m| {
+            format!(
+                "{}:{}: {}
+  make it `mod {}` (or `pub(crate) mod`) and `pub use` what users \
+                 need from it in its parent",
+                m.file, m.line, m.text, m.name
+            )
+        })
+        .collect();
+    for (file, name, reason) in ALLOWED_PUBLIC_MODULES {
+        if !found.iter().any(|m| m.file == *file && m.name == *name) {
+            failures.push(format!(
+                "the allowed public module {name} in {file} ({reason}) is no longer public: \
+                 trim ALLOWED_PUBLIC_MODULES in tests/layering.rs"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_public_item_has_one_path_but_the_listed_ones() {
+    let found = items_with_two_public_paths(&library_sources());
+    let mut failures: Vec<String> = found
+        .iter()
+        .filter(|paths| {
+            !ALLOWED_SECOND_PATHS
+                .iter()
+                .any(|(p, _)| *p == paths.as_slice())
+        })
+        .map(|paths| {
+            format!(
+                "one item, public as {}: keep one of these paths, drop the other `pub use`",
+                paths.join(" and ")
+            )
+        })
+        .collect();
+    for (paths, owner) in ALLOWED_SECOND_PATHS {
+        if !found.iter().any(|p| p.as_slice() == *paths) {
+            failures.push(format!(
+                "the allowed second path of {paths:?} ({owner}) is gone or has changed: \
+                 trim ALLOWED_SECOND_PATHS in tests/layering.rs"
+            ));
+        }
+    }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
@@ -800,6 +929,175 @@ fn layer(file: &str) -> &str {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Public modules
+
+/// A module made public below the top level: a `pub mod` outside `lib.rs`'s top level, or a
+/// `pub use` of a module of the crate.
+#[derive(Debug, PartialEq, Eq)]
+struct PublicModule {
+    file: String,
+    /// The module's name as its `pub mod` or `pub use` gives it.
+    name: String,
+    line: usize,
+    /// The line, trimmed.
+    text: String,
+}
+
+/// What the sources make public: the modules declared `pub mod`, those below the top level
+/// (or re-exported), and every bare `pub use` leaf with its file.
+struct Publics {
+    /// Every module declared `pub mod`, by its path (`["cache"]`, `["controller", "vm"]`).
+    declared: BTreeSet<Vec<String>>,
+    /// The modules public below the top level.
+    below_the_top: Vec<PublicModule>,
+    /// `(file, leaf)` for every leaf of a `pub use`.
+    re_exports: Vec<(String, Named)>,
+}
+
+/// Every module public below the top level, test items left out. Only a bare `pub` counts:
+/// `pub(crate)`, `pub(super)` and `pub(in ..)` are not public. A `pub use` counts when it names
+/// a module declared `pub mod` (the compiler refuses to re-export any other module; a function
+/// of the same name as a private module, `pub use sharding::assign`, is not a module).
+fn public_modules_below_the_top(sources: &BTreeMap<String, String>) -> Vec<PublicModule> {
+    publics(sources).below_the_top
+}
+
+fn publics(sources: &BTreeMap<String, String>) -> Publics {
+    let graph = Graph::read(sources);
+    let mut declared = BTreeSet::new();
+    let mut found = Vec::new();
+    let mut re_exports = Vec::new();
+    for (name, src) in sources {
+        if graph.tests.contains(name) {
+            continue;
+        }
+        let (toks, _) = without_test_items(&lex(src));
+        let line_text = |line: usize| src.lines().nth(line - 1).unwrap_or("").trim().to_string();
+        let mut depth = 0usize;
+        for (i, t) in toks.iter().enumerate() {
+            if t.is("{") {
+                depth += 1;
+            } else if t.is("}") {
+                depth = depth.saturating_sub(1);
+            }
+            if !t.is("pub") {
+                continue;
+            }
+            let next = toks.get(i + 1);
+            if next.is_some_and(|n| n.is("mod")) {
+                let module = toks.get(i + 2).map_or(String::new(), |m| m.text.clone());
+                let mut path = module_of(name);
+                path.push(module.clone());
+                declared.insert(path);
+                if !(name == "lib.rs" && depth == 0) {
+                    found.push(PublicModule {
+                        file: name.clone(),
+                        name: module,
+                        line: t.line,
+                        text: line_text(t.line),
+                    });
+                }
+            } else if next.is_some_and(|n| n.is("use")) {
+                let (mut at, mut leaves) = (i + 2, Vec::new());
+                use_tree(&toks, &mut at, Vec::new(), t.line, &mut leaves);
+                re_exports.extend(leaves.into_iter().map(|leaf| (name.clone(), leaf)));
+            }
+        }
+    }
+    for (file, leaf) in &re_exports {
+        if let Some(module) = graph.module_named(file, &leaf.path)
+            && declared.contains(&module)
+        {
+            let text = sources[file].lines().nth(leaf.line - 1).unwrap_or("");
+            found.push(PublicModule {
+                file: file.clone(),
+                name: leaf.binds.clone().unwrap_or_default(),
+                line: leaf.line,
+                text: text.trim().to_string(),
+            });
+        }
+    }
+    found.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    Publics {
+        declared,
+        below_the_top: found,
+        re_exports,
+    }
+}
+
+/// The items of the crate that have more than one public path, each with its paths
+/// (`kubeloop::cache::X`), sorted. An item's paths: where it is defined, if that module is
+/// public, and every `pub use` of it in a public module (one whose every step is a `pub mod`).
+fn items_with_two_public_paths(sources: &BTreeMap<String, String>) -> Vec<Vec<String>> {
+    let graph = Graph::read(sources);
+    let publics = publics(sources);
+    let public = |module: &[String]| {
+        (1..=module.len()).all(|n| publics.declared.contains(&module[..n].to_vec()))
+    };
+    let path_of = |module: &[String], name: &str| {
+        let mut path = vec!["kubeloop".to_string()];
+        path.extend(module.iter().cloned());
+        path.push(name.to_string());
+        path.join("::")
+    };
+    let mut paths: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for (file, leaf) in &publics.re_exports {
+        let module = module_of(file);
+        let (Some(binds), Some(name)) = (&leaf.binds, leaf.path.last()) else {
+            continue;
+        };
+        if !public(&module) || graph.module_named(file, &leaf.path).is_some() {
+            continue;
+        }
+        let Some(defined_in) = graph.resolve(file, &leaf.path, 0) else {
+            continue;
+        };
+        let item = paths.entry((defined_in.clone(), name.clone())).or_default();
+        item.insert(path_of(&module, binds));
+        let home = module_of(&defined_in);
+        if public(&home) {
+            item.insert(path_of(&home, name));
+        }
+    }
+    paths
+        .into_values()
+        .filter(|p| p.len() > 1)
+        .map(|p| p.into_iter().collect())
+        .collect()
+}
+
+impl Graph {
+    /// The module of this crate a whole path from `from` names (`crate::cache`,
+    /// `super::store`, `store::{self}`); `None` for an item, a glob or another crate.
+    fn module_named(&self, from: &str, path: &[String]) -> Option<Vec<String>> {
+        let mut module = module_of(from);
+        let mut rest = path;
+        match path.first()?.as_str() {
+            "crate" => (module, rest) = (Vec::new(), &path[1..]),
+            "self" => rest = &path[1..],
+            "super" => {
+                while rest.first().is_some_and(|s| s == "super") {
+                    module.pop()?;
+                    rest = &rest[1..];
+                }
+            }
+            _ => {}
+        }
+        for seg in rest {
+            match seg.as_str() {
+                "self" => break,
+                "*" => return None,
+                _ => {
+                    module.push(seg.clone());
+                    self.module_file(&module)?;
+                }
+            }
+        }
+        (!module.is_empty()).then_some(module)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The check's own tests: it must see what it claims to see.
 
 /// The graph of an inline crate, as `from -> to` pairs.
@@ -1014,5 +1312,94 @@ fn a_layer_reaching_up_is_named_with_its_import_chain() {
     assert!(
         runtime[0].contains("trace.rs -> runtime/mod.rs"),
         "{runtime:?}"
+    );
+}
+
+#[test]
+fn a_public_module_below_the_top_or_a_module_re_exported_is_found_and_nothing_else() {
+    let files = [
+        (
+            "lib.rs",
+            "pub mod a;\npub mod b;\nmod c;\nmod inline {\n    pub mod deep {}\n}",
+        ),
+        (
+            "a/mod.rs",
+            r#"//! pub mod in_a_doc_comment;
+pub mod x;
+pub(crate) mod y;
+pub(super) mod z;
+mod w;
+const S: &str = "pub mod in_a_string;";
+#[cfg(test)]
+pub mod fixtures;
+pub use w::{Item, w};
+pub use crate::b::{self as other};
+"#,
+        ),
+        ("a/x.rs", ""),
+        ("a/y.rs", ""),
+        ("a/z.rs", ""),
+        ("a/w.rs", "pub struct Item;\npub fn w() {}"),
+        ("a/fixtures.rs", "pub mod inside_a_test_module;"),
+        ("b.rs", "pub use super::a::x;\npub use std::collections;"),
+        // A function named as the private module it is in, re-exported: not a module.
+        ("c.rs", "pub mod d {}\npub use crate::a::w;"),
+    ];
+    let found: Vec<(String, String, usize)> = public_modules_below_the_top(&sources(&files))
+        .into_iter()
+        .map(|m| (m.file, m.name, m.line))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("a/mod.rs".to_string(), "x".to_string(), 2),
+            ("a/mod.rs".to_string(), "other".to_string(), 10),
+            ("b.rs".to_string(), "x".to_string(), 1),
+            ("c.rs".to_string(), "d".to_string(), 1),
+            ("lib.rs".to_string(), "deep".to_string(), 5),
+        ]
+    );
+}
+
+#[test]
+fn an_item_re_exported_by_two_public_modules_has_two_paths() {
+    let files = [
+        (
+            "lib.rs",
+            "pub mod cache;\npub mod testing;\npub mod runtime;\npub mod trace;",
+        ),
+        (
+            "cache/mod.rs",
+            "mod fake;\nmod store;\npub use fake::Fake;\npub use store::Store;\n\
+             pub use crate::trace::Stage;",
+        ),
+        ("cache/fake.rs", "pub struct Fake;"),
+        ("cache/store.rs", "pub struct Store;"),
+        // A second path, under another name too.
+        (
+            "testing.rs",
+            "pub use crate::cache::{Fake, Store as CacheStore};",
+        ),
+        // Through a private module: one public path still.
+        (
+            "runtime/mod.rs",
+            "mod inner;\npub use inner::Key;\n#[cfg(test)]\npub use crate::cache::Fake;",
+        ),
+        ("runtime/inner/mod.rs", "mod key;\npub use key::Key;"),
+        ("runtime/inner/key.rs", "pub struct Key;"),
+        // Defined in a public module and re-exported by another.
+        (
+            "trace.rs",
+            "pub struct Stage;\npub use crate::runtime::Key as K;",
+        ),
+    ];
+    assert_eq!(
+        items_with_two_public_paths(&sources(&files)),
+        vec![
+            vec!["kubeloop::cache::Fake", "kubeloop::testing::Fake"],
+            vec!["kubeloop::cache::Store", "kubeloop::testing::CacheStore"],
+            vec!["kubeloop::runtime::Key", "kubeloop::trace::K"],
+            vec!["kubeloop::cache::Stage", "kubeloop::trace::Stage"],
+        ]
     );
 }
