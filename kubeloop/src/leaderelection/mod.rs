@@ -57,7 +57,8 @@
 //! ```
 
 mod clock;
-mod config;
+// `pub(crate)` for the runtime's sharding config, which validates identities as the elector does.
+pub(crate) mod config;
 mod elector;
 // `pub(crate)` for `crate::testing`, which re-exports the fake lock: its one public path.
 pub(crate) mod fake_lock;
@@ -67,7 +68,6 @@ mod metrics;
 mod resource_lock;
 
 pub use clock::{Clock, SkewedClock, SystemClock};
-pub(crate) use config::validate_identity;
 pub use config::{
     ConfigError, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
     JITTER_FACTOR, LeaderElectionConfig, default_identity,

@@ -134,7 +134,8 @@ pub use sharding::{
     LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL, ShardRing,
     ShardingConfig, ShardingError, assign, member_lease_name, shard_lease_name,
 };
-// The key-only worker loop, without informers or leadership: for unit tests (the worker's own
-// and the VM controller's); a controller runs its workers through `Controller::run`.
-#[cfg(test)]
+// The key-only worker loop, without informers or leadership, for the VM controller's unit
+// tests (and the worker's own, in worker.rs); a controller runs its workers through
+// `Controller::run`.
+#[cfg(all(test, feature = "vm-controller"))]
 pub(crate) use worker::{WorkerConfig, run_workers};

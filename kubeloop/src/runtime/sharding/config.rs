@@ -89,7 +89,7 @@ impl ShardingConfig {
             });
         }
         self.election(&self.ring).validate()?;
-        crate::leaderelection::validate_identity(&self.ring, &self.identity)?;
+        crate::leaderelection::config::validate_identity(&self.ring, &self.identity)?;
         Ok(())
     }
 
