@@ -1031,9 +1031,8 @@ fn publics(sources: &BTreeMap<String, String>) -> Publics {
 fn items_with_two_public_paths(sources: &BTreeMap<String, String>) -> Vec<Vec<String>> {
     let graph = Graph::read(sources);
     let publics = publics(sources);
-    let public = |module: &[String]| {
-        (1..=module.len()).all(|n| publics.declared.contains(&module[..n].to_vec()))
-    };
+    let public =
+        |module: &[String]| (1..=module.len()).all(|n| publics.declared.contains(&module[..n]));
     let path_of = |module: &[String], name: &str| {
         let mut path = vec!["kubeloop".to_string()];
         path.extend(module.iter().cloned());
