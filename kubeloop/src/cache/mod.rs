@@ -32,7 +32,7 @@
 //! | `lister.rs`            | [`Lister`], [`NamespaceLister`]                           | `listers.go`                                       |
 //! | `thread_safe_store.rs` | [`ThreadSafeStore`], [`Indexer`]: typed or compact        | `thread_safe_store.go`                             |
 //! | `stored.rs`            | [`StoreKind`]; an object as a cache holds it (decoded, or a codec's frame), a list on its way to the cache | none (client-go keeps decoded objects only) |
-//! | `compact.rs`           | the compact store's codec (zstd frames of JSON, a trained dictionary; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
+//! | `compact.rs`           | the compact store's codec (zstd frames of the sent protobuf or of JSON, trained dictionaries; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
@@ -45,8 +45,9 @@
 //! the apiserver sends `PartialObjectMetadata`, see `list_watch.rs`).
 //!
 //! How a cache holds its objects is [`StoreKind`]: typed (client-go's, the default) or
-//! compact (feature `compact-store`: each object a zstd frame of its JSON, about 0.6x its
-//! wire size; decoded on every read; see `compact.rs`), per factory ([`FactoryOptions::store`]) or informer
+//! compact (feature `compact-store`: each object a zstd frame of the protobuf the apiserver
+//! sent, or of its JSON, about 0.6x its wire size; decoded on every read; see `compact.rs`),
+//! per factory ([`FactoryOptions::store`]) or informer
 //! ([`InformerConfig::store`]). Handlers, listers and indexers see the same `Arc<K>`s either
 //! way, and a metadata-only informer can be compact too.
 //!

@@ -235,19 +235,7 @@ impl Components {
         self.wait_ready(
             "kube-apiserver",
             |p| p.apiserver.as_mut(),
-            || {
-                let client = client.clone();
-                async move {
-                    let request = http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .expect("a static request");
-                    client
-                        .request_text(request)
-                        .await
-                        .map(|body| body.trim() == "ok")
-                        .map_err(|e| e.to_string())
-                }
-            },
+            || answers_ok(client.clone(), "/readyz"),
         )
         .await
     }
@@ -537,21 +525,21 @@ impl Components {
         config.accept_invalid_certs = true;
         config.connect_timeout = Some(Duration::from_secs(2));
         let client = Client::try_from(config)?;
-        self.wait_ready(component, process, || {
-            let client = client.clone();
-            async move {
-                let request = http::Request::get("/healthz")
-                    .body(Vec::new())
-                    .expect("a static request");
-                client
-                    .request_text(request)
-                    .await
-                    .map(|body| body.trim() == "ok")
-                    .map_err(|e| e.to_string())
-            }
-        })
-        .await
+        self.wait_ready(component, process, || answers_ok(client.clone(), "/healthz"))
+            .await
     }
+}
+
+/// Whether a GET of `path` answers `ok` (a component's /readyz or /healthz).
+async fn answers_ok(client: Client, path: &'static str) -> Result<bool, String> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .expect("a static request");
+    client
+        .request_text(request)
+        .await
+        .map(|body| body.trim() == "ok")
+        .map_err(|e| e.to_string())
 }
 
 fn hit_kwok_start_race(log: &Path) -> bool {
