@@ -18,7 +18,8 @@ use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kubeloop::runtime::{
     Action, Controller, ErrorAction, NotEntitled, ObjectKey, ReconcileContext,
 };
-use kubeloop::testenv::{self, FaultProxy, eventually};
+use kubeloop::testenv::{self, FaultProxy};
+use kubeloop::testing::eventually;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

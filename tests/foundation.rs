@@ -10,7 +10,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
-use kubeloop::testenv::{self, eventually};
+use kubeloop::testenv;
+use kubeloop::testing::eventually;
 
 #[tokio::test]
 async fn apiserver_lists_namespaces_and_reports_the_pinned_version() {

@@ -13,11 +13,12 @@
 //!    item is public only through its parent's `pub use`s (STYLE.md: modules private,
 //!    re-exported from the parent), under one path. `pub(crate) mod` is not public. The
 //!    exceptions are listed in [`ALLOWED_PUBLIC_MODULES`], each with its reason (the two
-//!    controllers' namespaces, `kubeloop::controller::{sample, vm}`; testenv's `versions` until
-//!    the harness split); a listed module that is no longer public fails the check too.
+//!    controllers' namespaces, `kubeloop::controller::{sample, vm}`); a listed module that is
+//!    no longer public fails the check too.
 //! 4. One public path per item: an item is not re-exported (`pub use`) by two public modules,
-//!    nor by one beside the public module that defines it. The exceptions are listed in
-//!    [`ALLOWED_SECOND_PATHS`], each with its owner; a listed one that is gone fails too.
+//!    nor by one beside the public module that defines it. The exceptions would be listed in
+//!    [`ALLOWED_SECOND_PATHS`] (there are none), each with its owner; a listed one that is
+//!    gone fails too.
 //!
 //! The reader is a token scanner, not a Rust parser. It drops comments and string literals,
 //! skips `#[cfg(test)]` items and the files that are test modules (test code imports freely),
@@ -57,50 +58,11 @@ const ALLOWED_PUBLIC_MODULES: &[(&str, &str, &str)] = &[
         "vm",
         "an application's namespace; its files are private",
     ),
-    (
-        "testenv/mod.rs",
-        "versions",
-        "the harness split (issue 35) makes it private",
-    ),
 ];
 
 /// The items still public under two paths, each as its paths (sorted), with what removes the
 /// second. The check fails when a listed item has one path again: trim the entry then.
-const ALLOWED_SECOND_PATHS: &[(&[&str], &str)] = &[
-    (
-        &[
-            "kubeloop::cache::FakeControllerSource",
-            "kubeloop::testing::FakeControllerSource",
-        ],
-        // client-go keeps it in tools/cache/testing; cache/mod.rs is the protobuf issue's now.
-        "the protobuf issue: cache/mod.rs stops re-exporting it",
-    ),
-    (
-        &[
-            "kubeloop::testenv::POLL_INTERVAL",
-            "kubeloop::testing::POLL_INTERVAL",
-        ],
-        "the harness split (issue 35): one eventually",
-    ),
-    (
-        &["kubeloop::testenv::Ready", "kubeloop::testing::Ready"],
-        "the harness split (issue 35): one eventually",
-    ),
-    (
-        &[
-            "kubeloop::testenv::eventually",
-            "kubeloop::testing::eventually",
-        ],
-        "the harness split (issue 35): one eventually",
-    ),
-    (
-        &[
-            "kubeloop::testenv::eventually_blocking",
-            "kubeloop::testing::eventually_blocking",
-        ],
-        "the harness split (issue 35): one eventually",
-    ),
-];
+const ALLOWED_SECOND_PATHS: &[(&[&str], &str)] = &[];
 
 /// The machinery: the layers below the ops servers, the controllers and the harness.
 const MACHINERY: &[&str] = &[

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ClusterOptions, NODE_NAME};
+use kubeloop::testenv::{Cluster, ClusterOptions, NODE_NAME};
 
 mod pod_common;
 use pod_common::scrape;
@@ -56,7 +56,7 @@ async fn running_on_the_node(
     app: &str,
     replicas: usize,
 ) -> Vec<String> {
-    testenv::eventually(
+    kubeloop::testing::eventually(
         &format!("{replicas} {app} pod(s) Running and Ready on {NODE_NAME}"),
         WAIT,
         || async {
@@ -139,7 +139,7 @@ async fn deploy_runs_on_a_real_kubelet_node() {
     cluster
         .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(foo))
         .ok();
-    let owner = testenv::eventually("the Foo's Deployment", WAIT, || async {
+    let owner = kubeloop::testing::eventually("the Foo's Deployment", WAIT, || async {
         field(
             &cluster,
             &ns,
@@ -162,7 +162,7 @@ async fn deploy_runs_on_a_real_kubelet_node() {
     cluster
         .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(vm))
         .ok();
-    testenv::eventually("the VM to be Active", WAIT, || async {
+    kubeloop::testing::eventually("the VM to be Active", WAIT, || async {
         let phase = field(&cluster, &ns, &["vm", "node-vm"], "{.status.phase}")?;
         if phase == "Active" {
             Ok(())
@@ -205,7 +205,7 @@ async fn deploy_runs_on_a_real_kubelet_node() {
     for ip in sample_ips.iter().chain(&vm_ips) {
         let addr = format!("{ip}:8443");
         let statuses = || (scrape(&addr, None), scrape(&addr, Some(token.trim())));
-        testenv::eventually(
+        kubeloop::testing::eventually(
             &format!("{ip}:8443 to answer an anonymous scrape 401 and a reader's 200"),
             Duration::from_secs(30),
             || async {

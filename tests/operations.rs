@@ -14,7 +14,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ManagedProcess, eventually_blocking as eventually};
+use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop::testing::eventually_blocking as eventually;
 
 const DEPLOY_NS: &str = "kubeloop-system";
 /// The VM controller's namespace: its pods mount the node's engine socket, which Pod Security

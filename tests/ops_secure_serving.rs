@@ -345,7 +345,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
 
     // The probe server: probes, unauthenticated, and nothing else.
     assert_eq!(http_get(probes, "/healthz").await.0, 200);
-    testenv::eventually("/readyz ok", Duration::from_secs(30), || async {
+    kubeloop::testing::eventually("/readyz ok", Duration::from_secs(30), || async {
         (http_get(probes, "/readyz").await.0 == 200).then_some(())
     })
     .await;

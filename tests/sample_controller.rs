@@ -21,7 +21,8 @@ use kube_client::api::{
 };
 use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
-use kubeloop::testenv::{self, ManagedProcess, eventually};
+use kubeloop::testenv::{self, ManagedProcess};
+use kubeloop::testing::eventually;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -104,7 +104,7 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
     let mut child =
         ManagedProcess::start_temp_log("sample-controller", command).expect("starting kubeloop");
 
-    kubeloop::testenv::eventually(
+    kubeloop::testing::eventually(
         "the controller trying to create the Deployment",
         Duration::from_secs(30),
         || async { create_seen.load(Ordering::SeqCst) },

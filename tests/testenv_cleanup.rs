@@ -65,7 +65,7 @@ fn components_die_with_a_sigkilled_parent() {
 
     child.kill(); // SIGKILL: no Drop, no atexit.
 
-    kubeloop::testenv::eventually_blocking(
+    kubeloop::testing::eventually_blocking(
         "every component gone after their parent died",
         Duration::from_secs(20),
         || {

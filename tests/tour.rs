@@ -12,7 +12,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ClusterOptions, ManagedProcess, eventually};
+use kubeloop::testenv::{self, Cluster, ClusterOptions, ManagedProcess};
+use kubeloop::testing::eventually;
 
 const WAIT: Duration = Duration::from_secs(60);
 

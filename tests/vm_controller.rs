@@ -18,7 +18,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
 use kubeloop::controller::vm::{DEFAULT_DOCKER_HOST, Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster, ManagedProcess, eventually};
+use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop::testing::eventually;
 
 mod vm_common;
 use vm_common::{

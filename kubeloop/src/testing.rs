@@ -65,7 +65,7 @@ use {
     std::sync::Arc,
 };
 
-pub use crate::cache::FakeControllerSource;
+pub use crate::cache::fake_source::FakeControllerSource;
 pub use crate::leaderelection::fake_lock::{FakeLock, FakeLockStore, Reach};
 
 /// Lets every task that can run, run: under paused time, sleeping only completes once every

@@ -13,7 +13,7 @@ use kube_client::{Client, Resource};
 use kubeloop::cache::{DeletedObject, Indexer, ResourceEventHandler, meta_namespace_key};
 use parking_lot::Mutex;
 
-pub use kubeloop::testenv::eventually;
+pub use kubeloop::testing::eventually;
 
 /// What a handler saw, checked as it arrives: no add of a key already present, no update
 /// or delete of a key not present.

@@ -92,7 +92,7 @@ mod compact;
 mod delta;
 mod delta_fifo;
 mod factory;
-mod fake_source;
+pub(crate) mod fake_source;
 #[cfg(test)]
 mod fifo_fixtures;
 mod index;
@@ -120,7 +120,6 @@ pub use delta_fifo::DeltaFIFO;
 #[cfg(feature = "runtime")]
 pub(crate) use factory::ErasedInformer;
 pub use factory::{FactoryOptions, SharedInformerFactory};
-pub use fake_source::FakeControllerSource;
 pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
 };

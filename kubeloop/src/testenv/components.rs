@@ -525,8 +525,10 @@ impl Components {
         config.accept_invalid_certs = true;
         config.connect_timeout = Some(Duration::from_secs(2));
         let client = Client::try_from(config)?;
-        self.wait_ready(component, process, || answers_ok(client.clone(), "/healthz"))
-            .await
+        self.wait_ready(component, process, || {
+            answers_ok(client.clone(), "/healthz")
+        })
+        .await
     }
 }
 

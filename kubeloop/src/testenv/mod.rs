@@ -22,7 +22,8 @@
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them;
 //! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
 //! `Retry-After`, corrupt watch events and count LISTs and WATCHes.
-//! [`eventually`] and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
+//! [`eventually`](crate::testing::eventually) (in `kubeloop::testing`, with the unit tests'
+//! helpers) and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
 //! real-cluster test; [`ManagedProcess`] runs the programs a test starts beside the cluster
 //! (the `kubeloop` binary, a podman service), under the same never-outlive-the-test rule.
 
@@ -50,5 +51,3 @@ pub use options::ClusterOptions;
 pub use process::ManagedProcess;
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
 pub use versions::{bin_dir, etcd_version, kubernetes_version, kwok_version};
-// The waiting helpers live with the unit-test ones; real-cluster tests find them here too.
-pub use crate::testing::{POLL_INTERVAL, Ready, eventually, eventually_blocking};

@@ -341,8 +341,7 @@ mod tests {
         };
         assert_eq!((&*sent.api_version, &*sent.kind), ("v1", "ConfigMap"));
         let again: ConfigMap =
-            crate::protobuf::decode_message(&sent.api_version, &sent.kind, &sent.message)
-                .unwrap();
+            crate::protobuf::decode_message(&sent.api_version, &sent.kind, &sent.message).unwrap();
         assert_eq!(&again, object);
         let without = sent_events_of(&body, 100, MAX_OBJECT_BYTES, false).await;
         assert!(without.iter().all(|e| e.as_ref().unwrap().1.is_none()));

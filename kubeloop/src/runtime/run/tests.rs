@@ -8,10 +8,11 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::*;
-use crate::cache::{FakeControllerSource, InformerConfig, SharedIndexInformer};
+use crate::cache::{InformerConfig, SharedIndexInformer};
 use crate::leaderelection::fake_lock::{FakeLockStore, Reach};
 use crate::leaderelection::{LeaderElectionConfig, LeaderElector};
 use crate::runtime::default_error_policy;
+use crate::testing::FakeControllerSource;
 use crate::testing::settle;
 
 fn cm(name: &str) -> ConfigMap {
