@@ -645,23 +645,12 @@ impl Graph {
 
     /// The file a path from `from` leads to; `None` for another crate's.
     fn resolve(&self, from: &str, path: &[String], depth: usize) -> Option<String> {
-        let mut module = module_of(from);
-        let mut rest = path;
-        match path.first()?.as_str() {
-            "crate" => (module, rest) = (Vec::new(), &path[1..]),
-            "self" => rest = &path[1..],
-            "super" => {
-                while rest.first().is_some_and(|s| s == "super") {
-                    module.pop()?;
-                    rest = &rest[1..];
-                }
-            }
+        let (mut module, rest) = start_of(from, path)?;
+        if rest.len() == path.len() {
             // A child module (`pub use store::Store` in a `mod.rs`), or another crate.
-            first => {
-                let mut child = module.clone();
-                child.push(first.to_string());
-                self.module_file(&child)?;
-            }
+            let mut child = module.clone();
+            child.push(path[0].clone());
+            self.module_file(&child)?;
         }
         for seg in rest {
             if seg == "self" || seg == "*" {
@@ -859,6 +848,26 @@ impl Tarjan<'_> {
     }
 }
 
+/// Where a path from `from` starts: the module its `crate::`, `self::` or `super::`s lead to
+/// and the segments after them; for any other first segment, `from`'s own module and the
+/// whole path. `None` for a `super` above the crate.
+fn start_of<'p>(from: &str, path: &'p [String]) -> Option<(Vec<String>, &'p [String])> {
+    let mut module = module_of(from);
+    let mut rest = path;
+    match path.first()?.as_str() {
+        "crate" => (module, rest) = (Vec::new(), &path[1..]),
+        "self" => rest = &path[1..],
+        "super" => {
+            while rest.first().is_some_and(|s| s == "super") {
+                module.pop()?;
+                rest = &rest[1..];
+            }
+        }
+        _ => {}
+    }
+    Some((module, rest))
+}
+
 /// The module a file is: `lib.rs` the crate, `a/mod.rs` and `a.rs` the module `a`.
 fn module_of(file: &str) -> Vec<String> {
     let path = file.strip_suffix(".rs").unwrap_or(file);
@@ -1031,19 +1040,7 @@ impl Graph {
     /// The module of this crate a whole path from `from` names (`crate::cache`,
     /// `super::store`, `store::{self}`); `None` for an item, a glob or another crate.
     fn module_named(&self, from: &str, path: &[String]) -> Option<Vec<String>> {
-        let mut module = module_of(from);
-        let mut rest = path;
-        match path.first()?.as_str() {
-            "crate" => (module, rest) = (Vec::new(), &path[1..]),
-            "self" => rest = &path[1..],
-            "super" => {
-                while rest.first().is_some_and(|s| s == "super") {
-                    module.pop()?;
-                    rest = &rest[1..];
-                }
-            }
-            _ => {}
-        }
+        let (mut module, rest) = start_of(from, path)?;
         for seg in rest {
             match seg.as_str() {
                 "self" => break,

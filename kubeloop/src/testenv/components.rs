@@ -250,25 +250,33 @@ impl Components {
         }
     }
 
-    /// Starts kube-controller-manager and waits until Pods can be admitted.
-    pub(super) async fn start_controller_manager(&self) -> Result<(), TestEnvError> {
-        let root = &self.setup.dir;
-        let port = free_port()?;
-        let args = vec![
+    /// The flags kube-controller-manager and kube-scheduler share: the cluster's kubeconfig,
+    /// HTTPS on loopback at `port` with certificates in `cert_dir` (under the cluster's
+    /// directory), and the health paths open without authentication.
+    fn serving_args(&self, port: u16, cert_dir: &str) -> Vec<String> {
+        vec![
             format!("--kubeconfig={}", self.setup.kubeconfig.display()),
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
-            format!("--cert-dir={}", root.join("kcm").display()),
+            format!("--cert-dir={}", self.setup.dir.join(cert_dir).display()),
+        ]
+    }
+
+    /// Starts kube-controller-manager and waits until Pods can be admitted.
+    pub(super) async fn start_controller_manager(&self) -> Result<(), TestEnvError> {
+        let port = free_port()?;
+        let mut args = self.serving_args(port, "kcm");
+        args.extend([
             format!("--root-ca-file={}", self.setup.ca_cert.display()),
             format!(
                 "--service-account-private-key-file={}",
-                root.join("pki/sa.key").display()
+                self.setup.dir.join("pki/sa.key").display()
             ),
             "--leader-elect=false".into(),
             "--node-monitor-period=5s".into(),
             "--node-monitor-grace-period=40s".into(),
-        ];
+        ]);
         let process = self.spawn("kube-controller-manager", &args)?;
         self.processes.lock().controller_manager = Some(process);
         self.wait_https_healthz("kube-controller-manager", port, |p| {
@@ -297,14 +305,8 @@ impl Components {
     /// Starts kube-scheduler and waits until its /healthz answers ok.
     pub(super) async fn start_scheduler(&self) -> Result<(), TestEnvError> {
         let port = free_port()?;
-        let args = vec![
-            format!("--kubeconfig={}", self.setup.kubeconfig.display()),
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            format!("--cert-dir={}", self.setup.dir.join("scheduler").display()),
-            "--leader-elect=false".into(),
-        ];
+        let mut args = self.serving_args(port, "scheduler");
+        args.push("--leader-elect=false".into());
         let process = self.spawn("kube-scheduler", &args)?;
         self.processes.lock().scheduler = Some(process);
         self.wait_https_healthz("kube-scheduler", port, |p| p.scheduler.as_mut())
