@@ -1,6 +1,6 @@
 //! The compact store's encoding: each cached object held as a zstd frame, of the bytes the
-//! apiserver sent for it where the wire hands them out (a protobuf streaming list's initial
-//! events, no transform: [`SentBytes`]) and of its JSON otherwise, with a dictionary per form
+//! apiserver sent for it where the wire hands them out (a protobuf LIST or streaming list, no
+//! transform: [`SentBytes`]) and of its JSON otherwise, with a dictionary per form
 //! trained on the informer's first list. No client-go counterpart: client-go's
 //! informers keep decoded Go objects; Kubernetes' work-in-progress "bytecache" store
 //! (kubernetes#141683) and argo-cd's compressed cache (argo-cd#28600) keep bytes, as this does.

@@ -47,6 +47,7 @@ use serde::de::DeserializeOwned;
 
 use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
 use super::store::TransformFunc;
+use super::stored::SentBytes;
 use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject};
 use super::wire::{Encoding, ListBody, ListDecodeError, ProtobufType, Wire, watch_events};
 
@@ -169,6 +170,22 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
             }
             Ok(page)
         }
+    }
+
+    /// [`list`](Self::list), with the bytes the apiserver sent for each item, in item order
+    /// ([`SentBytes`](super::SentBytes)): a compact store keeps those instead of encoding
+    /// each decoded object again. [`ListWatch`] hands them out for a protobuf list; this
+    /// default hands out none (an empty `Vec`). Either every item of the page has its bytes
+    /// or none has.
+    fn list_keeping_sent(
+        &self,
+        options: &ListOptions,
+    ) -> impl Future<Output = Result<(ListPage<K>, Vec<SentBytes>), ListWatchError>> + Send
+    where
+        K: Send + 'static,
+    {
+        let page = self.list(options);
+        async move { Ok((page.await?, Vec::new())) }
     }
 
     /// Whether `watch` understands `sendInitialEvents` (client-go
@@ -459,6 +476,47 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         options: &ListOptions,
         transform: Option<TransformFunc<K>>,
     ) -> impl Future<Output = Result<ListPage<K>, ListWatchError>> + Send {
+        let list = self.list_with(options, transform, false);
+        async move { Ok(list.await?.0) }
+    }
+
+    fn list_keeping_sent(
+        &self,
+        options: &ListOptions,
+    ) -> impl Future<Output = Result<(ListPage<K>, Vec<SentBytes>), ListWatchError>> + Send {
+        self.list_with(options, None, true)
+    }
+
+    fn watch(
+        &self,
+        options: &WatchOptions,
+    ) -> impl Future<Output = Result<WatchStream<K>, ListWatchError>> + Send {
+        let watch = self.open_watch(options, false);
+        async move { Ok(watch.await?.map_ok(|(event, _)| event).boxed()) }
+    }
+
+    fn watch_keeping_sent(
+        &self,
+        options: &WatchOptions,
+    ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send {
+        self.open_watch(options, true)
+    }
+
+    fn type_description(&self) -> String {
+        self.description.clone()
+    }
+}
+
+impl<K: CacheObject> ListWatch<K> {
+    /// One LIST page, each item transformed as it is decoded; with `keep_sent`, a protobuf
+    /// page comes with the bytes each item was sent as.
+    fn list_with(
+        &self,
+        options: &ListOptions,
+        transform: Option<TransformFunc<K>>,
+        keep_sent: bool,
+    ) -> impl Future<Output = Result<(ListPage<K>, Vec<SentBytes>), ListWatchError>> + Send + 'static
+    {
         let url = self.list_url(options);
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
@@ -469,9 +527,14 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
             // answers whole is never held whole.
             let res = send(&client, "LIST", &url, get_request(&url, accept)).await?;
             let encoding = Encoding::of(res.headers().get(http::header::CONTENT_TYPE));
-            let mut decoder =
-                ListBody::<K>::new(encoding, protobuf.as_ref(), transform, max_object_bytes)
-                    .map_err(|e| list_decode_error(&url, e))?;
+            let mut decoder = ListBody::<K>::new(
+                encoding,
+                protobuf.as_ref(),
+                transform,
+                max_object_bytes,
+                keep_sent,
+            )
+            .map_err(|e| list_decode_error(&url, e))?;
             let reader = res
                 .into_body()
                 .into_data_stream()
@@ -497,36 +560,15 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
                 reader.as_mut().consume(n);
             }
             let list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
-            Ok(ListPage {
+            let page = ListPage {
                 items: list.items,
                 resource_version: list.metadata.resource_version.unwrap_or_default(),
                 continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
                 undecodable: list.undecodable,
-            })
+            };
+            Ok((page, list.sent))
         }
     }
-
-    fn watch(
-        &self,
-        options: &WatchOptions,
-    ) -> impl Future<Output = Result<WatchStream<K>, ListWatchError>> + Send {
-        let watch = self.open_watch(options, false);
-        async move { Ok(watch.await?.map_ok(|(event, _)| event).boxed()) }
-    }
-
-    fn watch_keeping_sent(
-        &self,
-        options: &WatchOptions,
-    ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send {
-        self.open_watch(options, true)
-    }
-
-    fn type_description(&self) -> String {
-        self.description.clone()
-    }
-}
-
-impl<K: CacheObject> ListWatch<K> {
     /// Opens a WATCH; with `keep_sent`, a protobuf stream's initial events come with the
     /// bytes their objects were sent as.
     fn open_watch(

@@ -47,11 +47,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffConfig};
 use super::keys::{meta_namespace_key, resource_version};
-use super::list_watch::{CacheObject, ListOptions, ListerWatcher, WatchOptions};
+use super::list_watch::{CacheObject, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
 use super::metrics::{CacheMetrics, ReflectorMetrics};
-use super::store::{ReflectorStore, StoreError};
-use super::stored::{ListBuilder, ListedObjects};
+use super::store::{ReflectorStore, StoreError, TransformFunc};
+use super::stored::{ListBuilder, ListedObjects, SentBytes};
 use super::undecodable::{UndecodableObject, WatchEventType};
 use super::wire::INITIAL_EVENTS_END_ANNOTATION;
 
@@ -504,14 +504,17 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             limit: Some(self.config.page_size).filter(|_| paginate),
             ..Default::default()
         };
-        // The store's transform runs on each object as the LIST body is decoded.
+        // The store's transform runs on each object as the LIST body is decoded; a store that
+        // keeps frames keeps the bytes the apiserver sent where there is none.
         let transform = self.store.transformer();
-        let mut page = self.lw.list_transformed(&first, transform.clone()).await?;
+        let codec = self.store.list_codec();
+        let keep_sent = codec.is_some() && transform.is_none();
+        let (mut page, sent) = self.list_page(&first, &transform, keep_sent).await?;
         if rv == "0" && page.continue_token.is_some() {
             self.paginated_result = true;
         }
-        let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
-        items.extend(std::mem::take(&mut page.items));
+        let mut items = ListBuilder::new(codec.clone(), &self.type_name);
+        items.extend_sent(std::mem::take(&mut page.items), sent);
         let mut undecodable = self.skip_listed(std::mem::take(&mut page.undecodable));
         while let Some(token) = page.continue_token.take() {
             let next = ListOptions {
@@ -519,10 +522,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 continue_token: Some(token),
                 ..Default::default()
             };
-            match self.lw.list_transformed(&next, transform.clone()).await {
-                Ok(p) => {
+            match self.list_page(&next, &transform, keep_sent).await {
+                Ok((p, sent)) => {
                     page = p;
-                    items.extend(std::mem::take(&mut page.items));
+                    items.extend_sent(std::mem::take(&mut page.items), sent);
                     let skipped = std::mem::take(&mut page.undecodable);
                     undecodable.append(&mut self.skip_listed(skipped));
                 }
@@ -534,16 +537,32 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                         continue_token: None,
                         ..first.clone()
                     };
-                    let p = self.lw.list_transformed(&full, transform.clone()).await?;
+                    let (p, sent) = self.list_page(&full, &transform, keep_sent).await?;
                     let undecodable = self.skip_listed(p.undecodable);
-                    let mut items = ListBuilder::new(self.store.list_codec(), &self.type_name);
-                    items.extend(p.items);
+                    let mut items = ListBuilder::new(codec, &self.type_name);
+                    items.extend_sent(p.items, sent);
                     return Ok((items.finish(), undecodable, p.resource_version));
                 }
                 Err(e) => return Err(e),
             }
         }
         Ok((items.finish(), undecodable, page.resource_version))
+    }
+
+    /// One LIST page, transformed; with `keep_sent` (no transform), with the bytes each item
+    /// was sent as.
+    async fn list_page(
+        &self,
+        options: &ListOptions,
+        transform: &Option<TransformFunc<K>>,
+        keep_sent: bool,
+    ) -> Result<(ListPage<K>, Vec<SentBytes>), ListWatchError> {
+        if keep_sent {
+            self.lw.list_keeping_sent(options).await
+        } else {
+            let page = self.lw.list_transformed(options, transform.clone()).await?;
+            Ok((page, Vec::new()))
+        }
     }
 
     /// Reports an object skipped because it does not decode.

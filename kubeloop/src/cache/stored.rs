@@ -37,7 +37,8 @@ pub(crate) type Encoded = Arc<[u8]>;
 pub(crate) type CodecError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The bytes the apiserver sent for an object, where the wire hands them out (a protobuf
-/// watch's initial events): its `apiVersion`, `kind` and protobuf message. A store that holds
+/// LIST's items, a protobuf streaming list's initial events): its `apiVersion`, `kind` and
+/// protobuf message. A store that holds
 /// frames may keep these instead of encoding the decoded object again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentBytes {
@@ -278,10 +279,16 @@ impl<K: Resource> ListBuilder<K> {
         }
     }
 
-    /// Adds a page of listed objects.
-    pub(crate) fn extend(&mut self, objects: Vec<K>) {
-        for obj in objects {
-            self.push(obj);
+    /// Adds a page of listed objects, with the bytes each was sent as (in order), or none.
+    pub(crate) fn extend_sent(&mut self, objects: Vec<K>, sent: Vec<SentBytes>) {
+        if sent.len() == objects.len() {
+            for (obj, sent) in objects.into_iter().zip(sent) {
+                self.push_sent(obj, Some(Box::new(sent)));
+            }
+        } else {
+            for obj in objects {
+                self.push(obj);
+            }
         }
     }
 

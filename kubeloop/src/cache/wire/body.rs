@@ -20,12 +20,13 @@ pub(crate) enum ListBody<K> {
 impl<K: DeserializeOwned> ListBody<K> {
     /// A decoder for a body in `encoding` (a protobuf one needs what `protobuf` says the
     /// list holds), running `transform` on each item as it is decoded and skipping items
-    /// over `max_item_bytes`.
+    /// over `max_item_bytes`; with `keep_sent`, a protobuf one keeps each item's bytes.
     pub(crate) fn new(
         encoding: Encoding,
         protobuf: Option<&ProtobufType>,
         transform: Option<TransformFunc<K>>,
         max_item_bytes: usize,
+        keep_sent: bool,
     ) -> Result<Self, ListDecodeError> {
         Ok(match (encoding, protobuf) {
             (Encoding::Json, _) => Self::Json(
@@ -37,6 +38,7 @@ impl<K: DeserializeOwned> ListBody<K> {
                 of.clone(),
                 transform,
                 max_item_bytes,
+                keep_sent,
             )),
             (Encoding::Protobuf, None) => {
                 return Err(ListDecodeError::Malformed {

@@ -10,6 +10,7 @@ use kube_client::Resource;
 
 use crate::cache::UndecodableObject;
 use crate::cache::list_watch_error::ListWatchError;
+use crate::cache::stored::SentBytes;
 use crate::protobuf::{self, DecodeError, ObjectType};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.
@@ -59,6 +60,8 @@ impl Encoding {
 pub(crate) struct ProtobufType {
     /// The items' message.
     pub item: ObjectType,
+    /// The items' `apiVersion` and `kind`, which a list's items do not carry.
+    pub item_type: [String; 2],
     /// The list's kind, which the envelope must name (`ConfigMapList`).
     pub list_kind: String,
     /// The `apiVersion` and `kind` a list item is shown with, as the JSON of a list's items
@@ -78,6 +81,7 @@ impl ProtobufType {
             const KIND: &str = "PartialObjectMetadata";
             return Some(Self {
                 item: ObjectType::of(API_VERSION, KIND)?,
+                item_type: [API_VERSION.to_string(), KIND.to_string()],
                 list_kind: format!("{KIND}List"),
                 item_type_meta: Some([API_VERSION.to_string(), KIND.to_string()]),
             });
@@ -85,10 +89,11 @@ impl ProtobufType {
         if TypeId::of::<K::DynamicType>() != TypeId::of::<()>() {
             return None;
         }
-        let kind = K::kind(dyntype);
+        let (api_version, kind) = (K::api_version(dyntype), K::kind(dyntype));
         Some(Self {
-            item: ObjectType::of(&K::api_version(dyntype), &kind)?,
+            item: ObjectType::of(&api_version, &kind)?,
             list_kind: format!("{kind}List"),
+            item_type: [api_version.into_owned(), kind.into_owned()],
             item_type_meta: None,
         })
     }
@@ -136,6 +141,9 @@ pub(crate) struct DecodedList<K> {
     pub metadata: ListMeta,
     /// The items skipped: not decodable into `K`, or over the size bound.
     pub undecodable: Vec<UndecodableObject>,
+    /// The bytes each item was sent as, in item order, when asked for (a protobuf list with
+    /// no transform); else empty.
+    pub sent: Vec<SentBytes>,
 }
 
 /// What reading a watch body's next chunk gave.

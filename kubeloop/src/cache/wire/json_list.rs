@@ -148,6 +148,7 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         }
         self.items.shrink_to_fit();
         Ok(DecodedList {
+            sent: Vec::new(),
             items: self.items,
             metadata: self.metadata,
             undecodable: self.undecodable,

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::encoding::{DecodedList, ListDecodeError, ProtobufType};
 use crate::cache::store::{TransformFunc, apply_transform};
+use crate::cache::stored::SentBytes;
 use crate::cache::undecodable::{UndecodableObject, UndecodableReason};
 use crate::protobuf::{ListPart, ListReader, LooseNames, ObjectType};
 
@@ -25,14 +26,19 @@ pub(crate) struct ListDecoder<K> {
     transform: Option<TransformFunc<K>>,
     /// The bound on one item.
     max_item_bytes: usize,
+    /// Whether each item's bytes are kept (never with a transform).
+    keep_sent: bool,
+    sent: Vec<SentBytes>,
 }
 
 impl<K: DeserializeOwned> ListDecoder<K> {
-    /// A decoder at the start of a body listing `of`'s items.
+    /// A decoder at the start of a body listing `of`'s items; with `keep_sent` and no
+    /// transform, it keeps the bytes each item was sent as.
     pub(crate) fn new(
         of: ProtobufType,
         transform: Option<TransformFunc<K>>,
         max_item_bytes: usize,
+        keep_sent: bool,
     ) -> Self {
         Self {
             reader: ListReader::new(&of.list_kind, max_item_bytes),
@@ -40,8 +46,10 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             items: Vec::new(),
             undecodable: Vec::new(),
             metadata: ListMeta::default(),
+            keep_sent: keep_sent && transform.is_none(),
             transform,
             max_item_bytes,
+            sent: Vec::new(),
         }
     }
 
@@ -55,6 +63,8 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             metadata,
             transform,
             max_item_bytes,
+            keep_sent,
+            sent,
         } = self;
         let type_meta = of
             .item_type_meta
@@ -69,6 +79,14 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                 ListPart::Item(bytes) => match of.item.decode::<K>(type_meta, bytes) {
                     Ok(object) => {
                         items.push(apply_transform(transform.as_ref(), object));
+                        if *keep_sent {
+                            let [api_version, kind] = of.item_type.clone();
+                            sent.push(SentBytes {
+                                api_version,
+                                kind,
+                                message: bytes.to_vec(),
+                            });
+                        }
                         return Ok(());
                     }
                     Err(e) => (bytes, UndecodableReason::Decode(e.to_string())),
@@ -94,10 +112,55 @@ impl<K: DeserializeOwned> ListDecoder<K> {
     pub(crate) fn finish(mut self) -> Result<DecodedList<K>, ListDecodeError> {
         self.reader.finish()?;
         self.items.shrink_to_fit();
+        self.sent.shrink_to_fit();
         Ok(DecodedList {
+            sent: self.sent,
             items: self.items,
             metadata: self.metadata,
             undecodable: self.undecodable,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cache::MAX_OBJECT_BYTES;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A LIST body the local apiserver sent (`hack/generate-protobuf-table`).
+    const LIST: &[u8] = include_bytes!("../../protobuf/testdata/configmap-list.pb");
+
+    fn decode(
+        keep_sent: bool,
+        transform: Option<TransformFunc<ConfigMap>>,
+    ) -> DecodedList<ConfigMap> {
+        let of = ProtobufType::of::<ConfigMap>(&()).expect("a built-in kind");
+        let mut decoder = ListDecoder::new(of, transform, MAX_OBJECT_BYTES, keep_sent);
+        for chunk in LIST.chunks(100) {
+            decoder.feed(chunk).unwrap();
+        }
+        decoder.finish().unwrap()
+    }
+
+    // kubeloop's own: asked to, a protobuf list keeps the bytes each item was sent as, which
+    // decode to the item; not when not asked, and never with a transform.
+    #[test]
+    fn a_list_keeps_each_items_bytes_when_asked_and_untransformed() {
+        let list = decode(true, None);
+        assert!(!list.items.is_empty());
+        assert_eq!(list.sent.len(), list.items.len());
+        for (item, sent) in list.items.iter().zip(&list.sent) {
+            assert_eq!((&*sent.api_version, &*sent.kind), ("v1", "ConfigMap"));
+            let again: ConfigMap =
+                crate::protobuf::decode_message(&sent.api_version, &sent.kind, &sent.message)
+                    .unwrap();
+            assert_eq!(&again, item);
+        }
+        assert!(decode(false, None).sent.is_empty());
+        let transform: TransformFunc<ConfigMap> = Arc::new(|cm| cm);
+        assert!(decode(true, Some(transform)).sent.is_empty());
     }
 }
