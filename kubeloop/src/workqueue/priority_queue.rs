@@ -29,7 +29,8 @@
 //!   served by four goroutines; here every add, get and done is one transition under the
 //!   queue's one lock (`priority_state.rs`), `get` parks in the queue's own waiter list, and
 //!   one timer task sleeps until the earliest ready time (`sleep_until(next)`), as the
-//!   delaying queue's does. An add is visible to `len` and `get` as soon as it returns
+//!   delaying queue's does. The timer runs on the tokio runtime of the add or `get` that
+//!   started it, so share a queue only among tasks of runtimes that outlive it. An add is visible to `len` and `get` as soon as it returns
 //!   (controller-runtime's add is asynchronous).
 //! - `shutdown_with_drain` hands out what is ready until none is left and waits until every
 //!   item handed out is `done`, as client-go's `ShutDownWithDrain` and the other kubeloop

@@ -371,7 +371,9 @@ async fn follows_fifo_order_in_the_new_priority_when_item_priority_changes() {
 }
 
 // controller-runtime: TestFuzzPriorityQueue (gofuzz options and keys: a seeded generator here;
-// goroutines: OS threads, each with its own runtime)
+// goroutines: OS threads blocking on one shared runtime, which outlives them all: the queue's
+// timer task runs on the runtime of the add that started it, and a runtime dropped with its
+// producer thread would take the timer, and the delayed items' promotion, with it)
 #[test]
 fn fuzz_priority_queue() {
     use std::collections::HashMap;
@@ -382,11 +384,12 @@ fn fuzz_priority_queue() {
         .unwrap()
         .as_nanos() as u64;
     eprintln!("seed: {seed}");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let (q, m) = {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let _guard = rt.enter();
         new_queue::<u32>()
     };
@@ -398,12 +401,8 @@ fn fuzz_priority_queue() {
     let m = Arc::new(m);
     std::thread::scope(|s| {
         for p in 0..10u64 {
-            let (q, in_queue) = (q.clone(), in_queue.clone());
+            let (q, in_queue, rt) = (q.clone(), in_queue.clone(), rt.handle());
             s.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
                 rt.block_on(async {
                     let mut x = seed ^ (p + 1).wrapping_mul(0x9E3779B97F4A7C15);
                     let mut next = move || {
@@ -440,13 +439,14 @@ fn fuzz_priority_queue() {
             });
         }
         for _ in 0..20 {
-            let (q, in_queue, handed_out, m) =
-                (q.clone(), in_queue.clone(), handed_out.clone(), m.clone());
+            let (q, in_queue, handed_out, m, rt) = (
+                q.clone(),
+                in_queue.clone(),
+                handed_out.clone(),
+                m.clone(),
+                rt.handle(),
+            );
             s.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
                 rt.block_on(async {
                     loop {
                         let item = {
