@@ -7,7 +7,7 @@
 //! Differs on purpose: index functions cannot fail. client-go's may return an error and then
 //! panic inside the store; a function that has nothing to say returns an empty `Vec`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kube_client::Resource;
@@ -32,6 +32,31 @@ pub fn namespace_indexers<K: Resource + 'static>() -> Indexers<K> {
     let mut m = Indexers::new();
     m.insert(NAMESPACE_INDEX.to_string(), namespace_index_func::<K>());
     m
+}
+
+/// index value -> keys of the objects indexed under it.
+pub(crate) type Index = HashMap<String, HashSet<String>>;
+
+/// Adds `key` under every value `indexers` give `obj`.
+pub(crate) fn index_object<K>(
+    indices: &mut HashMap<String, Index>,
+    indexers: &Indexers<K>,
+    key: &str,
+    obj: &K,
+) {
+    for (name, func) in indexers {
+        let values = func(obj);
+        if values.is_empty() {
+            continue;
+        }
+        if !indices.contains_key(name) {
+            indices.insert(name.clone(), Index::new());
+        }
+        let index = indices.get_mut(name).expect("inserted above");
+        for v in values {
+            index.entry(v).or_default().insert(key.to_string());
+        }
+    }
 }
 
 /// Why an index query or change was refused.

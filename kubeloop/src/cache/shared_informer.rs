@@ -807,23 +807,26 @@ impl<K: CacheObject> Shared<K> {
     /// reported and left out. A listed object that did not decode keeps the version the
     /// store holds, if any, with no notification (see `undecodable.rs`).
     ///
-    /// A compact cache's list comes encoded, with its keys; each object is decoded once
-    /// for the indexes and once more for its notification, never all at once.
+    /// A compact cache's list comes encoded, with its keys and its indexes (built from the
+    /// objects as they arrived); each object is decoded once more for its notification,
+    /// never all at once.
     fn replace_all(&self, listeners: &[Listener<K>], info: ReplacedAllInfo<K>, initial: bool) {
         let ReplacedAllInfo {
             resource_version: rv,
             objects,
             undecodable,
         } = info;
-        let mut entries = Vec::with_capacity(objects.len() + undecodable.len());
+        let mut entries = Vec::with_capacity(objects.len());
         // Only the processing loop writes the store, so nothing changes it in between.
         let mut kept = Vec::new();
+        let mut kept_entries = Vec::new();
         for key in undecodable {
             if let Some(stored) = self.store.stored(&key) {
-                entries.push((key.clone(), stored));
+                kept_entries.push((key.clone(), stored));
                 kept.push(key);
             }
         }
+        let mut indexed = None;
         // What to notify, in list order. Keys are computed again from decoded objects rather
         // than kept: a 100k-object list would otherwise hold a second copy of every key until
         // the handlers are notified. An encoded list has only its keys to go by.
@@ -839,14 +842,17 @@ impl<K: CacheObject> Shared<K> {
                 }
                 (objects.into_iter().map(Stored::Object).collect(), None)
             }
-            Listed::Keyed(items, _) => {
+            Listed::Keyed(items, _, indices) => {
                 let listed = items.iter().map(|(_, s)| s.clone()).collect();
                 let keys = items.iter().map(|(k, _)| k.clone()).collect();
                 entries.extend(items);
+                indexed = Some(indices);
                 (listed, Some(keys))
             }
         };
-        let mut old = self.store.replace_entries(entries, &rv);
+        let mut old = self
+            .store
+            .replace_entries(entries, indexed, kept_entries, &rv);
         for key in kept {
             old.take(&key);
         }

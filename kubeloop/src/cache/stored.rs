@@ -12,10 +12,12 @@
 //! Invariant: a `Stored::Encoded` frame is only ever decoded by the codec that made it (the
 //! store's own, passed along with the frames in [`ListedObjects`] and handler notifications).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kube_client::Resource;
 
+use super::index::{Index, Indexers, index_object};
 use super::keys::{KeyFunc, meta_namespace_key};
 
 /// How an informer's store holds its objects.
@@ -89,12 +91,53 @@ pub struct ListedObjects<K> {
 
 pub(crate) enum Listed<K> {
     Decoded(Vec<Arc<K>>),
-    Keyed(Vec<(String, Stored<K>)>, Arc<Codec<K>>),
+    Keyed(Vec<(String, Stored<K>)>, Arc<Codec<K>>, ListIndices),
 }
 
 /// What a store that holds frames hands the queue in front of it, so the reflector can
-/// encode a list as it arrives ([`ReflectorStore::list_codec`](super::ReflectorStore::list_codec)).
-pub struct ListCodec<K>(pub(crate) Arc<Codec<K>>);
+/// encode a list as it arrives ([`ReflectorStore::list_codec`](super::ReflectorStore::list_codec)),
+/// and index it then, from the decoded objects, so the store need not decode every frame
+/// again to index it.
+pub struct ListCodec<K> {
+    pub(crate) codec: Arc<Codec<K>>,
+    /// The store's indexers as they are now.
+    pub(crate) indexers: Arc<dyn Fn() -> Indexers<K> + Send + Sync>,
+}
+
+/// The indexes of an encoded list's objects, built as it arrived, and the names of the
+/// indexers they were built with: a store whose indexers changed meanwhile builds its own.
+#[derive(Clone, Default)]
+pub(crate) struct ListIndices {
+    names: Vec<String>,
+    indices: HashMap<String, Index>,
+}
+
+impl ListIndices {
+    fn new<K>(indexers: &Indexers<K>) -> Self {
+        let mut names: Vec<String> = indexers.keys().cloned().collect();
+        names.sort();
+        // Every index is there, if empty, as in a store (a query names one that must be).
+        let indices = names.iter().map(|n| (n.clone(), Index::new())).collect();
+        Self { names, indices }
+    }
+
+    /// The indexes, if they were built with `indexers`.
+    pub(crate) fn built_with<K>(self, indexers: &Indexers<K>) -> Option<HashMap<String, Index>> {
+        let same = self.names.len() == indexers.len()
+            && self.names.iter().all(|n| indexers.contains_key(n));
+        same.then_some(self.indices)
+    }
+
+    /// Takes `key` out of every index.
+    fn remove(&mut self, key: &str) {
+        for index in self.indices.values_mut() {
+            index.retain(|_, keys| {
+                keys.remove(key);
+                !keys.is_empty()
+            });
+        }
+    }
+}
 
 /// One object as a cache holds it.
 pub(crate) enum Stored<K> {
@@ -106,11 +149,14 @@ pub(crate) enum Stored<K> {
 
 /// Builds a [`ListedObjects`] one object at a time: decoded without a codec; with one,
 /// objects wait decoded until the codec is [`ready`](ObjectCodec::ready), and every object
-/// after that is encoded as it comes.
+/// after that is keyed, indexed and encoded as it comes.
 pub(crate) struct ListBuilder<K> {
     codec: Option<Arc<Codec<K>>>,
     type_name: String,
+    /// Objects waiting for the codec to be ready (all of them, without a codec).
     decoded: Vec<Arrived<K>>,
+    indexers: Indexers<K>,
+    indices: ListIndices,
     keyed: Vec<(String, Stored<K>)>,
 }
 
@@ -119,7 +165,7 @@ impl<K> ListedObjects<K> {
     pub fn len(&self) -> usize {
         match &self.repr {
             Listed::Decoded(objects) => objects.len(),
-            Listed::Keyed(items, _) => items.len(),
+            Listed::Keyed(items, ..) => items.len(),
         }
     }
 
@@ -132,7 +178,7 @@ impl<K> ListedObjects<K> {
     pub fn into_decoded(self) -> Vec<Arc<K>> {
         match self.repr {
             Listed::Decoded(objects) => objects,
-            Listed::Keyed(items, codec) => items
+            Listed::Keyed(items, codec, _) => items
                 .iter()
                 .filter_map(|(key, stored)| stored.load(Some(&*codec), key))
                 .collect(),
@@ -143,7 +189,7 @@ impl<K> ListedObjects<K> {
     pub(crate) fn keys(&self, key_func: &KeyFunc<K>) -> Vec<String> {
         match &self.repr {
             Listed::Decoded(objects) => objects.iter().filter_map(|o| key_func(o).ok()).collect(),
-            Listed::Keyed(items, _) => items.iter().map(|(k, _)| k.clone()).collect(),
+            Listed::Keyed(items, ..) => items.iter().map(|(k, _)| k.clone()).collect(),
         }
     }
 
@@ -164,7 +210,9 @@ impl<K> Clone for ListedObjects<K> {
     fn clone(&self) -> Self {
         let repr = match &self.repr {
             Listed::Decoded(objects) => Listed::Decoded(objects.clone()),
-            Listed::Keyed(items, codec) => Listed::Keyed(items.clone(), codec.clone()),
+            Listed::Keyed(items, codec, indices) => {
+                Listed::Keyed(items.clone(), codec.clone(), indices.clone())
+            }
         };
         Self { repr }
     }
@@ -182,7 +230,10 @@ impl<K> std::fmt::Debug for ListedObjects<K> {
 
 impl<K> Clone for ListCodec<K> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            codec: self.codec.clone(),
+            indexers: self.indexers.clone(),
+        }
     }
 }
 
@@ -251,10 +302,13 @@ impl<K> Stored<K> {
 
 impl<K: Resource> ListBuilder<K> {
     pub(crate) fn new(codec: Option<ListCodec<K>>, type_name: &str) -> Self {
+        let indexers = codec.as_ref().map(|c| (c.indexers)()).unwrap_or_default();
         Self {
-            codec: codec.map(|c| c.0),
+            codec: codec.map(|c| c.codec),
             type_name: type_name.to_string(),
             decoded: Vec::new(),
+            indices: ListIndices::new(&indexers),
+            indexers,
             keyed: Vec::new(),
         }
     }
@@ -296,7 +350,10 @@ impl<K: Resource> ListBuilder<K> {
     pub(crate) fn remove(&mut self, key: &str) {
         self.decoded
             .retain(|o| meta_namespace_key(&*o.object).is_ok_and(|k| k != key));
-        self.keyed.retain(|(k, _)| k != key);
+        if self.keyed.iter().any(|(k, _)| k == key) {
+            self.keyed.retain(|(k, _)| k != key);
+            self.indices.remove(key);
+        }
     }
 
     pub(crate) fn finish(mut self) -> ListedObjects<K> {
@@ -306,19 +363,21 @@ impl<K: Resource> ListBuilder<K> {
                 codec.learn(&self.decoded);
                 self.encode_decoded();
                 self.keyed.shrink_to_fit();
-                Listed::Keyed(self.keyed, codec)
+                Listed::Keyed(self.keyed, codec, self.indices)
             }
         };
         ListedObjects { repr }
     }
 
-    /// Encodes the waiting objects. An object without a key is left out, as the typed path
-    /// leaves it out of the store.
+    /// Keys, indexes and encodes the waiting objects. An object without a key is left out,
+    /// as the typed path leaves it out of the store.
     fn encode_decoded(&mut self) {
         let Some(codec) = &self.codec else { return };
         for arrived in self.decoded.drain(..) {
             match meta_namespace_key(&*arrived.object) {
                 Ok(key) => {
+                    let indices = &mut self.indices.indices;
+                    index_object(indices, &self.indexers, &key, &*arrived.object);
                     let stored = Stored::arrived(Some(&**codec), &key, arrived);
                     self.keyed.push((key, stored));
                 }
@@ -327,5 +386,109 @@ impl<K: Resource> ListBuilder<K> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::cache::index::{IndexFunc, NAMESPACE_INDEX, namespace_indexers};
+    use crate::cache::thread_safe_store::ThreadSafeStore;
+
+    /// Frames of JSON, counting how many are decoded.
+    #[derive(Default)]
+    struct CountingCodec {
+        decoded: AtomicUsize,
+    }
+
+    impl ObjectCodec<ConfigMap> for CountingCodec {
+        fn ready(&self, _: &[Arrived<ConfigMap>]) -> bool {
+            true
+        }
+        fn learn(&self, _: &[Arrived<ConfigMap>]) {}
+        fn encode(&self, obj: &ConfigMap, _: Option<&SentBytes>) -> Result<Encoded, CodecError> {
+            Ok(serde_json::to_vec(obj)?.into())
+        }
+        fn decode(&self, frame: &[u8]) -> Result<ConfigMap, CodecError> {
+            self.decoded.fetch_add(1, SeqCst);
+            Ok(serde_json::from_slice(frame)?)
+        }
+    }
+
+    /// A store of frames with the namespace index and one that no object is under, and its
+    /// codec.
+    fn store() -> (ThreadSafeStore<ConfigMap>, Arc<CountingCodec>) {
+        let codec = Arc::new(CountingCodec::default());
+        let mut indexers = namespace_indexers();
+        indexers.insert("unused".into(), Arc::new(|_: &ConfigMap| Vec::new()));
+        let store = ThreadSafeStore::with_codec(indexers, Some(codec.clone()));
+        (store, codec)
+    }
+
+    /// `a/1`, `a/2` and `b/1` listed, and `b/gone` listed and deleted before the list ends.
+    fn list(store: &ThreadSafeStore<ConfigMap>) -> (Vec<(String, Stored<ConfigMap>)>, ListIndices) {
+        let mut builder = ListBuilder::new(store.list_codec(), "ConfigMap");
+        for (ns, name) in [("a", "1"), ("b", "gone"), ("a", "2"), ("b", "1")] {
+            builder.push(ConfigMap {
+                metadata: ObjectMeta {
+                    namespace: Some(ns.into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+        }
+        builder.remove("b/gone");
+        let Listed::Keyed(items, _, indices) = builder.finish().into_repr() else {
+            panic!("a store with a codec gets its list keyed");
+        };
+        (items, indices)
+    }
+
+    fn keys(store: &ThreadSafeStore<ConfigMap>, index: &str, value: &str) -> Vec<String> {
+        let mut keys = store.reader().index_keys(index, value).unwrap();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_list_is_indexed_as_it_arrives_and_not_decoded_again_to_be_stored() {
+        let (store, codec) = store();
+        let (items, indices) = list(&store);
+        store.replace_entries(items, Some(indices), Vec::new(), "7");
+        assert_eq!(
+            codec.decoded.load(SeqCst),
+            0,
+            "frames decoded to index them"
+        );
+        assert_eq!(keys(&store, NAMESPACE_INDEX, "a"), ["a/1", "a/2"]);
+        assert_eq!(keys(&store, NAMESPACE_INDEX, "b"), ["b/1"]);
+        assert!(keys(&store, "unused", "x").is_empty());
+        assert_eq!(store.list_keys().len(), 3);
+    }
+
+    #[test]
+    fn a_list_indexed_before_the_store_gained_an_indexer_is_indexed_again() {
+        let (store, codec) = store();
+        let (items, indices) = list(&store);
+        let by_name: IndexFunc<ConfigMap> =
+            Arc::new(|cm: &ConfigMap| cm.metadata.name.clone().into_iter().collect());
+        store
+            .add_indexers([("name".to_string(), by_name)].into())
+            .unwrap();
+        store.replace_entries(items, Some(indices), Vec::new(), "7");
+        assert_eq!(
+            codec.decoded.load(SeqCst),
+            3,
+            "each frame decoded once to index it"
+        );
+        assert_eq!(keys(&store, "name", "1"), ["a/1", "b/1"]);
+        assert_eq!(keys(&store, NAMESPACE_INDEX, "a"), ["a/1", "a/2"]);
+        assert_eq!(keys(&store, NAMESPACE_INDEX, "b"), ["b/1"]);
     }
 }

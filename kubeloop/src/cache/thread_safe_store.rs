@@ -27,8 +27,8 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::index::{IndexError, Indexers};
-use super::stored::{Arrived, Codec, ListCodec, StoreKind, Stored};
+use super::index::{Index, IndexError, Indexers, index_object};
+use super::stored::{Arrived, Codec, ListCodec, ListIndices, StoreKind, Stored};
 
 /// The writable, indexed cache. Cloning shares the same map.
 pub struct ThreadSafeStore<K> {
@@ -45,9 +45,6 @@ pub struct Replaced<K> {
     items: HashMap<String, Stored<K>>,
     codec: Option<Arc<Codec<K>>>,
 }
-
-/// index value -> keys of the objects indexed under it.
-type Index = HashMap<String, HashSet<String>>;
 
 struct Inner<K> {
     /// key -> object.
@@ -147,7 +144,7 @@ impl<K> ThreadSafeStore<K> {
         Self::with_codec(indexers, codec)
     }
 
-    fn with_codec(indexers: Indexers<K>, codec: Option<Arc<Codec<K>>>) -> Self {
+    pub(super) fn with_codec(indexers: Indexers<K>, codec: Option<Arc<Codec<K>>>) -> Self {
         let indices = indexers.keys().map(|n| (n.clone(), Index::new())).collect();
         Self {
             inner: Arc::new(RwLock::new(Inner {
@@ -210,26 +207,36 @@ impl<K> ThreadSafeStore<K> {
                 (key, stored)
             })
             .collect();
-        self.replace_entries(entries, resource_version)
+        self.replace_entries(entries, None, Vec::new(), resource_version)
     }
 
     /// [`replace`](Self::replace) with objects as the store holds them (a compact store's
-    /// frames, encoded by the reflector as the list arrived). The indexes are rebuilt from
-    /// each object, decoded one at a time.
+    /// frames, encoded by the reflector as the list arrived): `listed`, whose indexes came
+    /// built with them when `indexed` is given and the store's indexers are still the ones
+    /// they were built with, and `others`, indexed here. An object whose indexes are built
+    /// here is decoded for it, one at a time.
     pub(crate) fn replace_entries(
         &self,
-        entries: Vec<(String, Stored<K>)>,
+        listed: Vec<(String, Stored<K>)>,
+        indexed: Option<ListIndices>,
+        others: Vec<(String, Stored<K>)>,
         resource_version: &str,
     ) -> Replaced<K> {
         let mut inner = self.inner.write();
-        let mut items = HashMap::with_capacity(entries.len());
-        let mut indices: HashMap<String, Index> = inner
-            .indexers
-            .keys()
-            .map(|n| (n.clone(), Index::new()))
-            .collect();
-        for (key, stored) in entries {
-            if let Some(obj) = stored.load(inner.codec.as_deref(), &key) {
+        let mut items = HashMap::with_capacity(listed.len() + others.len());
+        let built = indexed.and_then(|i| i.built_with(&inner.indexers));
+        let index_listed = built.is_none();
+        let mut indices = built.unwrap_or_else(|| {
+            inner
+                .indexers
+                .keys()
+                .map(|n| (n.clone(), Index::new()))
+                .collect()
+        });
+        let entries = (others.into_iter().map(|e| (e, true)))
+            .chain(listed.into_iter().map(|e| (e, index_listed)));
+        for ((key, stored), index) in entries {
+            if index && let Some(obj) = stored.load(inner.codec.as_deref(), &key) {
                 index_object(&mut indices, &inner.indexers, &key, &obj);
             }
             items.insert(key, stored);
@@ -263,9 +270,23 @@ impl<K> ThreadSafeStore<K> {
         self.inner.read().items.get(key).cloned()
     }
 
-    /// What the reflector encodes a list with, for a compact store.
-    pub(crate) fn list_codec(&self) -> Option<ListCodec<K>> {
-        self.inner.read().codec.clone().map(ListCodec)
+    /// What the reflector encodes a list with, for a compact store, and the indexers it
+    /// builds the list's indexes with (the store's, as they are when a list starts).
+    pub(crate) fn list_codec(&self) -> Option<ListCodec<K>>
+    where
+        K: Send + Sync + 'static,
+    {
+        let codec = self.inner.read().codec.clone()?;
+        let inner = Arc::downgrade(&self.inner);
+        Some(ListCodec {
+            codec,
+            indexers: Arc::new(move || {
+                inner
+                    .upgrade()
+                    .map(|i| i.read().indexers.clone())
+                    .unwrap_or_default()
+            }),
+        })
     }
 
     /// Runs `f`'s writes under one lock (client-go `Transaction`): readers see all of them
@@ -450,28 +471,6 @@ impl<K> Indexer<K> {
             .iter()
             .filter_map(|(key, stored)| stored.load(Some(&*codec), key))
             .collect()
-    }
-}
-
-/// Adds `key` under every value `indexers` give `obj`.
-fn index_object<K>(
-    indices: &mut HashMap<String, Index>,
-    indexers: &Indexers<K>,
-    key: &str,
-    obj: &K,
-) {
-    for (name, func) in indexers {
-        let values = func(obj);
-        if values.is_empty() {
-            continue;
-        }
-        if !indices.contains_key(name) {
-            indices.insert(name.clone(), Index::new());
-        }
-        let index = indices.get_mut(name).expect("inserted above");
-        for v in values {
-            index.entry(v).or_default().insert(key.to_string());
-        }
     }
 }
 
