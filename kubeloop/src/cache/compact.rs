@@ -54,8 +54,9 @@
 //! first list). zstd's negative levels would halve the encode but leave literals raw: 1,102
 //! bytes a frame.
 //!
-//! Contexts are per thread (one compression and one decompression context each, reused), so a
-//! read allocates only its output; a fresh context per object costs more than the work.
+//! Contexts are per thread (one compression and one decompression context each, reused, and
+//! a buffer to compress into), so a read allocates only its output and an encoding only its
+//! frame; a fresh context per object costs more than the work.
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -132,9 +133,19 @@ struct Dictionary {
     decompress: DDict<'static>,
 }
 
+/// A thread's zstd contexts, and the buffer it compresses into before a frame is made.
+struct Contexts {
+    compress: CCtx<'static>,
+    decompress: DCtx<'static>,
+    compressed: Vec<u8>,
+}
+
 thread_local! {
-    static CONTEXTS: RefCell<(CCtx<'static>, DCtx<'static>)> =
-        RefCell::new((CCtx::create(), DCtx::create()));
+    static CONTEXTS: RefCell<Contexts> = RefCell::new(Contexts {
+        compress: CCtx::create(),
+        decompress: DCtx::create(),
+        compressed: Vec::new(),
+    });
 }
 
 impl<K: Serialize + DeserializeOwned> ZstdCodec<K> {
@@ -215,18 +226,21 @@ impl<K> ZstdCodec<K> {
     }
 
     /// `form`, then `content` compressed with that form's dictionary if there is one.
+    /// The frame is allocated once, at its size, and filled from the thread's buffer.
     fn compress(&self, form: Form, content: &[u8]) -> Result<Encoded, FrameError> {
-        let mut out = vec![0; 1 + zstd_safe::compress_bound(content.len())];
-        out[0] = form as u8;
-        let dst = &mut out[1..];
-        let written = CONTEXTS
-            .with_borrow_mut(|(cctx, _)| match self.trained(form) {
-                Some(d) => cctx.compress_using_cdict(dst, content, &d.compress),
-                None => cctx.compress(dst, content, LEVEL),
-            })
+        CONTEXTS.with_borrow_mut(|c| {
+            let out = &mut c.compressed;
+            out.clear();
+            out.reserve(zstd_safe::compress_bound(content.len()));
+            match self.trained(form) {
+                Some(d) => c.compress.compress_using_cdict(out, content, &d.compress),
+                None => c.compress.compress(out, content, LEVEL),
+            }
             .map_err(FrameError::Zstd)?;
-        out.truncate(1 + written);
-        Ok(out.into())
+            Ok(std::iter::once(form as u8)
+                .chain(out.iter().copied())
+                .collect())
+        })
     }
 
     /// A frame's form and content.
@@ -243,12 +257,14 @@ impl<K> ZstdCodec<K> {
             .flatten()
             .unwrap_or(0) as usize;
         let mut content = Vec::with_capacity(size);
-        CONTEXTS.with_borrow_mut(|(_, dctx)| match zstd_safe::get_dict_id_from_frame(frame) {
-            None => dctx
+        CONTEXTS.with_borrow_mut(|c| match zstd_safe::get_dict_id_from_frame(frame) {
+            None => c
+                .decompress
                 .decompress(&mut content, frame)
                 .map_err(FrameError::Zstd),
             Some(id) => match self.trained(form) {
-                Some(d) if d.id == id.get() => dctx
+                Some(d) if d.id == id.get() => c
+                    .decompress
                     .decompress_using_ddict(&mut content, frame, &d.decompress)
                     .map_err(FrameError::Zstd),
                 _ => Err(FrameError::UnknownDictionary(id.get())),
