@@ -832,15 +832,19 @@ impl<K: CacheObject> Shared<K> {
         // the handlers are notified. An encoded list has only its keys to go by.
         let (listed, keys): (Vec<Stored<K>>, Option<Vec<String>>) = match objects.into_repr() {
             Listed::Decoded(objects) => {
-                for obj in &objects {
-                    match (self.key_func)(obj) {
-                        Ok(key) => entries.push((key, Stored::Object(obj.clone()))),
+                let mut listed = Vec::with_capacity(objects.len());
+                for obj in objects {
+                    match (self.key_func)(&obj) {
+                        Ok(key) => {
+                            entries.push((key, Stored::Object(obj.clone())));
+                            listed.push(Stored::Object(obj));
+                        }
                         Err(e) => {
                             tracing::warn!(type_name = %self.type_name, "cannot store a listed object: {e}");
                         }
                     }
                 }
-                (objects.into_iter().map(Stored::Object).collect(), None)
+                (listed, None)
             }
             Listed::Keyed(items, _, indices) => {
                 let listed = items.iter().map(|(_, s)| s.clone()).collect();
@@ -856,12 +860,14 @@ impl<K: CacheObject> Shared<K> {
         for key in kept {
             old.take(&key);
         }
-        // The previous object of each listed one, as the store held it (`None`: no key).
+        // The previous object of each listed one, as the store held it: none at all in a
+        // store that was empty (the first list), so no key is computed again for it.
         let mut previous = Vec::with_capacity(listed.len());
         for (i, stored) in listed.iter().enumerate() {
             let prev = match (&keys, stored) {
-                (Some(keys), _) => Some(old.take(&keys[i])),
-                (None, Stored::Object(obj)) => (self.key_func)(obj).ok().map(|k| old.take(&k)),
+                _ if old.is_empty() => None,
+                (Some(keys), _) => old.take(&keys[i]),
+                (None, Stored::Object(obj)) => (self.key_func)(obj).ok().and_then(|k| old.take(&k)),
                 (None, Stored::Encoded(_)) => unreachable!("a decoded list holds objects"),
             };
             previous.push(prev);
@@ -874,7 +880,6 @@ impl<K: CacheObject> Shared<K> {
             distribute(listeners, Notification::Delete(tombstone), false);
         }
         for (i, (stored, prev)) in listed.into_iter().zip(previous).enumerate() {
-            let Some(prev) = prev else { continue };
             // Only an encoded list's objects are decoded, and it has its keys.
             let key = keys.as_ref().map_or("", |keys| keys[i].as_str());
             if crate::trace::on() {
