@@ -100,14 +100,14 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
                 Some(v) => format!("{:12.*}", row.decimals, v / row.scale),
                 None => format!("{:>12}", "-"),
             };
-            // A side with no sample reads as 0, as does a ratio to a missing client-go.
-            let to_go = |v: Option<f64>| match go {
-                Some(g) if g > 0.0 => v.unwrap_or(0.0) / g,
-                _ => 0.0,
+            // A side with no sample, or a missing client-go, has no ratio.
+            let to_go = |v: Option<f64>| match (v, go) {
+                (Some(v), Some(g)) if g > 0.0 => format!("{:5.2}x", v / g),
+                _ => format!("{:>6}", "-"),
             };
             let _ = writeln!(
                 out,
-                "| {:<26} | {} | {} | {} | {:5.2}x | {} | {:5.2}x |",
+                "| {:<26} | {} | {} | {} | {} | {} | {} |",
                 row.label,
                 cell(go),
                 cell(kube_runtime),
@@ -196,14 +196,14 @@ LIST body: protobuf 12.0 MB (1200 B/object), JSON 14.8 MB (1485 B/object); kubel
 N=10000, data/transform/store=random/none/metadata (objects seen: 10001)
 |                            |    client-go | kube-runtime |     kubeloop |  kl/cg | kubeloop JSON |    /cg |
 |----------------------------|--------------|--------------|--------------|--------|--------------|--------|
-| time to synced (ms)        |          100 |            - |          120 |  1.20x |            - |  0.00x |
-| CPU to synced (ms)         |           90 |            - |           80 |  0.89x |            - |  0.00x |
-| peak RSS (MB)              |         30.7 |            - |         20.5 |  0.67x |            - |  0.00x |
-| RSS after sync (MB)        |         30.7 |            - |         20.5 |  0.67x |            - |  0.00x |
-| update latency p50 (ms)    |         2.00 |            - |         2.00 |  1.00x |            - |  0.00x |
-| update latency p99 (ms)    |         3.00 |            - |         3.00 |  1.00x |            - |  0.00x |
-| lister get p99 (us)        |         0.30 |            - |         0.30 |  1.00x |            - |  0.00x |
-| full list (ms)             |          0.5 |            - |          0.5 |  1.00x |            - |  0.00x |
+| time to synced (ms)        |          100 |            - |          120 |  1.20x |            - |      - |
+| CPU to synced (ms)         |           90 |            - |           80 |  0.89x |            - |      - |
+| peak RSS (MB)              |         30.7 |            - |         20.5 |  0.67x |            - |      - |
+| RSS after sync (MB)        |         30.7 |            - |         20.5 |  0.67x |            - |      - |
+| update latency p50 (ms)    |         2.00 |            - |         2.00 |  1.00x |            - |      - |
+| update latency p99 (ms)    |         3.00 |            - |         3.00 |  1.00x |            - |      - |
+| lister get p99 (us)        |         0.30 |            - |         0.30 |  1.00x |            - |      - |
+| full list (ms)             |          0.5 |            - |          0.5 |  1.00x |            - |      - |
 LIST body: protobuf 5.0 MB (500 B/object); kubeloop RSS before start: 10.2 MB
 ";
         assert_eq!(report, expected);
