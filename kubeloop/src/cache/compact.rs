@@ -87,7 +87,8 @@ pub(crate) fn codec<K: Serialize + DeserializeOwned + 'static>() -> Arc<Codec<K>
 enum Form {
     /// The object's JSON, as serde_json writes it from the decoded object.
     Json = 0,
-    /// The bytes the apiserver sent: `apiVersion`, NUL, `kind`, NUL, the protobuf message.
+    /// The protobuf message the apiserver sent, of the codec's [`SentType`] (the one
+    /// `apiVersion` and `kind` a store's sent bytes have: one resource's).
     Protobuf = 1,
 }
 
@@ -111,9 +112,9 @@ enum FrameError {
     /// The frame does not start with a form this codec writes.
     #[error("a frame of unknown form {0:?}")]
     UnknownForm(Option<u8>),
-    /// A protobuf frame without its `apiVersion` and `kind`.
-    #[error("a protobuf frame without its apiVersion and kind")]
-    NoTypeMeta,
+    /// A protobuf frame in a codec that never framed sent bytes.
+    #[error("a protobuf frame in a store that never kept the bytes the apiserver sent")]
+    NoSentType,
 }
 
 /// Encodes and decodes one type's objects as zstd frames, of the bytes the apiserver sent
@@ -125,6 +126,17 @@ struct ZstdCodec<K> {
     /// One per [`Form`], both set by the one training: `Some` when trained, `None` when
     /// training failed or had too few samples of that form (never tried again).
     dictionaries: [OnceLock<Option<Dictionary>>; 2],
+    /// The type of the sent bytes its protobuf frames hold, set by the first it sees: a
+    /// frame holds only the message. Sent bytes of another type (none come from one
+    /// resource's list and watch) are framed as JSON.
+    sent_type: OnceLock<SentType>,
+}
+
+/// The `apiVersion` and `kind` of sent bytes.
+#[derive(Debug, PartialEq, Eq)]
+struct SentType {
+    api_version: String,
+    kind: String,
 }
 
 struct Dictionary {
@@ -157,20 +169,9 @@ impl<K: Serialize + DeserializeOwned> ZstdCodec<K> {
                 crate::protobuf::decode_message(api_version, kind, message)
             },
             dictionaries: Default::default(),
+            sent_type: OnceLock::new(),
         }
     }
-}
-
-/// A protobuf frame's content: the type, then the message.
-fn protobuf_form(sent: &SentBytes) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(sent.api_version.len() + sent.kind.len() + 2 + sent.message.len());
-    out.extend_from_slice(sent.api_version.as_bytes());
-    out.push(0);
-    out.extend_from_slice(sent.kind.as_bytes());
-    out.push(0);
-    out.extend_from_slice(&sent.message);
-    out
 }
 
 /// Trains a dictionary on `samples`, or says why not (logged) with `None`.
@@ -208,10 +209,20 @@ impl<K> ZstdCodec<K> {
             .collect();
         let protobuf: Vec<Vec<u8>> = objects
             .iter()
-            .filter_map(|o| o.sent.as_deref().map(protobuf_form))
+            .filter_map(|o| self.message_of(o.sent.as_deref()?).map(<[u8]>::to_vec))
             .collect();
         let _ = self.dictionaries[Form::Protobuf as usize].set(train_on(Form::Protobuf, &protobuf));
         let _ = self.dictionaries[Form::Json as usize].set(train_on(Form::Json, &json));
+    }
+
+    /// The message of `sent`, if it is of the type this codec's protobuf frames hold (the
+    /// first type it sees becomes that).
+    fn message_of<'s>(&self, sent: &'s SentBytes) -> Option<&'s [u8]> {
+        let of = self.sent_type.get_or_init(|| SentType {
+            api_version: sent.api_version.clone(),
+            kind: sent.kind.clone(),
+        });
+        (of.api_version == sent.api_version && of.kind == sent.kind).then_some(&sent.message[..])
     }
 
     /// Whether training is over (trained, or failed for good): objects no longer wait for it.
@@ -288,8 +299,8 @@ impl<K> ObjectCodec<K> for ZstdCodec<K> {
     }
 
     fn encode(&self, obj: &K, sent: Option<&SentBytes>) -> Result<Encoded, CodecError> {
-        Ok(match sent {
-            Some(sent) => self.compress(Form::Protobuf, &protobuf_form(sent))?,
+        Ok(match sent.and_then(|s| self.message_of(s)) {
+            Some(message) => self.compress(Form::Protobuf, message)?,
             None => self.compress(Form::Json, &(self.to_json)(obj)?)?,
         })
     }
@@ -299,18 +310,8 @@ impl<K> ObjectCodec<K> for ZstdCodec<K> {
         match form {
             Form::Json => Ok((self.from_json)(&content)?),
             Form::Protobuf => {
-                let mut parts = content.splitn(3, |b| *b == 0);
-                let (Some(api_version), Some(kind), Some(message)) =
-                    (parts.next(), parts.next(), parts.next())
-                else {
-                    return Err(FrameError::NoTypeMeta.into());
-                };
-                let utf8 = |b| std::str::from_utf8(b).map_err(|_| FrameError::NoTypeMeta);
-                Ok((self.from_protobuf)(
-                    utf8(api_version)?,
-                    utf8(kind)?,
-                    message,
-                )?)
+                let of = self.sent_type.get().ok_or(FrameError::NoSentType)?;
+                Ok((self.from_protobuf)(&of.api_version, &of.kind, &content)?)
             }
         }
     }
@@ -430,6 +431,32 @@ mod tests {
             wire,
             "a frame from before training"
         );
+    }
+
+    // kubeloop's own: a codec's protobuf frames hold the messages of one type, the first it
+    // sees; sent bytes of another type are framed as the object's JSON, and a protobuf frame
+    // in a codec that never kept sent bytes is refused by name.
+    #[test]
+    fn sent_bytes_of_a_second_type_are_framed_as_json() {
+        let body = include_bytes!("../protobuf/testdata/configmap.pb");
+        let envelope = crate::protobuf::Envelope::parse(body).unwrap();
+        let sent = SentBytes {
+            api_version: envelope.api_version.to_string(),
+            kind: envelope.kind.to_string(),
+            message: envelope.raw.to_vec(),
+        };
+        let codec = ZstdCodec::<ConfigMap>::new();
+        let first = codec.encode(&cm(1), Some(&sent)).unwrap();
+        assert_eq!(first[0], Form::Protobuf as u8);
+        let other = SentBytes {
+            kind: "Secret".into(),
+            ..sent.clone()
+        };
+        let second = codec.encode(&cm(2), Some(&other)).unwrap();
+        assert_eq!(second[0], Form::Json as u8);
+        assert_eq!(codec.decode(&second).unwrap(), cm(2));
+        let err = ZstdCodec::<ConfigMap>::new().decode(&first).unwrap_err();
+        assert!(err.to_string().contains("never kept"), "{err}");
     }
 
     // kubeloop's own: a frame made with another store's dictionary, or of a form this codec

@@ -350,8 +350,9 @@ impl<K: Resource> ListBuilder<K> {
     pub(crate) fn remove(&mut self, key: &str) {
         self.decoded
             .retain(|o| meta_namespace_key(&*o.object).is_ok_and(|k| k != key));
-        if self.keyed.iter().any(|(k, _)| k == key) {
-            self.keyed.retain(|(k, _)| k != key);
+        let listed = self.keyed.len();
+        self.keyed.retain(|(k, _)| k != key);
+        if self.keyed.len() < listed {
             self.indices.remove(key);
         }
     }
