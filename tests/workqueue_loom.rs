@@ -17,7 +17,10 @@
 //!
 //! `kubeloop/src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
 //! `state.rs`'s stamps) is compiled here too and checked for the same promises, plus: a
-//! higher priority added concurrently is never lost.
+//! higher priority added concurrently is never lost. With fairness keys (`fair.rs`, compiled
+//! here too): two workers and two producers of two keys, one key's item re-added while a
+//! worker has it; every item is handed out once per add, never to two workers at once, first
+//! in first out within a key, and the lines end empty.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -49,6 +52,10 @@ mod parked;
 #[path = "../kubeloop/src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;
+
+#[path = "../kubeloop/src/workqueue/fair.rs"]
+#[allow(dead_code)]
+mod fair;
 
 #[path = "../kubeloop/src/workqueue/priority_state.rs"]
 #[allow(dead_code)]
@@ -207,7 +214,7 @@ fn done_requeues_for_a_parked_get() {
 }
 
 fn priority_queue() -> Arc<PriorityShared<u32>> {
-    Arc::new(PriorityShared::new(None))
+    Arc::new(PriorityShared::new(None, None))
 }
 
 /// The priority queue's timer hook: no delays in these models, so nothing to start.
@@ -318,6 +325,71 @@ fn priority_queue_concurrent_adds_keep_the_highest_priority() {
         q.done(&9);
         q.shutdown(false);
         assert_eq!(loom::future::block_on(q.get(None)), None);
+        assert_priority_empty(&q);
+    });
+}
+
+/// Even items under one fairness key, odd ones under another.
+fn parity(item: &u32) -> fair::FairnessKeys<'_> {
+    fair::FairnessKeys::one(["even", "odd"][(*item % 2) as usize])
+}
+
+#[test]
+fn priority_queue_with_fairness_keys_hands_each_add_out_once_and_in_order_within_a_key() {
+    model(|| {
+        let q = Arc::new(PriorityShared::new(None, Some(Arc::new(parity))));
+        // Item 1 (odd) is handed out first and re-added while its worker has it.
+        padd(&q, 1, 0);
+        let (first, _) = loom::future::block_on(q.get(None)).expect("ready");
+        assert_eq!(first, 1);
+        let producers: Vec<_> = [[2, 4], [3, 5]]
+            .into_iter()
+            .map(|items| {
+                let q = q.clone();
+                thread::spawn(move || items.into_iter().for_each(|i| padd(&q, i, 0)))
+            })
+            .collect();
+        let busy: Arc<Vec<AtomicBool>> = Arc::new((0..6).map(|_| AtomicBool::new(false)).collect());
+        let handed = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let worker = {
+            let (q, busy, handed) = (q.clone(), busy.clone(), handed.clone());
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let (item, _) = loom::future::block_on(q.get(None)).expect("not shut down");
+                    assert!(
+                        !busy[item as usize].swap(true, Ordering::SeqCst),
+                        "{item} twice"
+                    );
+                    handed.lock().unwrap().push(item);
+                    busy[item as usize].store(false, Ordering::SeqCst);
+                    q.done(&item);
+                }
+            })
+        };
+        padd(&q, 1, 0);
+        q.done(&1);
+        for p in producers {
+            p.join().unwrap();
+        }
+        worker.join().unwrap();
+        let mut handed = handed.lock().unwrap().clone();
+        while q.len() > 0 {
+            let (item, _) = loom::future::block_on(q.get(None)).expect("ready");
+            handed.push(item);
+            q.done(&item);
+        }
+        let mut sorted = handed.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            [1, 2, 3, 4, 5],
+            "each add handed out once: {handed:?}"
+        );
+        let place = |i: u32| handed.iter().position(|&h| h == i).unwrap();
+        assert!(
+            place(2) < place(4) && place(3) < place(5),
+            "first in, first out within a key: {handed:?}"
+        );
         assert_priority_empty(&q);
     });
 }

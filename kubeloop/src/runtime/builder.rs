@@ -34,7 +34,7 @@ use super::context::ReconcileContext;
 use super::freshness::{DEFAULT_FRESHNESS_WAIT, Freshness};
 use super::handlers::{UpdateFilter, add_all, owned_handler, primary_handler, update_priority};
 use super::key::ObjectKey;
-use super::queue::ControllerQueue;
+use super::queue::{ControllerQueue, QueueFairness};
 use super::sharding::{RingStore, ShardRing, Sharding};
 use super::terms::LeaderTask;
 use crate::cache::{
@@ -76,6 +76,9 @@ pub struct ControllerOptions {
     pub rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
     /// client-go's rate-limiting queue instead of the priority queue (the default, `false`).
     pub plain_queue: bool,
+    /// How the priority queue shares out one priority's keys ([`Controller::fairness`]):
+    /// round-robin across namespaces by default.
+    pub fairness: QueueFairness,
     /// Workers of the requeue lane ([`Controller::requeue_lane`]); 0: no lane, timed requeues
     /// go back to the controller's queue as in client-go.
     pub requeue_workers: usize,
@@ -92,6 +95,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("queue_name", &self.queue_name)
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
             .field("plain_queue", &self.plain_queue)
+            .field("fairness", &self.fairness)
             .field("requeue_workers", &self.requeue_workers)
             .field("freshness_wait", &self.freshness_wait)
             .finish()
@@ -127,6 +131,7 @@ impl<K: CacheObject> Controller<K> {
                 queue_metrics: None,
                 rate_limiter: None,
                 plain_queue: false,
+                fairness: QueueFairness::default(),
                 requeue_workers: 0,
                 freshness_wait: Some(DEFAULT_FRESHNESS_WAIT),
             },
@@ -263,6 +268,29 @@ impl<K: CacheObject> Controller<K> {
         self
     }
 
+    /// How the priority queue shares out the keys of one priority: round-robin across
+    /// namespaces ([`QueueFairness::Namespace`], the default), first in first out
+    /// ([`QueueFairness::Off`], controller-runtime's way), or across the keys of an
+    /// extractor of your own ([`QueueFairness::Custom`]). The plain queue ignores it.
+    ///
+    /// # Examples
+    /// ```
+    /// use kubeloop::runtime::{ObjectKey, QueueFairness};
+    /// use kubeloop::workqueue::FairnessKeys;
+    ///
+    /// // Fair across tenants (a namespace's text before its first `-`), then across each
+    /// // tenant's namespaces.
+    /// let fairness = QueueFairness::custom(|key: &ObjectKey| {
+    ///     let ns = key.namespace().unwrap_or("");
+    ///     FairnessKeys::new(&[ns.split('-').next().unwrap_or(ns), ns])
+    /// });
+    /// # let _ = fairness;
+    /// ```
+    pub fn fairness(mut self, fairness: QueueFairness) -> Self {
+        self.options.fairness = fairness;
+        self
+    }
+
     /// Run the workers only while `elector` leads. Informers run and caches stay warm on a
     /// standby; see [the runtime's docs](crate::runtime#leadership) for what is guaranteed when
     /// leadership ends. The
@@ -336,7 +364,12 @@ impl<K: CacheObject> Controller<K> {
             .rate_limiter
             .take()
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
-        ControllerQueue::new(self.options.plain_queue, limiter, config)
+        ControllerQueue::new(
+            self.options.plain_queue,
+            self.options.fairness.clone(),
+            limiter,
+            config,
+        )
     }
 
     /// The requeue lane's queue, of the same kind: named `<queue name>_requeue` in the
@@ -352,6 +385,7 @@ impl<K: CacheObject> Controller<K> {
         };
         ControllerQueue::new(
             self.options.plain_queue,
+            self.options.fairness.clone(),
             default_controller_rate_limiter(),
             config,
         )

@@ -123,7 +123,7 @@ pub use handlers::{
 };
 pub use key::{ObjectKey, shard_of};
 pub use leadership::Term;
-pub use queue::ControllerQueue;
+pub use queue::{ControllerQueue, QueueFairness};
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use retry::{
     Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, RetryBackoff, on_error, retry_on_conflict,

@@ -147,7 +147,10 @@ where
         return Next::QueueDone;
     };
     crate::trace::record(key.as_str(), Stage::WorkerTook, "", || {
-        format!("controller {name}, priority {priority}")
+        match taken_from.fairness_of(&key) {
+            Some(keys) => format!("controller {name}, priority {priority}, fairness key {keys}"),
+            None => format!("controller {name}, priority {priority}"),
+        }
     });
     // Every way back into the queue keeps the priority the key was taken with.
     let priority = Some(priority);

@@ -16,6 +16,15 @@
 //! `priority_state.rs`): after 25 distinct priorities, further ones share the label
 //! `exceeded_cardinality_limit`.
 //!
+//! A priority queue with fairness keys (`fair.rs`) adds three gauges of its own, labelled by
+//! `name` only, refreshed with the unfinished-work gauges: `workqueue_fairness_keys` (keys with
+//! ready items), `workqueue_fairness_deepest_key_depth` (the ready items of the deepest key)
+//! and `workqueue_fairness_longest_wait_seconds` (how long the oldest ready item of any key
+//! has waited). No series is labelled by a key: a cluster with 10,000 namespaces would make
+//! 10,000 series per queue. Three series a queue, however many keys; which keys are deep
+//! and how long each has waited is [`super::PriorityQueue::fairness_depths`], read on demand
+//! (and `kubeloop trace` shows the key each followed item was handed out under).
+//!
 //! What differs on purpose:
 //! - A [`MetricsProvider`] is a set of prometheus-client metric families that a caller
 //!   registers in its own [`Registry`]; [`MetricsProvider::global`] plays client-go's global
@@ -73,6 +82,9 @@ pub struct MetricsProvider {
     unfinished_work: Family<NameLabel, Gauge<f64, AtomicU64>>,
     longest_running_processor: Family<NameLabel, Gauge<f64, AtomicU64>>,
     retries: Family<NameLabel, Counter>,
+    fairness_keys: Family<NameLabel, Gauge>,
+    fairness_deepest: Family<NameLabel, Gauge>,
+    fairness_longest_wait: Family<NameLabel, Gauge<f64, AtomicU64>>,
 }
 
 /// The `name` label.
@@ -129,6 +141,9 @@ impl MetricsProvider {
             unfinished_work: Family::default(),
             longest_running_processor: Family::default(),
             retries: Family::default(),
+            fairness_keys: Family::default(),
+            fairness_deepest: Family::default(),
+            fairness_longest_wait: Family::default(),
         }
     }
 
@@ -139,7 +154,8 @@ impl MetricsProvider {
         GLOBAL.get_or_init(MetricsProvider::new)
     }
 
-    /// Registers the seven families in `registry` under client-go's names and help texts.
+    /// Registers the seven families in `registry` under client-go's names and help texts,
+    /// and the three fairness gauges of kubeloop's own (see the module docs).
     /// (prometheus-client appends `_total` to counters and a full stop to help texts itself.)
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -178,6 +194,21 @@ impl MetricsProvider {
             "workqueue_retries",
             "Total number of retries handled by workqueue",
             self.retries.clone(),
+        );
+        registry.register(
+            "workqueue_fairness_keys",
+            "How many fairness keys of a priority queue have ready items no worker has",
+            self.fairness_keys.clone(),
+        );
+        registry.register(
+            "workqueue_fairness_deepest_key_depth",
+            "How many ready items the fairness key with the most has",
+            self.fairness_deepest.clone(),
+        );
+        registry.register(
+            "workqueue_fairness_longest_wait_seconds",
+            "How many seconds the oldest ready item of any fairness key has waited",
+            self.fairness_longest_wait.clone(),
         );
     }
 }
@@ -292,6 +323,10 @@ pub(super) struct PriorityQueueMetrics {
     unfinished_work: Gauge<f64, AtomicU64>,
     longest_running_processor: Gauge<f64, AtomicU64>,
     retries: Counter,
+    /// The fairness gauges' families; the series are made at the first refresh of a queue
+    /// with fairness keys, so other queues have none.
+    fairness_families: MetricsProvider,
+    fairness: OnceLock<(Gauge, Gauge, Gauge<f64, AtomicU64>)>,
 }
 
 impl PriorityQueueMetrics {
@@ -313,6 +348,8 @@ impl PriorityQueueMetrics {
             unfinished_work: p.unfinished_work.get_or_create_owned(&label),
             longest_running_processor: p.longest_running_processor.get_or_create_owned(&label),
             retries: p.retries.get_or_create_owned(&label),
+            fairness_families: p.clone(),
+            fairness: OnceLock::new(),
         })
     }
 }
@@ -347,6 +384,23 @@ impl PriorityHooks for PriorityQueueMetrics {
 
     fn retry(&self) {
         self.retries.inc();
+    }
+
+    fn fairness(&self, keys: usize, deepest: usize, longest_wait: f64) {
+        let (keys_gauge, deepest_gauge, wait_gauge) = self.fairness.get_or_init(|| {
+            let p = &self.fairness_families;
+            let label = NameLabel {
+                name: self.name.clone(),
+            };
+            (
+                p.fairness_keys.get_or_create_owned(&label),
+                p.fairness_deepest.get_or_create_owned(&label),
+                p.fairness_longest_wait.get_or_create_owned(&label),
+            )
+        });
+        keys_gauge.set(i64::try_from(keys).unwrap_or(i64::MAX));
+        deepest_gauge.set(i64::try_from(deepest).unwrap_or(i64::MAX));
+        wait_gauge.set(longest_wait);
     }
 
     fn depth_gauge(&self, priority: Option<i32>) -> Gauge {

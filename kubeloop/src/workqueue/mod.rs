@@ -9,6 +9,7 @@
 //! | [`RateLimitingQueue`]                  | `rateLimitingType[T]`                               |
 //! | [`MetricsProvider`] (`metrics.rs`)     | `metrics.go` + component-base's names               |
 //! | [`PriorityQueue`], [`AddOpts`]         | controller-runtime `pkg/controller/priorityqueue`   |
+//! | [`FairnessKeys`], [`FairnessExtractor`] (`fair.rs`) | controller-runtime#3261 (unmerged): fair hand-out |
 //! | [`LOW_PRIORITY`], [`priority_on_add`], [`priority_on_update`] (`low_priority.rs`) | controller-runtime `handler.LowPriority`, `WithLowPriorityWhenUnchanged` |
 //!
 //! A controller's usual loop: informer handlers `add` keys; workers `get` a key, reconcile it,
@@ -25,6 +26,9 @@
 //! over them.
 
 mod delaying_queue;
+mod fair;
+#[cfg(test)]
+mod fair_tests;
 mod low_priority;
 mod metrics;
 mod parked;
@@ -37,6 +41,7 @@ mod state;
 mod sync;
 
 pub use delaying_queue::DelayingQueue;
+pub use fair::{FairnessDepth, FairnessExtractor, FairnessKeys, MAX_FAIRNESS_LEVELS};
 pub use low_priority::{LOW_PRIORITY, priority_on_add, priority_on_update};
 pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD};
 pub use priority_queue::{AddOpts, PriorityQueue};

@@ -24,6 +24,14 @@
 //! - The default rate limiter is per-item exponential, 5 ms to 1000 s
 //!   ([`PriorityQueue::new`]).
 //!
+//! Fairness (kubeloop's own; controller-runtime#3261 proposes it, unmerged in v0.24.1): a
+//! queue made with [`PriorityQueue::with_fairness`] gives each item fairness keys (say its
+//! namespace) and, within one priority, hands out round-robin across the keys that have a
+//! ready item no worker has, first in first out within a key, fair at each level of nested
+//! keys (`fair.rs`). One tenant's 10,000 adds then delay another's one add by at most a turn
+//! per busy key, not by 10,000 items. Priority still comes first: fairness orders items of
+//! one priority only. Without an extractor a priority is one line, first in, first out.
+//!
 //! What differs on purpose:
 //! - No goroutines: controller-runtime buffers adds and hands items to `Get` through channels
 //!   served by four goroutines; here every add, get and done is one transition under the
@@ -48,6 +56,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::delaying_queue::{PromoteReady, run_timer};
+use super::fair::{FairnessDepth, FairnessExtractor, FairnessKeys};
 use super::metrics::PriorityQueueMetrics;
 use super::priority_state::{
     Add, PriorityHooks, PriorityItemStatus, PriorityShared, PriorityState,
@@ -137,11 +146,49 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
     /// A named queue refreshes its unfinished-work gauges every 500 ms from a task on the
     /// current tokio runtime.
     pub fn with_config(limiter: impl RateLimiter<T> + 'static, config: QueueConfig) -> Self {
+        PriorityQueue::build(limiter, config, None)
+    }
+
+    /// [`with_config`](Self::with_config), handing out fairly across the fairness keys
+    /// `fairness` gives each item (see the module docs).
+    ///
+    /// # Examples
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use kubeloop::workqueue::{FairnessKeys, PriorityQueue, QueueConfig};
+    /// use kubeloop::workqueue::default_controller_rate_limiter;
+    /// // Fair across namespaces: the text before the `/` of a `namespace/name` key.
+    /// let queue = PriorityQueue::<String>::with_fairness(
+    ///     default_controller_rate_limiter(),
+    ///     QueueConfig::default(),
+    ///     |key: &String| FairnessKeys::one(key.split_once('/').map_or("", |(ns, _)| ns)),
+    /// );
+    /// for name in ["a", "b", "c"] {
+    ///     queue.add(format!("busy/{name}"));
+    /// }
+    /// queue.add("quiet/x".to_owned());
+    /// assert_eq!(queue.get().await.unwrap().0, "busy/a");
+    /// assert_eq!(queue.get().await.unwrap().0, "quiet/x", "quiet's turn, not busy/b's");
+    /// # });
+    /// ```
+    pub fn with_fairness(
+        limiter: impl RateLimiter<T> + 'static,
+        config: QueueConfig,
+        fairness: impl for<'a> Fn(&'a T) -> FairnessKeys<'a> + Send + Sync + 'static,
+    ) -> Self {
+        PriorityQueue::build(limiter, config, Some(Arc::new(fairness)))
+    }
+
+    fn build(
+        limiter: impl RateLimiter<T> + 'static,
+        config: QueueConfig,
+        fairness: Option<Arc<FairnessExtractor<T>>>,
+    ) -> Self {
         let metrics =
             PriorityQueueMetrics::for_queue(config.metrics_provider.as_ref(), &config.name);
         let named = metrics.is_some();
         let hooks = metrics.map(|m| Box::new(m) as Box<dyn PriorityHooks>);
-        let shared = Arc::new(PriorityShared::new(hooks));
+        let shared = Arc::new(PriorityShared::new(hooks, fairness));
         if named {
             super::metrics::spawn_unfinished_work_updater(&shared);
         }
@@ -293,6 +340,20 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
     /// `ShuttingDown`.
     pub fn is_shutting_down(&self) -> bool {
         self.shared.is_shutting_down()
+    }
+
+    /// Each fairness key with ready items that no worker has: how many (summed over the
+    /// priorities) and how long its oldest has waited, deepest first. Empty for a queue
+    /// without fairness keys. Walks every key under the queue's lock: for a look now and
+    /// then (a debug page, a test), not for every item.
+    pub fn fairness_depths(&self) -> Vec<FairnessDepth> {
+        self.shared.fairness_depths()
+    }
+
+    /// The fairness keys of `item` as text (`a / b`; `(none)` for none), `None` for a queue
+    /// without fairness keys.
+    pub fn fairness_of(&self, item: &T) -> Option<String> {
+        self.shared.fairness_of(item)
     }
 
     /// Records an add for a followed key (see [`crate::trace`]), with its priority.

@@ -26,8 +26,8 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
 use super::*;
-use crate::workqueue::MetricsProvider;
 use crate::workqueue::rate_limiters::ItemExponentialFailureRateLimiter;
+use crate::workqueue::{FairnessKeys, LOW_PRIORITY, MetricsProvider};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1043,4 +1043,289 @@ async fn stress_priorities_delays_and_drain() {
     q.shared.inspect(|s| {
         assert_eq!((s.tracked(), s.parked(), s.processing()), (0, 0, 0));
     });
+}
+
+/// A queue of `namespace/name` strings, fair across namespaces.
+fn fair_queue(config: QueueConfig) -> PriorityQueue<String> {
+    PriorityQueue::with_fairness(
+        ItemExponentialFailureRateLimiter::new(ms(5), Duration::from_secs(1000)),
+        config,
+        |key: &String| FairnessKeys::one(key.split_once('/').map_or("", |(ns, _)| ns)),
+    )
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Takes every ready item, in hand-out order, marking each done at once.
+async fn take_all(q: &PriorityQueue<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    while !q.is_empty() {
+        let (item, _) = q.get().await.unwrap();
+        q.done(&item);
+        out.push(item);
+    }
+    out
+}
+
+#[tokio::test]
+async fn fairness_hands_out_round_robin_across_keys_within_a_priority() {
+    let q = fair_queue(QueueConfig::default());
+    q.add_with_opts(
+        AddOpts::default(),
+        strings(&["busy/0", "busy/1", "busy/2", "busy/3"]),
+    );
+    q.add("quiet/x".to_owned());
+    q.add("other/y".to_owned());
+    q.add_with_opts(prio(1), ["later/high".to_owned()]);
+    assert_eq!(
+        q.fairness_of(&"quiet/x".to_owned()).as_deref(),
+        Some("quiet")
+    );
+    assert_eq!(
+        take_all(&q).await,
+        strings(&[
+            "later/high",
+            "busy/0",
+            "quiet/x",
+            "other/y",
+            "busy/1",
+            "busy/2",
+            "busy/3"
+        ]),
+        "priority first, then one turn per namespace, first in first out within one"
+    );
+}
+
+#[tokio::test]
+async fn without_an_extractor_a_priority_stays_first_in_first_out() {
+    let q: PriorityQueue<String> = PriorityQueue::new();
+    q.add_with_opts(
+        AddOpts::default(),
+        strings(&["busy/0", "busy/1", "quiet/x"]),
+    );
+    assert_eq!(q.fairness_of(&"quiet/x".to_owned()), None);
+    assert!(q.fairness_depths().is_empty());
+    assert_eq!(
+        take_all(&q).await,
+        strings(&["busy/0", "busy/1", "quiet/x"])
+    );
+}
+
+#[tokio::test]
+async fn a_key_whose_items_are_all_processing_takes_no_turn() {
+    let q = fair_queue(QueueConfig::default());
+    q.add("a/1".to_owned());
+    let (a1, _) = q.get().await.unwrap();
+    // Added again while a worker has it: ready, but not to be handed out until `done`.
+    q.add(a1.clone());
+    q.add_with_opts(AddOpts::default(), strings(&["b/1", "b/2"]));
+    assert_eq!(q.len(), 3);
+    assert_eq!(q.get().await.unwrap().0, "b/1", "a has nothing to hand out");
+    q.done(&"b/1".to_owned());
+    // a's item rejoins behind b, whose turn it was not.
+    q.done(&a1);
+    assert_eq!(take_all(&q).await, strings(&["b/2", "a/1"]));
+}
+
+#[tokio::test]
+async fn a_raised_priority_moves_the_item_to_its_key_in_the_new_line() {
+    let q = fair_queue(QueueConfig::default());
+    q.add_with_opts(AddOpts::default(), strings(&["a/1", "a/2", "b/1"]));
+    q.add_with_opts(prio(2), ["a/2".to_owned()]);
+    assert_eq!(take_all(&q).await, strings(&["a/2", "a/1", "b/1"]));
+    q.shared.inspect(|s| assert_eq!(s.tracked(), 0));
+}
+
+#[tokio::test]
+async fn nested_fairness_keys_are_fair_at_each_level() {
+    // cluster, then namespace: "cluster:namespace/name".
+    let q = PriorityQueue::with_fairness(
+        ItemExponentialFailureRateLimiter::new(ms(5), Duration::from_secs(1000)),
+        QueueConfig::default(),
+        |key: &String| {
+            let (cluster, rest) = key.split_once(':').unwrap();
+            FairnessKeys::new(&[cluster, rest.split_once('/').unwrap().0])
+        },
+    );
+    q.add_with_opts(
+        AddOpts::default(),
+        strings(&["a:x/1", "a:x/2", "a:x/3", "a:y/1", "b:z/1", "b:z/2"]),
+    );
+    assert_eq!(
+        take_all(&q).await,
+        strings(&["a:x/1", "b:z/1", "a:y/1", "b:z/2", "a:x/2", "a:x/3"])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fairness_depths_and_gauges_show_each_key_without_a_series_per_key() {
+    let provider = MetricsProvider::new();
+    let mut registry = Registry::default();
+    provider.register(&mut registry);
+    let q = fair_queue(QueueConfig {
+        name: "fair".into(),
+        metrics_provider: Some(provider),
+    });
+    q.add_with_opts(AddOpts::default(), strings(&["busy/0", "busy/1", "busy/2"]));
+    q.add_with_opts(prio(LOW_PRIORITY), ["busy/3".to_owned()]);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    q.add("quiet/x".to_owned());
+    tokio::time::advance(ms(500)).await;
+    let depths = q.fairness_depths();
+    let seen: Vec<_> = depths
+        .iter()
+        .map(|d| (d.keys.join("/"), d.depth, d.longest_wait.as_millis()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("busy".into(), 4, 2_500), ("quiet".into(), 1, 500)],
+        "depth summed over priorities, deepest first"
+    );
+    // The updater task refreshes the gauges every 500 ms.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    let fairness: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("workqueue_fairness_"))
+        .collect();
+    assert_eq!(
+        fairness,
+        [
+            r#"workqueue_fairness_keys{name="fair"} 2"#,
+            r#"workqueue_fairness_deepest_key_depth{name="fair"} 4"#,
+            r#"workqueue_fairness_longest_wait_seconds{name="fair"} 3.0"#,
+        ],
+        "{text}"
+    );
+}
+
+/// The property the fair hand-out promises, over seeded random adds, raised priorities,
+/// re-adds while processing and hand-outs with one or two workers: an item of priority `p`
+/// that becomes available with `n` items of its key ahead of it is handed out before the
+/// queue hands out more than `(n + 1) * (keys - 1)` items of `p` under other keys, so no
+/// ready item waits for ever while a worker asks; and every item is handed out in the end.
+#[tokio::test]
+async fn no_ready_item_waits_for_ever_while_workers_are_free() {
+    use std::collections::HashMap as StdHashMap;
+
+    const KEYS: usize = 5;
+    const NAMES: u64 = 12;
+    struct Watch {
+        priority: i32,
+        key: String,
+        budget: usize,
+        others: usize,
+    }
+    for seed in 1..=40u64 {
+        let q = fair_queue(QueueConfig::default());
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Items available to hand out (in a line), watched from when they became available.
+        let mut watched: StdHashMap<String, Watch> = StdHashMap::new();
+        // Handed out; `true` if added again meanwhile (available again at `done`).
+        let mut processing: StdHashMap<String, bool> = StdHashMap::new();
+        let key_of = |item: &str| item.split_once('/').unwrap().0.to_owned();
+        // Ahead of a newly available item: its key's available items of its priority, and
+        // its key's items that were added again while processing (they rejoin by the order of
+        // that add, which came first).
+        let watch = |watched: &StdHashMap<String, Watch>,
+                     processing: &StdHashMap<String, bool>,
+                     item: &str,
+                     priority: i32| {
+            let key = key_of(item);
+            let ahead = watched
+                .values()
+                .filter(|w| w.key == key && w.priority == priority)
+                .count()
+                + processing
+                    .iter()
+                    .filter(|(i, again)| **again && key_of(i) == key)
+                    .count();
+            Watch {
+                priority,
+                key,
+                budget: (ahead + 1) * (KEYS - 1),
+                others: 0,
+            }
+        };
+        for _ in 0..600 {
+            let r = next();
+            let op = r % 10;
+            if op < 6 {
+                let item = format!("ns{}/{}", (r >> 8) % KEYS as u64, (r >> 16) % NAMES);
+                let priority = ((r >> 24) % 3) as i32;
+                q.add_with_opts(prio(priority), [item.clone()]);
+                if let Some(again) = processing.get_mut(&item) {
+                    *again = true;
+                    continue;
+                }
+                match watched.get(&item) {
+                    Some(w) if w.priority >= priority => {}
+                    // New, or raised: at the back of its key in the new priority's line.
+                    _ => {
+                        watched.remove(&item);
+                        let w = watch(&watched, &processing, &item, priority);
+                        watched.insert(item, w);
+                    }
+                }
+            } else if op < 9 && !watched.is_empty() && processing.len() < 2 {
+                let (item, priority) = q.get().await.unwrap();
+                let w = watched
+                    .remove(&item)
+                    .expect("only available items are handed out");
+                assert_eq!(w.priority, priority);
+                let top = watched
+                    .values()
+                    .map(|w| w.priority)
+                    .max()
+                    .unwrap_or(priority);
+                assert!(
+                    priority >= top,
+                    "seed {seed}: {item} at {priority} before {top}"
+                );
+                for other in watched.values_mut() {
+                    if other.priority == priority && other.key != w.key {
+                        other.others += 1;
+                        assert!(
+                            other.others <= other.budget,
+                            "seed {seed}: an item of {} waited past {} hand-outs of others",
+                            other.key,
+                            other.budget
+                        );
+                    }
+                }
+                processing.insert(item, false);
+            } else if let Some(item) = processing.keys().next().cloned() {
+                let again = processing.remove(&item).unwrap();
+                q.done(&item);
+                if again {
+                    let priority = match q.shared.status(&item) {
+                        PriorityItemStatus::Ready(p) => p,
+                        other => {
+                            panic!("seed {seed}: {item} re-added while processing is {other:?}")
+                        }
+                    };
+                    let w = watch(&watched, &processing, &item, priority);
+                    watched.insert(item, w);
+                }
+            }
+        }
+        for item in processing.keys() {
+            q.done(item);
+        }
+        while !q.is_empty() {
+            let (item, _) = q.get().await.unwrap();
+            q.done(&item);
+        }
+        q.shared
+            .inspect(|s| assert_eq!(s.tracked(), 0, "seed {seed}: items left"));
+    }
 }

@@ -54,6 +54,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::fair::{FairLine, FairnessDepth, FairnessExtractor, insert_by_order};
 use super::parked::Parked;
 use super::state::{FOREVER, Stamp, Waiting, Wakeups};
 use super::sync::Mutex;
@@ -83,6 +84,9 @@ pub(crate) trait PriorityHooks: Send + Sync {
     /// The depth series of `priority`, or of the overflow label for `None`. Called once per
     /// label; the state keeps the gauge.
     fn depth_gauge(&self, priority: Option<i32>) -> Gauge;
+    /// The fairness gauges: keys with ready items, the ready items of the deepest, and the
+    /// seconds the oldest ready item has waited.
+    fn fairness(&self, keys: usize, deepest: usize, longest_wait: f64);
 }
 
 /// What every handle of one priority queue shares.
@@ -103,6 +107,8 @@ pub(crate) struct PriorityState<T> {
     free: Vec<u32>,
     /// Ready items not processing, by priority.
     ready: Lines,
+    /// Gives items their fairness keys; `None`: each line is first in, first out.
+    fairness: Option<Arc<FairnessExtractor<T>>>,
     /// Dirty slots (see the invariants).
     ready_len: usize,
     processing: usize,
@@ -134,6 +140,8 @@ struct Slot<T> {
     order: u64,
     added_at: Option<Stamp>,
     started_at: Option<Stamp>,
+    /// When it last became ready (kept only with fairness keys, for the longest wait).
+    ready_since: Option<Stamp>,
 }
 
 /// The ready lines, highest priority first. Empty lines stay (an add-get cycle at one
@@ -143,12 +151,21 @@ struct Slot<T> {
 struct Lines {
     lines: Vec<Line>,
     len: usize,
+    /// New lines hand out fairly across fairness keys.
+    fair: bool,
 }
 
-/// The ready items of one priority: (order number, slot), order numbers increasing.
+/// The ready items of one priority.
 struct Line {
     priority: i32,
-    items: VecDeque<(u64, u32)>,
+    items: LineItems,
+}
+
+/// A line's items, (order number, slot), first in first out by order number: all in one
+/// line, or one line per fairness key taking turns (`fair.rs`).
+enum LineItems {
+    Fifo(VecDeque<(u64, u32)>),
+    Fair(Box<FairLine>),
 }
 
 /// Empty lines beyond this many are dropped when a new priority comes.
@@ -184,13 +201,22 @@ pub(crate) struct Add<T> {
 }
 
 impl<T: Hash + Eq + Clone> PriorityShared<T> {
-    pub(crate) fn new(hooks: Option<Box<dyn PriorityHooks>>) -> Self {
+    /// A queue reporting to `hooks`, handing out fairly across the keys `fairness` gives
+    /// (`None`: first in, first out within a priority).
+    pub(crate) fn new(
+        hooks: Option<Box<dyn PriorityHooks>>,
+        fairness: Option<Arc<FairnessExtractor<T>>>,
+    ) -> Self {
         PriorityShared {
             state: Mutex::new(PriorityState {
                 index: HashTable::new(),
                 slots: Vec::new(),
                 free: Vec::new(),
-                ready: Lines::default(),
+                ready: Lines {
+                    fair: fairness.is_some(),
+                    ..Lines::default()
+                },
+                fairness,
                 ready_len: 0,
                 processing: 0,
                 shutting_down: false,
@@ -404,11 +430,35 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
                 longest = longest.max(age);
             }
         }
+        let fairness = state.fairness.is_some().then(|| state.fairness_depths(now));
         drop(state);
         if let Some(h) = self.hooks() {
             h.unfinished(total, longest);
+            if let Some(keys) = fairness {
+                let deepest = keys.iter().map(|k| k.depth).max().unwrap_or(0);
+                let wait = keys
+                    .iter()
+                    .map(|k| k.longest_wait)
+                    .max()
+                    .unwrap_or_default();
+                h.fairness(keys.len(), deepest, wait.as_secs_f64());
+            }
         }
         true
+    }
+
+    /// Each fairness key with ready items that no worker has: how many and how long the
+    /// oldest has waited, deepest first; empty without fairness keys.
+    pub(crate) fn fairness_depths(&self) -> Vec<FairnessDepth> {
+        let state = self.state.lock();
+        let now = state.now();
+        state.fairness_depths(now)
+    }
+
+    /// The fairness keys of `item`, shown as text; `None` without fairness keys.
+    pub(crate) fn fairness_of(&self, item: &T) -> Option<String> {
+        let state = self.state.lock();
+        state.fairness.as_ref().map(|f| f(item).to_string())
     }
 }
 
@@ -602,6 +652,7 @@ impl<T> PriorityState<T> {
                     order: 0,
                     added_at: None,
                     started_at: None,
+                    ready_since: None,
                 });
                 i
             }
@@ -615,6 +666,7 @@ impl<T> PriorityState<T> {
         slot.ready_at = None;
         slot.started_at = None;
         slot.added_at = None;
+        slot.ready_since = None;
         self.free.push(i);
         slot.key.take()
     }
@@ -631,10 +683,62 @@ impl<T> PriorityState<T> {
         }
         self.ready_len += 1;
         self.depth_inc(priority, hooks);
+        if self.fairness.is_some() {
+            self.slots[i as usize].ready_since = Some(self.now());
+        }
         if !processing {
-            self.ready.insert(priority, order, i);
+            self.line_up(priority, order, i);
             wake.push(self.parked.wake_one());
         }
+    }
+
+    /// Puts slot `i` into the line of `priority` at `order`, under its fairness keys.
+    fn line_up(&mut self, priority: i32, order: u64, i: u32) {
+        self.in_lines(i, |lines, keys| lines.insert(priority, order, i, keys));
+    }
+
+    /// Takes slot `i` out of the line of `priority`, where it is at `order`.
+    fn leave_line(&mut self, priority: i32, order: u64, i: u32) {
+        self.in_lines(i, |lines, keys| lines.remove(priority, order, keys));
+    }
+
+    /// Runs `f` on the lines with slot `i`'s fairness keys (none without an extractor).
+    fn in_lines(&mut self, i: u32, f: impl FnOnce(&mut Lines, &[&str])) {
+        let key = self.slots[i as usize]
+            .key
+            .as_ref()
+            .expect("an occupied slot");
+        let keys = self.fairness.as_ref().map(|f| f(key));
+        f(&mut self.ready, keys.as_ref().map_or(&[], |k| k.as_slice()));
+    }
+
+    /// See [`PriorityShared::fairness_depths`]: each key's depth summed over the priorities.
+    fn fairness_depths(&self, now: Stamp) -> Vec<FairnessDepth> {
+        let mut by_keys: std::collections::HashMap<Vec<String>, FairnessDepth> =
+            std::collections::HashMap::new();
+        for line in &self.ready.lines {
+            let LineItems::Fair(fair) = &line.items else {
+                continue;
+            };
+            for key in fair.keys() {
+                let since = self.slots[key.oldest as usize].ready_since;
+                let wait = since.map_or(Duration::ZERO, |s| {
+                    Duration::from_secs_f64(s.secs_until(now))
+                });
+                let entry = by_keys
+                    .entry(key.keys)
+                    .or_insert_with_key(|keys| FairnessDepth {
+                        keys: keys.clone(),
+                        depth: 0,
+                        longest_wait: Duration::ZERO,
+                    });
+                entry.depth += key.depth;
+                entry.longest_wait = entry.longest_wait.max(wait);
+            }
+        }
+        let mut out: Vec<FairnessDepth> = by_keys.into_values().collect();
+        out.sort_by(|a, b| b.depth.cmp(&a.depth).then_with(|| a.keys.cmp(&b.keys)));
+        out
     }
 
     /// Slot `i` waits until `at`. Returns whether that is now the heap's earliest time.
@@ -752,8 +856,8 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
                 self.depth_dec(old_priority, hooks);
                 self.depth_inc(priority, hooks);
                 if !self.slots[i as usize].processing {
-                    self.ready.remove(old_priority, old_order);
-                    self.ready.insert(priority, order, i);
+                    self.leave_line(old_priority, old_order, i);
+                    self.line_up(priority, order, i);
                 }
             }
         }
@@ -818,7 +922,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
         let mut forgotten = None;
         if slot.dirty {
             let (priority, order) = (slot.priority, slot.order);
-            self.ready.insert(priority, order, i);
+            self.line_up(priority, order, i);
             wake = self.parked.wake_one();
         } else if slot.ready_at.is_none() {
             entry.remove();
@@ -831,7 +935,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
 
 impl Lines {
     /// The line of `priority`, created if missing.
-    fn line(&mut self, priority: i32) -> &mut VecDeque<(u64, u32)> {
+    fn line(&mut self, priority: i32) -> &mut LineItems {
         let found = self.lines.binary_search_by(|l| priority.cmp(&l.priority));
         let at = match found {
             Ok(at) => at,
@@ -843,53 +947,67 @@ impl Lines {
                         .binary_search_by(|l| priority.cmp(&l.priority))
                         .expect_err("not there before");
                 }
-                self.lines.insert(
-                    at,
-                    Line {
-                        priority,
-                        items: VecDeque::new(),
-                    },
-                );
+                let items = if self.fair {
+                    LineItems::Fair(Box::default())
+                } else {
+                    LineItems::Fifo(VecDeque::new())
+                };
+                self.lines.insert(at, Line { priority, items });
                 at
             }
         };
         &mut self.lines[at].items
     }
 
-    /// Puts slot `slot` into its line at `order` (usually the back).
-    fn insert(&mut self, priority: i32, order: u64, slot: u32) {
-        let line = self.line(priority);
-        match line.back() {
-            Some(&(last, _)) if last > order => {
-                let at = line.partition_point(|&(o, _)| o < order);
-                line.insert(at, (order, slot));
-            }
-            _ => line.push_back((order, slot)),
+    /// Puts slot `slot` into its line at `order` (usually the back), under its fairness
+    /// `keys` if the lines are fair.
+    fn insert(&mut self, priority: i32, order: u64, slot: u32, keys: &[&str]) {
+        match self.line(priority) {
+            LineItems::Fifo(items) => insert_by_order(items, order, slot),
+            LineItems::Fair(fair) => fair.insert(keys, order, slot),
         }
         self.len += 1;
     }
 
-    /// Removes the entry at `order` from the line of `priority`.
-    fn remove(&mut self, priority: i32, order: u64) {
-        let line = self.line(priority);
-        if let Ok(at) = line.binary_search_by_key(&order, |&(o, _)| o) {
-            line.remove(at);
+    /// Removes the entry at `order` from the line of `priority` (under `keys`).
+    fn remove(&mut self, priority: i32, order: u64, keys: &[&str]) {
+        let removed = match self.line(priority) {
+            LineItems::Fifo(items) => items
+                .binary_search_by_key(&order, |&(o, _)| o)
+                .map(|at| items.remove(at))
+                .is_ok(),
+            LineItems::Fair(fair) => fair.remove(keys, order),
+        };
+        if removed {
             self.len -= 1;
         }
     }
 
-    /// Takes the first item of the highest-priority non-empty line.
+    /// Takes the next item of the highest-priority non-empty line.
     fn pop(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;
         }
         for line in &mut self.lines {
-            if let Some((_, slot)) = line.items.pop_front() {
+            let slot = match &mut line.items {
+                LineItems::Fifo(items) => items.pop_front().map(|(_, slot)| slot),
+                LineItems::Fair(fair) => fair.pop(),
+            };
+            if slot.is_some() {
                 self.len -= 1;
-                return Some(slot);
+                return slot;
             }
         }
         None
+    }
+}
+
+impl LineItems {
+    fn is_empty(&self) -> bool {
+        match self {
+            LineItems::Fifo(items) => items.is_empty(),
+            LineItems::Fair(fair) => fair.len() == 0,
+        }
     }
 }
 

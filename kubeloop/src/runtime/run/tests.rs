@@ -11,7 +11,7 @@ use super::*;
 use crate::cache::{InformerConfig, SharedIndexInformer};
 use crate::leaderelection::fake_lock::{FakeLockStore, Reach};
 use crate::leaderelection::{LeaderElectionConfig, LeaderElector};
-use crate::runtime::default_error_policy;
+use crate::runtime::{QueueFairness, default_error_policy};
 use crate::testing::FakeControllerSource;
 use crate::testing::settle;
 
@@ -406,6 +406,57 @@ async fn shutdown_drains_queued_and_in_flight_keys() {
         log.iter().all(|(_, _, end)| end.is_some()),
         "none was cut off"
     );
+}
+
+/// One worker, a second's work each, ten keys of `busy` queued before one of `quiet`: with
+/// the default fairness `quiet`'s key is the second reconciled (the trace says under which
+/// key it was handed out), with fairness off the last.
+#[tokio::test(start_paused = true)]
+async fn by_default_one_namespace_s_flood_does_not_hold_back_another_s_key() {
+    for (fairness, quiet_at) in [(None, 1), (Some(QueueFairness::Off), 10)] {
+        let primary = FakeControllerSource::<ConfigMap>::new();
+        let log = Log::default();
+        let mut controller = Controller::new("test", informer(&primary)).workers(1);
+        if let Some(fairness) = fairness.clone() {
+            controller = controller.fairness(fairness);
+        }
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(controller.run(
+            recording(log.clone(), Duration::from_secs(1), false),
+            default_error_policy,
+            shutdown.clone(),
+        ));
+        settle().await;
+        let in_ns = |ns: &str, name: &str| {
+            let mut object = cm(name);
+            object.metadata.namespace = Some(ns.into());
+            object
+        };
+        for i in 0..10 {
+            primary.add(in_ns("fair-busy", &format!("b{i}")));
+        }
+        // A key of this test's own, followed process-wide.
+        let quiet = format!("fair-quiet-{quiet_at}/q");
+        crate::trace::follow([quiet.as_str()]).unwrap();
+        primary.add(in_ns(&format!("fair-quiet-{quiet_at}"), "q"));
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+        let keys = log.keys();
+        assert_eq!(keys.len(), 11, "{keys:?}");
+        assert_eq!(
+            keys.iter().position(|k| *k == quiet),
+            Some(quiet_at),
+            "fairness {fairness:?}: {keys:?}"
+        );
+        let took = crate::trace::timeline(&quiet)
+            .unwrap()
+            .into_iter()
+            .find(|s| s.stage == crate::trace::Stage::WorkerTook)
+            .expect("the worker's step");
+        let under = format!("fairness key fair-quiet-{quiet_at}");
+        assert_eq!(took.detail.contains(&under), fairness.is_none(), "{took:?}");
+    }
 }
 
 /// lease 4 s, renew deadline 3 s, retry 0.5 s: fence = last renew + 3.5 s.
