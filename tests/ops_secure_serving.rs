@@ -3,8 +3,9 @@
 //! - `kubeloop sample-controller`, run as deploy/'s ServiceAccount with deploy/'s RBAC
 //!   (`metrics-rbac.yaml` included), serves /metrics over HTTPS (the certificate given by
 //!   `--metrics-cert-path`) and answers an anonymous or bogus token 401, a ServiceAccount
-//!   without the `kubeloop:metrics-reader` role 403, and one bound to it 200; /debug/trace alike;
-//!   its probe server serves /healthz and /readyz, never /debug/trace or /metrics;
+//!   without the `kubeloop:metrics-reader` role 403, and one bound to it 200; /debug/trace and
+//!   /debug/queue (the controller's fair queue, named `Foos`) alike; its probe server serves
+//!   /healthz and /readyz, never /debug/trace or /metrics;
 //! - 100 clients that never finish their request head, and 100 that never finish the TLS
 //!   handshake, are all disconnected by the servers within the (shortened) header-read timeout,
 //!   while /healthz keeps answering.
@@ -272,7 +273,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
     let probes = served_addr(&mut controller, "--health-probe-bind-address").await;
     assert_ne!(metrics, probes);
 
-    for path in ["/metrics", "/debug/trace"] {
+    for path in ["/metrics", "/debug/trace", "/debug/queue"] {
         let (status, body) = https_get(metrics, path, None, &ca).await;
         assert_eq!(status, 401, "anonymous {path}: {body}");
         let (status, body) = https_get(metrics, path, Some("not-a-token"), &ca).await;
@@ -293,6 +294,12 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
     assert!(
         body.contains(&format!("{ns}/example-foo")),
         "the followed key: {body}"
+    );
+    let (status, body) = https_get(metrics, "/debug/queue", Some(&reader), &ca).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("queue Foos: "),
+        "the sample controller's queue is fair by namespace: {body}"
     );
 
     // `kubeloop trace` reads the same over HTTPS with the reader's token, and names the

@@ -1,5 +1,6 @@
 //! What the ops servers answer: Prometheus metrics on `/metrics`, liveness on `/healthz` (and
-//! `/livez`), readiness on `/readyz`, the followed keys' journeys on `/debug/trace`.
+//! `/livez`), readiness on `/readyz`, the followed keys' journeys on `/debug/trace`, the fair
+//! queues' keys on `/debug/queue`.
 //!
 //! Counterparts: component-base's `metrics/legacyregistry` (one registry a process exposes),
 //! k8s.io/apiserver's `pkg/server/healthz` (named checks, `?verbose` lists each one), and
@@ -9,7 +10,7 @@
 //! Invariants: the registry is complete before serving starts (prometheus-client registries
 //! are built, then shared read-only); checks run on every probe, never cached, so a probe
 //! tells the state at the moment it is asked; with an [`super::Authorizer`] configured,
-//! `/metrics` and `/debug/trace` answer nothing before it let the request through.
+//! `/metrics` and the `/debug/` pages answer nothing before it let the request through.
 
 use std::sync::Arc;
 
@@ -28,8 +29,8 @@ use crate::leaderelection::HealthzAdaptor;
 pub struct ServeConfig {
     /// Served on `/metrics` when present.
     pub registry: Option<Arc<Registry>>,
-    /// Whether `/debug/trace` is served (the metrics server only: it shows followed keys,
-    /// resourceVersions and reconcile errors).
+    /// Whether `/debug/trace` and `/debug/queue` are served (the metrics server only: they
+    /// show followed keys, resourceVersions, reconcile errors and namespaces).
     pub trace: bool,
     /// Served on `/healthz` (and `/livez`) when non-empty.
     pub healthz: Vec<Arc<dyn Check>>,
@@ -96,7 +97,7 @@ pub(super) async fn route(config: &ServeConfig, req: Request<Incoming>) -> Respo
     let path = req.uri().path();
     let protected = match path {
         "/metrics" => config.registry.is_some(),
-        "/debug/trace" => config.trace,
+        "/debug/trace" | "/debug/queue" => config.trace,
         _ => false,
     };
     if let (true, Some(auth)) = (protected, &config.auth) {
@@ -146,8 +147,49 @@ pub(super) async fn route(config: &ServeConfig, req: Request<Incoming>) -> Respo
         "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
         "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
         "/debug/trace" if config.trace => trace(req.uri().query().unwrap_or("")),
+        "/debug/queue" if config.trace => text(
+            StatusCode::OK,
+            fair_queues(&crate::workqueue::fairness_by_queue()),
+        ),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
+}
+
+/// Keys listed per queue on `/debug/queue`, deepest first; the rest are counted.
+const QUEUE_KEYS_SHOWN: usize = 50;
+
+/// `/debug/queue`: each named fair queue's fairness keys with ready items, how many each has
+/// and how long its oldest has waited (the per-key view the metrics leave out, see
+/// `workqueue/metrics.rs`).
+fn fair_queues(queues: &[(String, Vec<crate::workqueue::FairnessDepth>)]) -> String {
+    use std::fmt::Write;
+    if queues.is_empty() {
+        return "no named queue with fairness keys in this process\n".to_owned();
+    }
+    let mut out = String::new();
+    for (name, keys) in queues {
+        let _ = writeln!(
+            out,
+            "queue {name}: {} fairness keys with ready items",
+            keys.len()
+        );
+        for key in keys.iter().take(QUEUE_KEYS_SHOWN) {
+            let shown = match key.keys.as_slice() {
+                [] => "(none)".to_owned(),
+                keys => keys.join(" / "),
+            };
+            let _ = writeln!(
+                out,
+                "  {shown:<40} {:>8} ready, oldest waiting {:.3}s",
+                key.depth,
+                key.longest_wait.as_secs_f64()
+            );
+        }
+        if keys.len() > QUEUE_KEYS_SHOWN {
+            let _ = writeln!(out, "  ... and {} more keys", keys.len() - QUEUE_KEYS_SHOWN);
+        }
+    }
+    out
 }
 
 /// `/debug/trace?key=ns/name[&format=json]`: the steps [`crate::trace`] recorded for a

@@ -432,8 +432,55 @@ mod tests {
     async fn the_probe_server_serves_no_trace_and_no_metrics() {
         let (server, stop) = start_probes(ServerLimits::default()).await;
         assert_eq!(get(server.addr(), "/debug/trace").await.0, 404);
+        assert_eq!(get(server.addr(), "/debug/queue").await.0, 404);
         assert_eq!(get(server.addr(), "/metrics").await.0, 404);
         assert_eq!(get(server.addr(), "/healthz").await.0, 200);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn debug_queue_lists_a_named_fair_queue_s_keys_deepest_first() {
+        use crate::workqueue::{FairnessKeys, PriorityQueue, QueueConfig};
+        let queue = PriorityQueue::<String>::with_fairness(
+            crate::workqueue::default_controller_rate_limiter(),
+            QueueConfig {
+                name: "ops-test-fair".into(),
+                metrics_provider: Some(crate::workqueue::MetricsProvider::new()),
+            },
+            |key: &String| FairnessKeys::one(key.split_once('/').map_or("", |(ns, _)| ns)),
+        );
+        for name in ["a", "b", "c"] {
+            queue.add(format!("ops-busy/{name}"));
+        }
+        queue.add("ops-quiet/x".to_owned());
+        let config = ServeConfig {
+            trace: true,
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start("127.0.0.1:0".parse().unwrap(), config, stop.clone())
+            .await
+            .unwrap();
+        let (status, body) = get(server.addr(), "/debug/queue").await;
+        assert_eq!(status, 200);
+        let page: Vec<&str> = body
+            .lines()
+            .skip_while(|l| !l.starts_with("queue ops-test-fair:"))
+            .take(3)
+            .collect();
+        assert_eq!(page.len(), 3, "{body}");
+        assert_eq!(
+            page[0],
+            "queue ops-test-fair: 2 fairness keys with ready items"
+        );
+        assert!(
+            page[1].trim_start().starts_with("ops-busy ") && page[1].contains(" 3 ready"),
+            "{body}"
+        );
+        assert!(
+            page[2].trim_start().starts_with("ops-quiet ") && page[2].contains(" 1 ready"),
+            "{body}"
+        );
         stop.cancel();
     }
 }

@@ -36,7 +36,7 @@
 
 use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
@@ -47,6 +47,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::fair::FairnessDepth;
 use super::priority_state::{PRIORITY_LABEL_OVERFLOW, PriorityHooks, PriorityShared};
 use super::state::{Hooks, Shared, Stamp};
 
@@ -413,6 +414,45 @@ impl PriorityHooks for PriorityQueueMetrics {
             priority: Some(priority),
         })
     }
+}
+
+/// A named queue with fairness keys, as [`fairness_by_queue`] reads it.
+pub(super) trait FairnessDepths: Send + Sync {
+    fn fairness_depths(&self) -> Vec<FairnessDepth>;
+}
+
+/// The named queues with fairness keys in this process, by name; dropped queues are skipped
+/// and forgotten at the next registration.
+static FAIR_QUEUES: std::sync::Mutex<Vec<(String, Weak<dyn FairnessDepths>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+impl<T: Hash + Eq + Clone + Send> FairnessDepths for PriorityShared<T> {
+    fn fairness_depths(&self) -> Vec<FairnessDepth> {
+        PriorityShared::fairness_depths(self)
+    }
+}
+
+/// Makes `queue` (named `name`) one that [`fairness_by_queue`] reports.
+pub(super) fn register_fair_queue(name: &str, queue: Weak<dyn FairnessDepths>) {
+    let mut queues = FAIR_QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    queues.retain(|(_, q)| q.strong_count() > 0);
+    queues.push((name.to_owned(), queue));
+}
+
+/// Every live named priority queue with fairness keys in this process (a controller's queue
+/// is named after the controller), with its keys' depths and longest waits, deepest first:
+/// what the ops server's `/debug/queue` shows.
+pub fn fairness_by_queue() -> Vec<(String, Vec<FairnessDepth>)> {
+    let queues: Vec<_> = FAIR_QUEUES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|(name, q)| Some((name.clone(), q.upgrade()?)))
+        .collect();
+    queues
+        .into_iter()
+        .map(|(name, q)| (name, q.fairness_depths()))
+        .collect()
 }
 
 /// Starts the task refreshing the unfinished-work gauges every

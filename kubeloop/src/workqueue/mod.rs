@@ -43,7 +43,7 @@ mod sync;
 pub use delaying_queue::DelayingQueue;
 pub use fair::{FairnessDepth, FairnessExtractor, FairnessKeys, MAX_FAIRNESS_LEVELS};
 pub use low_priority::{LOW_PRIORITY, priority_on_add, priority_on_update};
-pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD};
+pub use metrics::{MetricsProvider, UNFINISHED_WORK_UPDATE_PERIOD, fairness_by_queue};
 pub use priority_queue::{AddOpts, PriorityQueue};
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiters::{

@@ -188,7 +188,12 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
             PriorityQueueMetrics::for_queue(config.metrics_provider.as_ref(), &config.name);
         let named = metrics.is_some();
         let hooks = metrics.map(|m| Box::new(m) as Box<dyn PriorityHooks>);
+        let fair = fairness.is_some();
         let shared = Arc::new(PriorityShared::new(hooks, fairness));
+        if named && fair {
+            let weak = Arc::downgrade(&shared);
+            super::metrics::register_fair_queue(&config.name, weak);
+        }
         if named {
             super::metrics::spawn_unfinished_work_updater(&shared);
         }
