@@ -26,7 +26,7 @@ use stamp::Stamp;
 const USAGE: &str = "usage: bench-report COMMAND ...
   stamp [--line]                  the run's `# date:` and `# commit:` lines (--line: `DATE at COMMIT`)
   informer RESULTS                hack/bench-informer's tables
-  vs-client-go RESULTS [--stat S] hack/bench-vs-client-go's tables; S: median (default), best or both
+  vs-client-go RESULTS            hack/bench-vs-client-go's tables
   sharding RESULTS                hack/bench-sharding's table
   vm-controller RESULTS           hack/bench-vm-controller's table
   splice DOCUMENT NAME REPORT     REPORT's text, fenced, between DOCUMENT's
@@ -56,13 +56,7 @@ fn run(args: &[String]) -> Result<String, ReportError> {
             Ok(format!("{} at {}\n", stamp.date, stamp.commit))
         }
         ["informer", file] => informer::render(&Results::read(Path::new(file))?),
-        ["vs-client-go", file] => {
-            workqueue::render(&Results::read(Path::new(file))?, &[workqueue::Stat::Median])
-        }
-        ["vs-client-go", file, "--stat", stat] => workqueue::render(
-            &Results::read(Path::new(file))?,
-            &workqueue::Stat::parse_list(stat)?,
-        ),
+        ["vs-client-go", file] => workqueue::render(&Results::read(Path::new(file))?),
         ["sharding", file] => sharding::render(&Results::read(Path::new(file))?),
         ["vm-controller", file] => vm_controller::render(&Results::read(Path::new(file))?),
         ["splice", document, name, report] => {
@@ -106,7 +100,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_command_or_stat_says_how_to_call() {
+    fn an_unknown_command_or_arguments_say_how_to_call() {
         let error = run(&args("medians x")).unwrap_err().to_string();
         assert!(
             error.starts_with(
@@ -114,11 +108,11 @@ mod tests {
             ),
             "{error}"
         );
-        let error = run(&args("vs-client-go /dev/null --stat mean"))
+        let error = run(&args("vs-client-go /dev/null --stat best"))
             .unwrap_err()
             .to_string();
         assert!(
-            error.starts_with("--stat must be median, best or both, got `mean`"),
+            error.starts_with("`vs-client-go` with these arguments is not a command"),
             "{error}"
         );
     }

@@ -54,16 +54,6 @@ impl Samples {
         self.values.last().map(|(v, _)| *v)
     }
 
-    /// `min-max (median m)`, whole numbers: how far the rounds spread.
-    pub fn spread(&self) -> String {
-        match (self.min(), self.max(), self.median()) {
-            (Some(min), Some(max), Some(median)) => {
-                format!("{}-{} (median {})", min as i64, max as i64, median as i64)
-            }
-            _ => "missing".to_owned(),
-        }
-    }
-
     fn median_index(&self) -> usize {
         // The (n + 1) / 2-th smallest, counting from 1.
         self.values.len().div_ceil(2) - 1
@@ -110,17 +100,10 @@ mod tests {
     }
 
     #[test]
-    fn no_samples_have_no_median_and_a_missing_spread() {
+    fn no_samples_have_no_median() {
         let samples = Samples::default();
         assert_eq!(samples.median(), None);
         assert_eq!(samples.median_text(), None);
-        assert_eq!(samples.spread(), "missing");
-    }
-
-    #[test]
-    fn a_spread_is_min_max_and_median_in_whole_numbers() {
-        let samples = Samples::of(&["238634", "205150", "275526"]);
-        assert_eq!(samples.spread(), "205150-275526 (median 238634)");
     }
 
     #[test]

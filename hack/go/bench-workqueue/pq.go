@@ -6,19 +6,26 @@
 // workloads against kubeloop's PriorityQueue<ObjectKey>.
 //
 // controller-runtime's queue stops handing out items at ShutDown, even ready ones, so a
-// workload that must process everything ends with a sentinel key at the lowest priority:
-// it is handed out after every other ready item, and the worker that gets it shuts the queue
-// down. Its adds are asynchronous (a buffer that a goroutine flushes), so workloads that only
-// add end with Len(), which flushes that buffer: both sides are timed until the queue holds
-// what was added.
+// workload whose workers run beside its producers ends with a sentinel key at the lowest
+// priority: it is handed out after every other ready item, and the worker that gets it shuts
+// the queue down (the sentinel is counted in neither adds nor handed_out). Its adds are
+// asynchronous (a buffer that a goroutine flushes), so workloads that only add end with
+// Len(), which flushes that buffer: both sides are timed until the queue holds what was
+// added.
 //
-// Output: "PQ_RESULT <workload> <ops per second>" and "PQ_HANDED_OUT <workload> <items>".
+// Named rows (pq/named/...): priorityqueue.New with a name and no options, so the queue
+// records into controller-runtime's metrics registry through the provider New defaults to
+// (pkg/internal/metrics, registered on import), as every controller-runtime controller's
+// queue does; each run checks that workqueue_adds_total rose by the items handed out.
+//
+// The fairness workloads (GO_FAIR lines, fair/...) run controller-runtime's queue as it is:
+// v0.24.1 has no fairness (controller-runtime#3261 is unmerged). Keys are spread over 100
+// namespaces; kubeloop runs them with and without its namespace fairness.
 package main
 
 import (
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // request has the shape of controller-runtime's reconcile.Request.
@@ -49,62 +57,92 @@ func requests(n int) []request {
 	return r
 }
 
-func newPQ() priorityqueue.PriorityQueue[request] {
-	// An empty name: no metrics, as the client-go workloads' queues.
+// namespacedRequests: key-i in namespace ns-(i mod 100).
+func namespacedRequests(n int) []request {
+	r := make([]request, n)
+	for i := range r {
+		r[i] = request{types.NamespacedName{Namespace: fmt.Sprintf("ns-%d", i%100), Name: fmt.Sprintf("key-%d", i)}}
+	}
+	return r
+}
+
+type pqueue = priorityqueue.PriorityQueue[request]
+
+// newPQ: an empty name, no metrics, as the unnamed client-go workloads' queues.
+func newPQ() pqueue {
 	return priorityqueue.New[request]("")
 }
 
 func runPQ() {
-	pqReport("single/add-get-done", pqSingleAddGetDone)
-	pqReport("single/batch-1000", pqSingleBatch)
-	pqReport("priorities/batch-1000-half-low-100-raised", pqPrioritiesBatch)
+	report("GO_PQ", "pq/single/add-get-done", func() work { return pqSingleAddGetDone(newPQ()) })
+	report("GO_PQ", "pq/single/batch-1000", pqSingleBatch)
+	report("GO_PQ", "pq/priorities/batch-1000-half-low-100-raised", pqPrioritiesBatch)
 	for _, pw := range [][2]int{{1, 1}, {2, 2}, {4, 4}, {16, 16}} {
 		p, w := pw[0], pw[1]
-		pqReport(fmt.Sprintf("contended/%dx%d", p, w), func() float64 { return pqContended(p, w) })
+		report("GO_PQ", fmt.Sprintf("pq/contended/%dx%d", p, w), func() work { return pqContended(newPQ(), requests(200_000), p, w) })
 	}
-	pqReportCounted("dedup/4x4-100-keys", pqDedup)
-	pqReport("delaying/add-after-10k", pqAddAfter)
-	pqReport("rate-limited/add-10k-default", pqRateLimitedAdd)
+	report("GO_PQ", "pq/"+dedupName, func() work { return pqDedup(newPQ()) })
+	report("GO_PQ", "pq/delaying/add-after-10k", pqAddAfter)
+	report("GO_PQ", "pq/rate-limited/add-10k-default", pqRateLimitedAdd)
+	report("GO_PQ", "pq/named/single/add-get-done", pqNamed("single", 0, pqSingleAddGetDone))
+	report("GO_PQ", "pq/named/contended/4x4", pqNamed("contended", 1, func(q pqueue) work { return pqContended(q, requests(200_000), 4, 4) }))
+	report("GO_PQ", "pq/named/"+dedupName, pqNamed("dedup", 0, pqDedup))
+	report("GO_FAIR", "fair/4x4-200k-keys-100-namespaces", func() work {
+		return pqContended(newPQ(), namespacedRequests(200_000), 4, 4)
+	})
+	report("GO_FAIR", "fair/200k-keys-100-namespaces-queued-then-4-workers", func() work {
+		return pqQueuedThenWorkers(newPQ(), namespacedRequests(200_000), 4)
+	})
 }
 
-func pqReport(name string, f func() float64) {
-	pqReportCounted(name, func() (float64, int64) { return f(), -1 })
+// pqNamed runs f on a queue named bench-pq-<name> and checks that it recorded its adds: one
+// for each item handed out, and sentinels more for the sentinel f adds (0 or 1).
+func pqNamed(name string, sentinels int64, f func(pqueue) work) func() work {
+	return func() work {
+		queueName := "bench-pq-" + name
+		before := controllerRuntimeAdds(queueName)
+		// f shuts the queue down (a second ShutDown would panic).
+		w := f(priorityqueue.New[request](queueName))
+		if got := controllerRuntimeAdds(queueName) - before; got != float64(w.handedOut+sentinels) {
+			fail("named priority queue %s: workqueue_adds_total rose by %v, %d items were handed out", queueName, got, w.handedOut)
+		}
+		return w
+	}
 }
 
-func pqReportCounted(name string, f func() (float64, int64)) {
-	name = "pq/" + name
-	if !strings.Contains(name, *only) {
-		return
+// controllerRuntimeAdds reads workqueue_adds_total{name} from controller-runtime's registry.
+func controllerRuntimeAdds(name string) float64 {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		fail("gathering controller-runtime's metrics: %v", err)
 	}
-	ops, handedOut := pick(*runs, f)
-	fmt.Printf("PQ_RESULT %s %.0f\n", name, ops)
-	if handedOut >= 0 {
-		fmt.Printf("PQ_HANDED_OUT %s %d\n", name, handedOut)
-	}
+	return counterValue(families, "workqueue_adds_total", name)
 }
 
 // pqSingleAddGetDone: one goroutine, 1M rounds of Add, Get, Done over 1000 keys.
-func pqSingleAddGetDone() float64 {
+func pqSingleAddGetDone(q pqueue) work {
 	const n = 1_000_000
 	k := requests(1000)
-	q := newPQ()
 	defer q.ShutDown()
+	var handedOut int64
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		q.Add(k[i%1000])
 		item, _ := q.Get()
 		q.Done(item)
+		handedOut++
 	}
-	return n / time.Since(start).Seconds()
+	return work{time.Since(start), n, handedOut}
 }
 
 // pqSingleBatch: one goroutine; 200 rounds of adding 1000 distinct keys, then Get+Done all
 // (controller-runtime's own BenchmarkAddGetDone, with request keys).
-func pqSingleBatch() float64 {
+func pqSingleBatch() work {
 	const rounds = 200
 	k := requests(1000)
 	q := newPQ()
 	defer q.ShutDown()
+	var handedOut int64
 	start := time.Now()
 	for r := 0; r < rounds; r++ {
 		for _, key := range k {
@@ -113,22 +151,24 @@ func pqSingleBatch() float64 {
 		for range k {
 			item, _ := q.Get()
 			q.Done(item)
+			handedOut++
 		}
 	}
-	return rounds * 1000 / time.Since(start).Seconds()
+	return work{time.Since(start), rounds * 1000, handedOut}
 }
 
 // pqPrioritiesBatch: a startup in miniature, 200 rounds: 1000 keys added, every other one at
 // low priority (the initial list), then 100 of the low ones added again at priority 0 (an
 // edit), then Get+Done all 1000 (each Get checks it is not handed a lower priority than the
-// one before). Ops are items per second.
-func pqPrioritiesBatch() float64 {
+// one before): 220k adds, 200k items handed out.
+func pqPrioritiesBatch() work {
 	const rounds = 200
 	k := requests(1000)
 	low := priorityqueue.AddOpts{Priority: new(int)}
 	*low.Priority = lowPriority
 	q := newPQ()
 	defer q.ShutDown()
+	var handedOut int64
 	start := time.Now()
 	for r := 0; r < rounds; r++ {
 		for i, key := range k {
@@ -145,18 +185,19 @@ func pqPrioritiesBatch() float64 {
 		for range k {
 			item, priority, _ := q.GetWithPriority()
 			if priority > last {
-				panic("priority order broken")
+				fail("priority order broken")
 			}
 			last = priority
 			q.Done(item)
+			handedOut++
 		}
 	}
-	return rounds * 1000 / time.Since(start).Seconds()
+	return work{time.Since(start), rounds * 1100, handedOut}
 }
 
 // pqWorkers starts w workers that Get and Done until the sentinel comes out, then shut the
 // queue down; each adds how many items it was handed (the sentinel not counted).
-func pqWorkers(q priorityqueue.PriorityQueue[request], w int, wg *sync.WaitGroup, handedOut *atomic.Int64) {
+func pqWorkers(q pqueue, w int, wg *sync.WaitGroup, handedOut *atomic.Int64) {
 	for i := 0; i < w; i++ {
 		wg.Add(1)
 		go func() {
@@ -185,17 +226,15 @@ func pqWorkers(q priorityqueue.PriorityQueue[request], w int, wg *sync.WaitGroup
 	}
 }
 
-func addSentinel(q priorityqueue.PriorityQueue[request]) {
+func addSentinel(q pqueue) {
 	p := sentinelPriority
 	q.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, sentinel)
 }
 
-// pqContended: p producers add 200k distinct keys between them; w workers Get and Done until
-// every key was handed out. Ops are items processed per second.
-func pqContended(p, w int) float64 {
-	const n = 200_000
-	k := requests(n)
-	q := newPQ()
+// pqContended: p producers add the distinct keys k between them; w workers Get and Done
+// until every key was handed out.
+func pqContended(q pqueue, k []request, p, w int) work {
+	n := len(k)
 	start := time.Now()
 	var workers sync.WaitGroup
 	var handedOut atomic.Int64
@@ -214,22 +253,41 @@ func pqContended(p, w int) float64 {
 	producers.Wait()
 	addSentinel(q)
 	workers.Wait()
-	if handedOut.Load() != n {
-		panic(fmt.Sprintf("handed out %d of %d", handedOut.Load(), n))
+	elapsed := time.Since(start)
+	if handedOut.Load() != int64(n) {
+		fail("handed out %d of %d", handedOut.Load(), n)
 	}
-	return n / time.Since(start).Seconds()
+	return work{elapsed, int64(n), handedOut.Load()}
 }
 
-// pqDedup: 4 producers each add 100k times, cycling over 100 keys; 4 workers process until
-// the queue is empty. Ops are queue calls per second (adds + Gets + Dones), as in dedup.
-func pqDedup() (float64, int64) {
+// pqQueuedThenWorkers: one goroutine adds the distinct keys k; then w workers Get and Done
+// until every key was handed out.
+func pqQueuedThenWorkers(q pqueue, k []request, w int) work {
+	start := time.Now()
+	for j, key := range k {
+		q.Add(key)
+		yieldEvery(j)
+	}
+	addSentinel(q)
+	var workers sync.WaitGroup
+	var handedOut atomic.Int64
+	pqWorkers(q, w, &workers, &handedOut)
+	workers.Wait()
+	elapsed := time.Since(start)
+	if handedOut.Load() != int64(len(k)) {
+		fail("handed out %d of %d", handedOut.Load(), len(k))
+	}
+	return work{elapsed, int64(len(k)), handedOut.Load()}
+}
+
+// pqDedup: as dedup: 4 producers make 100k adds each over 100 keys and finish; then 4
+// workers take 25 items each (Get and Done), which are the 100 keys: the queue holds
+// nothing else. 400k adds, 100 items handed out.
+func pqDedup(q pqueue) work {
 	const producers, workers, addsEach = 4, 4, 100_000
 	k := requests(100)
-	q := newPQ()
+	defer q.ShutDown()
 	start := time.Now()
-	var wg sync.WaitGroup
-	var handedOut atomic.Int64
-	pqWorkers(q, workers, &wg, &handedOut)
 	var pg sync.WaitGroup
 	for i := 0; i < producers; i++ {
 		pg.Add(1)
@@ -242,16 +300,30 @@ func pqDedup() (float64, int64) {
 		}(i)
 	}
 	pg.Wait()
-	addSentinel(q)
+	var wg sync.WaitGroup
+	var handedOut atomic.Int64
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 100/workers; j++ {
+				item, _ := q.Get()
+				q.Done(item)
+			}
+			handedOut.Add(100 / workers)
+		}()
+	}
 	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	calls := float64(producers*addsEach) + 2*float64(handedOut.Load())
-	return calls / elapsed, handedOut.Load()
+	elapsed := time.Since(start)
+	if q.Len() != 0 {
+		fail("dedup: %d items left", q.Len())
+	}
+	return work{elapsed, producers * addsEach, handedOut.Load()}
 }
 
 // pqAddAfter: AddAfter 10k keys with delays from 1 ms to 10 minutes (the delaying workload's
-// delays), then Len (which flushes controller-runtime's add buffer). Ops are adds per second.
-func pqAddAfter() float64 {
+// delays), then Len (which flushes controller-runtime's add buffer): 10k adds, none handed out.
+func pqAddAfter() work {
 	const n = 10_000
 	k := requests(n)
 	q := newPQ()
@@ -262,14 +334,14 @@ func pqAddAfter() float64 {
 		q.AddAfter(k[i], time.Millisecond*time.Duration(1+seed.next()%600_000))
 	}
 	if q.Len() != 0 {
-		panic("a delayed item is ready")
+		fail("a delayed item is ready")
 	}
-	return n / time.Since(start).Seconds()
+	return work{time.Since(start), n, 0}
 }
 
 // pqRateLimitedAdd: AddRateLimited 10k distinct keys with client-go's default controller
-// rate limiter, then Len. Ops are adds per second.
-func pqRateLimitedAdd() float64 {
+// rate limiter, then Len: 10k adds, none handed out.
+func pqRateLimitedAdd() work {
 	const n = 10_000
 	k := requests(n)
 	q := priorityqueue.New[request]("", func(o *priorityqueue.Opts[request]) {
@@ -283,7 +355,7 @@ func pqRateLimitedAdd() float64 {
 	q.Len()
 	elapsed := time.Since(start)
 	if q.NumRequeues(k[0]) != 1 {
-		panic("rate limiter did not count the add")
+		fail("rate limiter did not count the add")
 	}
-	return n / elapsed.Seconds()
+	return work{elapsed, n, 0}
 }
