@@ -1,7 +1,8 @@
 //! The foundation's proof against the real control plane built by hack/build-control-plane:
 //! the apiserver answers, objects can be created, watched and deleted, CRDs become
 //! established, and with controller-manager, scheduler and kwok a Deployment runs and is
-//! garbage-collected.
+//! garbage-collected; the events.k8s.io/v1 recorder's writes (a create, a strategic merge
+//! patch of `series`, a note at the API's limit) are what the apiserver accepts.
 
 use std::time::Duration;
 
@@ -34,6 +35,64 @@ async fn apiserver_lists_namespaces_and_reports_the_pinned_version() {
     }
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.git_version, testenv::kubernetes_version());
+}
+
+#[tokio::test]
+async fn events_v1_repeats_become_one_event_whose_series_the_apiserver_keeps() {
+    use kubeloop::record::{
+        EventMetrics, EventType, EventsV1Broadcaster, EventsV1Config, KubeEventsV1Sink,
+        NOTE_LENGTH_LIMIT,
+    };
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.new_namespace("events-v1").await.unwrap();
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "regarded", "namespace": ns, "uid": "u-1"}
+    }))
+    .unwrap();
+    let metrics = EventMetrics::default();
+    let broadcaster = EventsV1Broadcaster::start(
+        KubeEventsV1Sink::new(client.clone()),
+        EventsV1Config {
+            metrics: Some(metrics.clone()),
+            ..EventsV1Config::default()
+        },
+    );
+    let recorder = broadcaster.new_recorder_as("foundation-test", "foundation-test-1");
+    let long_note = "n".repeat(3 * NOTE_LENGTH_LIMIT);
+    for _ in 0..50 {
+        recorder.eventf(
+            &cm,
+            None,
+            EventType::Warning,
+            "SyncFailed",
+            "Sync",
+            &long_note,
+        );
+    }
+    broadcaster.shutdown().await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, &ns);
+    let listed = events.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let event = &listed[0];
+    assert_eq!(event.series.as_ref().map(|s| s.count), Some(50));
+    assert_eq!(
+        event.note.as_ref().map(String::len),
+        Some(NOTE_LENGTH_LIMIT)
+    );
+    assert_eq!(
+        event.reporting_controller.as_deref(),
+        Some("foundation-test")
+    );
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("regarded")
+    );
+    assert_eq!(
+        (metrics.writes_for("create"), metrics.writes_for("patch")),
+        (1, 2),
+        "a create, the series' start, its last count at shutdown"
+    );
 }
 
 #[tokio::test]

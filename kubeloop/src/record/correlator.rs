@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::spam::{SpamFilter, evict_oldest};
 use k8s_openapi::api::core::v1::Event;
 use tokio::time::Instant;
 
@@ -72,7 +73,7 @@ impl Write {
 pub struct EventCorrelator {
     config: CorrelatorConfig,
     seen: HashMap<String, Seen>,
-    buckets: HashMap<String, Bucket>,
+    spam: SpamFilter,
     tick: u64,
 }
 
@@ -84,20 +85,13 @@ struct Seen {
     used: u64,
 }
 
-#[derive(Debug, Clone)]
-struct Bucket {
-    tokens: f64,
-    refilled_at: Instant,
-    used: u64,
-}
-
 impl EventCorrelator {
     /// An empty correlator.
     pub fn new(config: CorrelatorConfig) -> Self {
         EventCorrelator {
+            spam: SpamFilter::new(config.spam_burst, config.spam_refill, config.cache_size),
             config,
             seen: HashMap::new(),
-            buckets: HashMap::new(),
             tick: 0,
         }
     }
@@ -107,7 +101,7 @@ impl EventCorrelator {
     pub fn correlate(&mut self, mut event: Event, now: Instant) -> Option<Write> {
         self.tick += 1;
         let tick = self.tick;
-        if !self.take_token(spam_key(&event), now, tick) {
+        if !self.spam.allow(spam_key(&event), now) {
             return None;
         }
         let key = event_key(&event);
@@ -163,45 +157,6 @@ impl EventCorrelator {
             evict_oldest(&mut self.seen, |s| s.used);
         }
         self.seen.insert(key, seen);
-    }
-
-    fn take_token(&mut self, key: String, now: Instant, tick: u64) -> bool {
-        let burst = f64::from(self.config.spam_burst.max(1));
-        let per_token = self.config.spam_refill.as_secs_f64();
-        if !self.buckets.contains_key(&key) && self.buckets.len() >= self.config.cache_size.max(1) {
-            evict_oldest(&mut self.buckets, |b| b.used);
-        }
-        let bucket = self.buckets.entry(key).or_insert(Bucket {
-            tokens: burst,
-            refilled_at: now,
-            used: tick,
-        });
-        bucket.used = tick;
-        if per_token > 0.0 {
-            let elapsed = now
-                .saturating_duration_since(bucket.refilled_at)
-                .as_secs_f64();
-            bucket.tokens = (bucket.tokens + elapsed / per_token).min(burst);
-        } else {
-            bucket.tokens = burst;
-        }
-        bucket.refilled_at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-fn evict_oldest<V>(map: &mut HashMap<String, V>, used: impl Fn(&V) -> u64) {
-    if let Some(oldest) = map
-        .iter()
-        .min_by_key(|(_, v)| used(v))
-        .map(|(k, _)| k.clone())
-    {
-        map.remove(&oldest);
     }
 }
 

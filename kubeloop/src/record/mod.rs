@@ -8,6 +8,11 @@
 //! |                           | `EventSourceObjectSpamFilter`                          |
 //! | [`EventSink`]             | `EventSink` (`typed/core/v1.EventSinkImpl`)            |
 //!
+//! And events.k8s.io/v1, client-go's `tools/events` (`series.rs`, whose docs say what it
+//! keeps and adds): [`EventsV1Broadcaster`], [`EventsV1Recorder`] (`eventf(regarding, related,
+//! type, reason, action, note)`), [`EventsV1Sink`], repeats merged into one Event's `series`,
+//! with `tools/record`'s per-object spam budget carried over ([`EventMetrics`] counts drops).
+//!
 //! A controller calls [`EventRecorder::event`] from its sync loop; the call only puts the event
 //! on a bounded channel (dropped and logged when full, as client-go's broadcaster does) and a
 //! background task correlates repeats and writes core/v1 Events, so recording never blocks
@@ -15,10 +20,15 @@
 
 mod broadcaster;
 mod correlator;
+mod metrics;
+mod series;
 mod sink;
+mod spam;
 
 pub use broadcaster::{
     BroadcasterConfig, EventBroadcaster, EventRecorder, EventSource, EventType, object_reference,
 };
 pub use correlator::{CorrelatorConfig, EventCorrelator, Write};
-pub use sink::{EventSink, KubeEventSink, RecordError};
+pub use metrics::{EventDropReason, EventMetrics};
+pub use series::{EventsV1Broadcaster, EventsV1Config, EventsV1Recorder, NOTE_LENGTH_LIMIT};
+pub use sink::{EventSink, EventsV1Sink, KubeEventSink, KubeEventsV1Sink, RecordError};

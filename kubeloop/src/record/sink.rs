@@ -1,14 +1,18 @@
 //! Where events are written: client-go `tools/record`'s `EventSink` interface and the
-//! `EventSinkImpl` over `CoreV1().Events(ns)`.
+//! `EventSinkImpl` over `CoreV1().Events(ns)`; and `tools/events`' `EventSink` over
+//! `EventsV1().Events(ns)`.
 //!
 //! [`KubeEventSink`] creates core/v1 Events and patches a repeat's `count`, `lastTimestamp`
 //! and `message` with a JSON merge patch (client-go sends a strategic merge patch of the same
-//! three fields; for these scalar fields the two are the same).
+//! three fields; for these scalar fields the two are the same). [`KubeEventsV1Sink`] creates
+//! events.k8s.io/v1 Events and patches a series with a strategic merge patch of `series`
+//! alone, the patch client-go computes (`createPatchBytesForSeries`).
 
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::Event;
-use kube_client::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event as V1Event;
+use kube_client::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::{Api, Client};
 
 /// Why an Event could not be written.
@@ -54,9 +58,15 @@ impl RecordError {
         matches!(self, RecordError::Transport { .. })
     }
 
-    fn from_kube(event: &Event, source: kube_client::Error) -> Self {
-        let namespace = event.metadata.namespace.clone().unwrap_or_default();
-        let name = event.metadata.name.clone().unwrap_or_default();
+    /// Whether the apiserver answered that the Event exists already (409 AlreadyExists).
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, RecordError::Rejected { source: kube_client::Error::Api(status), .. }
+            if status.code == 409 && status.reason == "AlreadyExists")
+    }
+
+    fn from_kube(meta: &ObjectMeta, source: kube_client::Error) -> Self {
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
         match &source {
             kube_client::Error::Api(status) if status.code == 404 => {
                 RecordError::NotFound { namespace, name }
@@ -109,7 +119,7 @@ impl EventSink for KubeEventSink {
         self.api(event)
             .create(&PostParams::default(), &fresh)
             .await
-            .map_err(|e| RecordError::from_kube(event, e))
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 
     async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
@@ -122,6 +132,56 @@ impl EventSink for KubeEventSink {
         self.api(event)
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| RecordError::from_kube(event, e))
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+    }
+}
+
+/// Writes events.k8s.io/v1 Events. Implemented by [`KubeEventsV1Sink`]; tests use an
+/// in-memory sink. client-go: `tools/events.EventSink`.
+pub trait EventsV1Sink: Send + Sync + 'static {
+    /// Creates `event`, returning what the apiserver stored.
+    fn create(&self, event: &V1Event) -> impl Future<Output = Result<V1Event, RecordError>> + Send;
+    /// Patches the `series` of the Event named in `event.metadata` to `event`'s.
+    fn patch_series(
+        &self,
+        event: &V1Event,
+    ) -> impl Future<Output = Result<V1Event, RecordError>> + Send;
+}
+
+/// An [`EventsV1Sink`] writing through the apiserver. client-go: `tools/events.EventSinkImpl`.
+#[derive(Clone)]
+pub struct KubeEventsV1Sink {
+    client: Client,
+}
+
+impl KubeEventsV1Sink {
+    /// A sink over `client`.
+    pub fn new(client: Client) -> Self {
+        KubeEventsV1Sink { client }
+    }
+
+    fn api(&self, event: &V1Event) -> Api<V1Event> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+impl EventsV1Sink for KubeEventsV1Sink {
+    async fn create(&self, event: &V1Event) -> Result<V1Event, RecordError> {
+        let mut fresh = event.clone();
+        fresh.metadata.resource_version = None;
+        self.api(event)
+            .create(&PostParams::default(), &fresh)
+            .await
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+    }
+
+    async fn patch_series(&self, event: &V1Event) -> Result<V1Event, RecordError> {
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({ "series": event.series });
+        self.api(event)
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 }
