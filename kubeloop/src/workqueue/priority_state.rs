@@ -5,9 +5,10 @@
 //! Here one [`PriorityState`] behind one [`Mutex`] holds it all, as `state.rs` does for the
 //! dedup queue, and `priority_queue.rs` and `metrics.rs` are faces over it.
 //!
-//! This module is a leaf like `state.rs`: it imports only the lock shim (`sync.rs`) and
-//! `state.rs`'s time stamps, heap entries and wake-up list, so `tests/workqueue_loom.rs`
-//! compiles it against loom's `Mutex` next to `state.rs` and model-checks its hand-offs.
+//! This module is a leaf like `state.rs`: it imports only the lock shim (`sync.rs`),
+//! `state.rs`'s time stamps, heap entries and wake-up list, and `fair.rs`'s fair lines, so
+//! `tests/workqueue_loom.rs` compiles it against loom's `Mutex` next to those and
+//! model-checks its hand-offs.
 //!
 //! Layout:
 //! - Every tracked item lives in a slot of `slots`; `index` maps a key to its slot, hashed
@@ -18,8 +19,11 @@
 //!   among items of that priority: given when it became pending, and anew when its priority
 //!   rose or its ready time came, as controller-runtime's `AddedCounter`).
 //! - `ready` holds the ready items that are not processing, in one line per priority, each
-//!   line sorted by order number. A ready item that is also processing (re-added while a
-//!   worker has it) waits outside the lines and joins its line at `done`, in its order.
+//!   line sorted by order number; with an extractor, a priority's line is a [`FairLine`]:
+//!   one such line per fairness key, the keys taking turns. A ready item that is also
+//!   processing (re-added while a worker has it) waits outside the lines and joins its line
+//!   at `done`, in its order. The extractor is asked for an item's keys each time it joins
+//!   or leaves a line (it must give the same keys each time).
 //! - The waiting items are `state.rs`'s delaying heap: an entry is current iff its slot's
 //!   `ready_at` carries its sequence number; superseded entries are skipped when popped.
 //! - Parked `get` calls wait in `parked`, as in `state.rs`.
@@ -29,7 +33,7 @@
 //!   processing (or both).
 //! - `dirty` and `ready_at` are never both set.
 //! - A slot is in a line of `ready` iff it is `dirty && !processing`, present once, in the
-//!   line of its priority at its order number.
+//!   line of its priority (under its fairness keys) at its order number.
 //! - `ready_len` is the number of dirty slots (controller-runtime's `Len`: ready items,
 //!   including those waiting for their worker's `done`); the depth gauge of each priority
 //!   counts the dirty slots of that priority.
