@@ -95,6 +95,39 @@ async fn events_v1_repeats_become_one_event_whose_series_the_apiserver_keeps() {
     );
 }
 
+/// Discovery picks events.k8s.io/v1 on an apiserver that serves it, and core/v1 on one
+/// started with `--runtime-config=events.k8s.io/v1=false` (whose core/v1 Events still work).
+#[tokio::test]
+async fn the_recorder_falls_back_to_core_v1_where_events_k8s_io_is_not_served() {
+    use kubeloop::record::{AnyEventBroadcaster, EventType};
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let (broadcaster, recorder) = AnyEventBroadcaster::discover(client, "t", "t-1").await;
+    assert!(recorder.is_v1());
+    broadcaster.shutdown().await;
+
+    let without = testenv::Cluster::start(testenv::ClusterOptions {
+        apiserver_args: vec!["--runtime-config=events.k8s.io/v1=false".into()],
+        ..testenv::ClusterOptions::apiserver_only()
+    })
+    .await
+    .unwrap();
+    let client = without.client().await.unwrap();
+    let ns = without.new_namespace("events-core").await.unwrap();
+    let (broadcaster, recorder) = AnyEventBroadcaster::discover(client.clone(), "t", "t-1").await;
+    assert!(!recorder.is_v1());
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "regarded", "namespace": ns}
+    }))
+    .unwrap();
+    recorder.event(&cm, EventType::Normal, "Tested", "Test", "on core/v1");
+    broadcaster.shutdown().await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, &ns);
+    let listed = events.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].message.as_deref(), Some("on core/v1"));
+}
+
 #[tokio::test]
 async fn configmap_is_created_watched_and_deleted() {
     let cluster = testenv::shared().await;

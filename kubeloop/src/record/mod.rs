@@ -12,12 +12,15 @@
 //! keeps and adds): [`EventsV1Broadcaster`], [`EventsV1Recorder`] (`eventf(regarding, related,
 //! type, reason, action, note)`), [`EventsV1Sink`], repeats merged into one Event's `series`,
 //! with `tools/record`'s per-object spam budget carried over ([`EventMetrics`] counts drops).
+//! [`AnyEventBroadcaster::discover`] picks events.k8s.io/v1 when the apiserver serves it and
+//! core/v1 otherwise (client-go: `NewEventBroadcasterAdapter`).
 //!
 //! A controller calls [`EventRecorder::event`] from its sync loop; the call only puts the event
 //! on a bounded channel (dropped and logged when full, as client-go's broadcaster does) and a
 //! background task correlates repeats and writes core/v1 Events, so recording never blocks
 //! the sync loop.
 
+mod adapter;
 mod broadcaster;
 mod correlator;
 mod metrics;
@@ -25,6 +28,7 @@ mod series;
 mod sink;
 mod spam;
 
+pub use adapter::{AnyEventBroadcaster, AnyEventRecorder};
 pub use broadcaster::{
     BroadcasterConfig, EventBroadcaster, EventRecorder, EventSource, EventType, object_reference,
 };
