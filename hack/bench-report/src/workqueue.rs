@@ -204,7 +204,7 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
     Ok(out)
 }
 
-/// How wide the workload column is.
+/// How wide the workload column is at least (wider for a longer name).
 const WORKLOAD: usize = 46;
 /// How wide a time cell is.
 const CELL: usize = 22;
@@ -261,15 +261,16 @@ fn comparison_table(
     (kubeloop_title, kubeloop): (&str, &str),
     workloads: &[&String],
 ) {
+    let width = workload_width(workloads.iter().copied());
     let _ = writeln!(
         out,
-        "| {:<WORKLOAD$} | {go_title:>CELL$} | {kubeloop_title:>CELL$} | {:>6} | {:>17} |",
+        "| {:<width$} | {go_title:>CELL$} | {kubeloop_title:>CELL$} | {:>6} | {:>17} |",
         "workload", "ratio", "adds / handed out"
     );
     let _ = writeln!(
         out,
         "|{}|{}|{}|--------|-------------------|",
-        "-".repeat(WORKLOAD + 2),
+        "-".repeat(width + 2),
         "-".repeat(CELL + 2),
         "-".repeat(CELL + 2)
     );
@@ -296,7 +297,7 @@ fn comparison_table(
         };
         let _ = writeln!(
             out,
-            "| {workload:<WORKLOAD$} | {:>CELL$} | {:>CELL$} | {ratio:>6} | {work:>17} |",
+            "| {workload:<width$} | {:>CELL$} | {:>CELL$} | {ratio:>6} | {work:>17} |",
             time_cell(go_samples),
             time_cell(kubeloop_samples),
         );
@@ -322,9 +323,10 @@ fn fair_table(out: &mut String, run: &Run, controller_runtime: &str) {
         out,
         "\nfairness: keys over 100 namespaces; controller-runtime {controller_runtime} priorityqueue (no fairness) vs kubeloop PriorityQueue<ObjectKey> without and with namespace fairness"
     );
+    let width = workload_width(run.fair_workloads.iter());
     let _ = writeln!(
         out,
-        "| {:<WORKLOAD$} | {:>CELL$} | {:>CELL$} | {:>CELL$} | {:>10} | {:>10} | {:>12} | {:>17} |",
+        "| {:<width$} | {:>CELL$} | {:>CELL$} | {:>CELL$} | {:>10} | {:>10} | {:>12} | {:>17} |",
         "workload",
         "c-r ms",
         "kubeloop unfair ms",
@@ -337,7 +339,7 @@ fn fair_table(out: &mut String, run: &Run, controller_runtime: &str) {
     let _ = writeln!(
         out,
         "|{}|{}|{}|{}|------------|------------|--------------|-------------------|",
-        "-".repeat(WORKLOAD + 2),
+        "-".repeat(width + 2),
         "-".repeat(CELL + 2),
         "-".repeat(CELL + 2),
         "-".repeat(CELL + 2)
@@ -365,7 +367,7 @@ fn fair_table(out: &mut String, run: &Run, controller_runtime: &str) {
         };
         let _ = writeln!(
             out,
-            "| {workload:<WORKLOAD$} | {:>CELL$} | {:>CELL$} | {:>CELL$} | {:>10} | {:>10} | {:>12} | {work:>17} |",
+            "| {workload:<width$} | {:>CELL$} | {:>CELL$} | {:>CELL$} | {:>10} | {:>10} | {:>12} | {work:>17} |",
             time_cell(cr),
             time_cell(unfair),
             time_cell(fair),
@@ -381,6 +383,11 @@ fn fair_table(out: &mut String, run: &Run, controller_runtime: &str) {
         out,
         "c-r/unfair and c-r/fair: controller-runtime's median / kubeloop's (above 1: kubeloop is faster); fair/unfair: the cost of fairness (above 1: fairness is slower)"
     );
+}
+
+/// The workload column's width: [`WORKLOAD`], or the longest name's.
+fn workload_width<'a>(workloads: impl Iterator<Item = &'a String>) -> usize {
+    workloads.map(String::len).fold(WORKLOAD, usize::max)
 }
 
 /// Who a label is, in the notes under a table.
@@ -583,6 +590,21 @@ kubeloop with ObjectKey keys, as its controller runtime queues them (Go: string 
             ],
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_long_workload_name_widens_its_table() {
+        let long = "fair/200k-keys-100-namespaces-queued-then-4-workers";
+        let report = render(&Results::parse(&RESULTS.replace("fair/4x4", long))).unwrap();
+        let table: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.starts_with("fairness:"))
+            .skip(1)
+            .take(3)
+            .collect();
+        assert!(table[2].starts_with(&format!("| {long} | ")), "{report}");
+        assert_eq!(table[0].len(), table[1].len(), "{report}");
+        assert_eq!(table[1].len(), table[2].len(), "{report}");
     }
 
     #[test]
