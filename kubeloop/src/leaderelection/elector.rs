@@ -67,6 +67,7 @@ use super::clock::{Clock, SystemClock};
 use super::config::{ConfigError, JITTER_FACTOR, LeaderElectionConfig, validate_identity};
 use super::metrics::{ElectionMetrics, LeaderMetricsProvider};
 use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock};
+use crate::record::{AnyEventRecorder, EventType};
 
 /// Contends for one lock. Cheap to clone: clones share the same state, so one clone can run
 /// while others answer [`Self::is_leader`], [`Self::get_leader`] and [`Self::check`].
@@ -152,6 +153,8 @@ struct Shared<L> {
     state: Arc<Mutex<Inner>>,
     /// Set once by `report_metrics_to`.
     metrics: OnceLock<ElectionMetrics>,
+    /// Set once by `record_events_to`.
+    events: OnceLock<AnyEventRecorder>,
 }
 
 struct Inner {
@@ -280,6 +283,7 @@ impl<L: ResourceLock> LeaderElector<L> {
                 clock,
                 state,
                 metrics: OnceLock::new(),
+                events: OnceLock::new(),
             }),
         })
     }
@@ -314,6 +318,27 @@ impl<L: ResourceLock> LeaderElector<L> {
             metrics.leader_off();
         }
         let _ = self.shared.metrics.set(metrics);
+    }
+
+    /// Records "became leader" and "stopped leading" about the lock object (a Lease) with
+    /// `recorder`: events.k8s.io/v1 when it records there (client-go's leader election still
+    /// writes core/v1 events, kubernetes#82846), type Normal, reason `LeaderElection`, the
+    /// note `<identity> became leader`; only the first call counts. client-go:
+    /// `ResourceLockConfig.EventRecorder` and `LeaseLock.RecordEvent`.
+    pub fn record_events_to(&self, recorder: AnyEventRecorder) {
+        let _ = self.shared.events.set(recorder);
+    }
+
+    /// Records `what` happened to this candidate's leadership, if events are recorded and the
+    /// lock is an object. client-go: `LeaderElector.acquire`/`renew`'s `RecordEvent`.
+    fn record_event(&self, action: &str, what: &str) {
+        let (Some(recorder), Some(lease)) =
+            (self.shared.events.get(), self.shared.lock.reference())
+        else {
+            return;
+        };
+        let note = format!("{} {what}", self.shared.lock.identity());
+        recorder.event_for(lease, EventType::Normal, "LeaderElection", action, &note);
     }
 
     /// True while this process leads (client-go `IsLeader`, but false as soon as the elector
@@ -381,6 +406,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             match attempt {
                 Ok(Attempt::Held) => {
                     info!(lock = %self.shared.lock.describe(), identity = %self.shared.lock.identity(), "acquired the lease");
+                    self.record_event("Acquire", "became leader");
                     return Some(sent);
                 }
                 Ok(Attempt::HeldBy(holder)) => debug!(%holder, "lease is held and has not expired"),
@@ -461,6 +487,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             }
         }
         info!(lock = %self.shared.lock.describe(), identity = %self.shared.lock.identity(), ?reason, "stopped leading");
+        self.record_event("Release", "stopped leading");
         // Release before on_stopped_leading, so a program that exits inside the callback has
         // already given the lease back (client-go: `renew` releases before `Run`'s deferred
         // `OnStoppedLeading`).

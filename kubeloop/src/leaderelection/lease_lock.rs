@@ -162,4 +162,22 @@ impl ResourceLock for LeaseLock {
     fn describe(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// The Lease, with the uid of its last read or write once there was one.
+    fn reference(&self) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+        let uid = self
+            .inner
+            .lock()
+            .lease
+            .as_ref()
+            .and_then(|l| l.metadata.uid.clone());
+        Some(k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid,
+            ..Default::default()
+        })
+    }
 }

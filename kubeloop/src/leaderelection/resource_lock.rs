@@ -123,6 +123,12 @@ pub trait ResourceLock: Send + Sync + 'static {
     fn identity(&self) -> &str;
     /// `namespace/name` of the lock object, for logs and errors.
     fn describe(&self) -> String;
+    /// A reference to the lock object, what leader election's events are about (`None`: a
+    /// lock that is no Kubernetes object, whose elector records no events). client-go: the
+    /// subject of `resourcelock.Interface.RecordEvent`.
+    fn reference(&self) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+        None
+    }
 }
 
 /// client-go: `LeaseSpecToLeaderElectionRecord`. Missing fields read as empty / zero.

@@ -5,11 +5,12 @@
 //! fallback), with `DeprecatedNewLegacyRecorder`'s mapping of an event to core/v1: the note
 //! becomes the message and the action is not sent.
 
-use kube_client::Resource;
+use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::broadcaster::{EventBroadcaster, EventRecorder, EventType};
+use super::broadcaster::{EventBroadcaster, EventRecorder, EventType, object_reference};
 use super::series::{EventsV1Broadcaster, EventsV1Config, EventsV1Recorder};
 use super::sink::KubeEventsV1Sink;
+use kube_client::Resource;
 
 /// The broadcaster behind an [`AnyEventRecorder`]; shut it down when the controller stops.
 pub enum AnyEventBroadcaster {
@@ -86,9 +87,27 @@ impl AnyEventRecorder {
         K: Resource,
         K::DynamicType: Default,
     {
+        self.event_for(
+            object_reference(regarding),
+            event_type,
+            reason,
+            action,
+            note,
+        );
+    }
+
+    /// [`event`](Self::event) about the object `regarding` points at.
+    pub fn event_for(
+        &self,
+        regarding: ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
         match self {
-            Self::V1(r) => r.eventf(regarding, None, event_type, reason, action, note),
-            Self::Core(r) => r.event(regarding, event_type, reason, note),
+            Self::V1(r) => r.eventf_for(regarding, None, event_type, reason, action, note),
+            Self::Core(r) => r.event_for(regarding, event_type, reason, note),
         }
     }
 
