@@ -13,9 +13,12 @@
 //!
 //! Layout: a tree of [`Node`]s in an arena, the root holding the keyless; a node's `ring`
 //! lists its children that hold ready items, next turn first, and the node itself (its own
-//! items: those whose keys end there) as one more member. A node with no ready item left is
-//! freed, so the tree holds only the keys that have ready items and a namespace that empties
-//! costs nothing. Keys are looked up by (parent, text) in one hash table.
+//! items: those whose keys end there) as one more member. A node with no ready item left
+//! leaves its parent's ring and stays for the key's next item (a queue that keeps draining
+//! would otherwise free and make the same namespace's node for every item); once more than
+//! [`IDLE_KEYS`] nodes are idle, every idle node is freed, so the tree holds the keys with
+//! ready items and at most that many others. Keys are looked up by (parent, text) in one hash
+//! table.
 //!
 //! This module is a leaf (std and hashbrown only), so `tests/workqueue_loom.rs` compiles it
 //! with `priority_state.rs`.
@@ -127,6 +130,9 @@ pub(crate) fn insert_by_order(items: &mut VecDeque<(u64, u32)>, order: u64, slot
 /// The root node: items without keys, and the first level of keys.
 const ROOT: u32 = 0;
 
+/// Idle nodes (no ready item) kept for their keys' next items; one more frees them all.
+const IDLE_KEYS: usize = 256;
+
 /// One priority's ready items, by fairness key. Entries are (order number, slot) as in the
 /// priority queue's plain lines.
 pub(crate) struct FairLine {
@@ -136,6 +142,8 @@ pub(crate) struct FairLine {
     children: HashTable<u32>,
     hasher: DefaultHashBuilder,
     len: usize,
+    /// Nodes other than the root with no ready item.
+    idle: usize,
 }
 
 struct Node {
@@ -149,6 +157,8 @@ struct Node {
     /// The members with ready items, next turn first: children, and the node itself for its
     /// own items.
     ring: VecDeque<u32>,
+    /// In the free list (its slot is for the next new key).
+    freed: bool,
 }
 
 /// One key's ready items, for [`FairLine::keys`].
@@ -169,6 +179,7 @@ impl Default for FairLine {
             children: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             len: 0,
+            idle: 0,
         }
     }
 }
@@ -182,6 +193,7 @@ impl Node {
             len: 0,
             items: VecDeque::new(),
             ring: VecDeque::new(),
+            freed: false,
         }
     }
 }
@@ -231,6 +243,7 @@ impl FairLine {
                     let nodes = &self.nodes;
                     self.children
                         .insert_unique(hash, child, |&n| nodes[n as usize].hash);
+                    self.idle += 1;
                     child
                 }
             };
@@ -262,6 +275,7 @@ impl FairLine {
             }
             let (parent, was_empty) = (node.parent, node.len == 1);
             if was_empty {
+                self.idle -= 1;
                 self.nodes[parent as usize].ring.push_back(at);
             }
             at = parent;
@@ -320,7 +334,8 @@ impl FairLine {
     }
 
     /// One item less under `leaf` (already out of its items): counts it down the path,
-    /// freeing the nodes left without ready items and taking them out of their parents' rings.
+    /// taking the nodes left without ready items out of their parents' rings (idle), and
+    /// freeing every idle node once there are more than [`IDLE_KEYS`].
     fn uncount(&mut self, leaf: u32) {
         let mut at = leaf;
         loop {
@@ -332,22 +347,35 @@ impl FairLine {
             let parent = node.parent;
             if node.len == 0 {
                 debug_assert!(node.ring.is_empty() && node.items.is_empty());
-                let hash = node.hash;
-                if let Ok(e) = self.children.find_entry(hash, |&n| n == at) {
-                    e.remove();
-                }
-                self.nodes[at as usize].key = "".into();
-                self.free.push(at);
+                self.idle += 1;
+                // From the back: a member emptied by `pop` was just put there.
                 let ring = &mut self.nodes[parent as usize].ring;
                 let place = ring
                     .iter()
-                    .position(|&m| m == at)
+                    .rposition(|&m| m == at)
                     .expect("in its parent's ring");
                 ring.remove(place);
             }
             at = parent;
         }
         self.len -= 1;
+        if self.idle > IDLE_KEYS {
+            self.free_idle();
+        }
+    }
+
+    /// Frees every idle node (an idle node's children are idle too).
+    fn free_idle(&mut self) {
+        let nodes = &self.nodes;
+        self.children.retain(|n| nodes[*n as usize].len > 0);
+        for (at, node) in self.nodes.iter_mut().enumerate().skip(1) {
+            if node.len == 0 && !node.freed {
+                node.freed = true;
+                node.key = "".into();
+                self.free.push(at as u32);
+            }
+        }
+        self.idle = 0;
     }
 
     /// Every key with ready items of its own, with how many and its oldest.
@@ -384,5 +412,11 @@ impl FairLine {
     #[cfg(test)]
     pub(crate) fn nodes_held(&self) -> usize {
         self.nodes.len() - self.free.len()
+    }
+
+    /// Nodes held for their keys' next items, without a ready item.
+    #[cfg(test)]
+    pub(crate) fn idle_nodes(&self) -> usize {
+        self.idle
     }
 }

@@ -21,7 +21,11 @@ fn keys_take_turns_and_each_key_is_first_in_first_out() {
     assert_eq!(line.len(), 9);
     assert_eq!(drain(&mut line), [0, 10, 20, 1, 21, 2, 3, 4, 5]);
     assert_eq!(line.len(), 0);
-    assert_eq!(line.nodes_held(), 1, "every emptied key is freed");
+    assert_eq!(
+        (line.nodes_held(), line.idle_nodes()),
+        (4, 3),
+        "emptied keys stay, idle, for their next items"
+    );
 }
 
 #[test]
@@ -75,7 +79,7 @@ fn remove_takes_an_entry_out_and_frees_an_emptied_key() {
     assert!(!line.remove(&["a", "x"], 0), "already gone");
     assert!(!line.remove(&["nope"], 2), "no such key");
     assert!(line.remove(&["a", "x"], 2));
-    assert_eq!(line.nodes_held(), 2, "a and a/x are freed, b is held");
+    assert_eq!(line.idle_nodes(), 2, "a and a/x are idle, b is not");
     assert_eq!(drain(&mut line), [10]);
 }
 
@@ -118,4 +122,25 @@ fn fairness_keys_say_what_they_hold() {
 #[should_panic(expected = "at most 4 levels")]
 fn more_levels_than_the_most_panic() {
     FairnessKeys::new(&["a", "b", "c", "d", "e"]);
+}
+
+#[test]
+fn idle_keys_are_kept_up_to_a_bound_then_freed() {
+    let mut line = FairLine::default();
+    // One key's item at a time, as a queue that keeps draining sees them.
+    let keys: Vec<String> = (0..1000).map(|i| format!("ns-{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        line.insert(&["cluster", key], i as u64, i as u32);
+        assert_eq!(line.pop(), Some(i as u32));
+        assert!(
+            line.idle_nodes() <= 256,
+            "at most 256 idle: {}",
+            line.idle_nodes()
+        );
+        assert!(line.nodes_held() <= 258, "{} nodes held", line.nodes_held());
+    }
+    // A key that comes back after its node was freed works as a new one.
+    line.insert(&["cluster", "ns-0"], 5000, 7);
+    line.insert(&["cluster", "ns-999"], 5001, 8);
+    assert_eq!(drain(&mut line), [7, 8]);
 }
