@@ -89,8 +89,46 @@ impl Default for BroadcasterConfig {
 /// with `StartRecordingToSink`.
 pub struct EventBroadcaster {
     tx: mpsc::Sender<Event>,
+    writer: WriterTask,
+}
+
+/// A broadcaster's writer task and what stops it: cancelled on shutdown and on drop. Both
+/// recorders' broadcasters hold one.
+pub(super) struct WriterTask {
     stop: CancellationToken,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl WriterTask {
+    /// Spawns `run(stop)` on the current tokio runtime.
+    pub(super) fn spawn<F>(run: impl FnOnce(CancellationToken) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(stop.clone()));
+        WriterTask {
+            stop,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Cancels the task and waits for it to end. Idempotent.
+    pub(super) async fn shutdown(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().take();
+        if let Some(task) = task
+            && let Err(e) = task.await
+        {
+            tracing::error!(error = %e, "event writer task ended abnormally");
+        }
+    }
+}
+
+impl Drop for WriterTask {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// Records events about objects; cheap to clone, never blocks. client-go: `EventRecorder`.
@@ -104,12 +142,9 @@ impl EventBroadcaster {
     /// Starts the writer task on the current tokio runtime, writing to `sink`.
     pub fn start<S: EventSink>(sink: S, config: BroadcasterConfig) -> Self {
         let (tx, rx) = mpsc::channel(config.queue_size.max(1));
-        let stop = CancellationToken::new();
-        let writer = tokio::spawn(write_loop(sink, rx, stop.clone(), config));
         EventBroadcaster {
             tx,
-            stop,
-            writer: Mutex::new(Some(writer)),
+            writer: WriterTask::spawn(|stop| write_loop(sink, rx, stop, config)),
         }
     }
 
@@ -138,19 +173,7 @@ impl EventBroadcaster {
 
     /// Writes what is queued, then stops the writer and waits for it. Idempotent.
     pub async fn shutdown(&self) {
-        self.stop.cancel();
-        let writer = self.writer.lock().take();
-        if let Some(writer) = writer
-            && let Err(e) = writer.await
-        {
-            tracing::error!(error = %e, "event writer task ended abnormally");
-        }
-    }
-}
-
-impl Drop for EventBroadcaster {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        self.writer.shutdown().await;
     }
 }
 

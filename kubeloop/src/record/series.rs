@@ -55,13 +55,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube_client::Resource;
 use kube_client::core::ObjectMeta;
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::broadcaster::{EventType, object_reference};
+use super::broadcaster::{EventType, WriterTask, object_reference};
 use super::metrics::{EventDropReason, EventMetrics};
 use super::sink::{EventsV1Sink, RecordError};
 use super::spam::SpamFilter;
@@ -113,8 +111,7 @@ impl Default for EventsV1Config {
 /// `EventBroadcaster` started with `StartRecordingToSinkWithContext`.
 pub struct EventsV1Broadcaster {
     tx: mpsc::Sender<Event>,
-    stop: CancellationToken,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: WriterTask,
     metrics: EventMetrics,
 }
 
@@ -132,7 +129,6 @@ impl EventsV1Broadcaster {
     /// Starts the writer task on the current tokio runtime, writing to `sink`.
     pub fn start<S: EventsV1Sink>(sink: S, config: EventsV1Config) -> Self {
         let (tx, rx) = mpsc::channel(config.queue_size.max(1));
-        let stop = CancellationToken::new();
         let metrics = config
             .metrics
             .clone()
@@ -144,11 +140,9 @@ impl EventsV1Broadcaster {
             metrics: metrics.clone(),
             config,
         };
-        let writer = tokio::spawn(writer.run(rx, stop.clone()));
         EventsV1Broadcaster {
             tx,
-            stop,
-            writer: Mutex::new(Some(writer)),
+            writer: WriterTask::spawn(|stop| writer.run(rx, stop)),
             metrics,
         }
     }
@@ -181,19 +175,7 @@ impl EventsV1Broadcaster {
     /// Writes what is queued and every series' last count, then stops the writer and waits
     /// for it. Idempotent.
     pub async fn shutdown(&self) {
-        self.stop.cancel();
-        let writer = self.writer.lock().take();
-        if let Some(writer) = writer
-            && let Err(e) = writer.await
-        {
-            tracing::error!(error = %e, "events.k8s.io writer task ended abnormally");
-        }
-    }
-}
-
-impl Drop for EventsV1Broadcaster {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        self.writer.shutdown().await;
     }
 }
 

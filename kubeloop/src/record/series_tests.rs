@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use parking_lot::Mutex;
 
 use super::*;
 

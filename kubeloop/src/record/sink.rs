@@ -13,7 +13,10 @@ use std::future::Future;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1::Event as V1Event;
 use kube_client::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube_client::{Api, Client};
+use kube_client::core::NamespaceResourceScope;
+use kube_client::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// Why an Event could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -105,35 +108,66 @@ impl KubeEventSink {
     pub fn new(client: Client) -> Self {
         KubeEventSink { client }
     }
-
-    fn api(&self, event: &Event) -> Api<Event> {
-        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
-        Api::namespaced(self.client.clone(), ns)
-    }
 }
 
 impl EventSink for KubeEventSink {
     async fn create(&self, event: &Event) -> Result<Event, RecordError> {
-        let mut fresh = event.clone();
-        fresh.metadata.resource_version = None;
-        self.api(event)
-            .create(&PostParams::default(), &fresh)
-            .await
-            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+        create(&self.client, event).await
     }
 
     async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
-        let name = event.metadata.name.clone().unwrap_or_default();
         let patch = serde_json::json!({
             "count": event.count,
             "lastTimestamp": event.last_timestamp,
             "message": event.message,
         });
-        self.api(event)
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+        patch_named(&self.client, event, &Patch::Merge(patch)).await
     }
+}
+
+/// Creates `event` in its namespace (`default` if it names none), without a resourceVersion.
+async fn create<K>(client: &Client, event: &K) -> Result<K, RecordError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let mut fresh = event.clone();
+    fresh.meta_mut().resource_version = None;
+    api_of(client, event)
+        .create(&PostParams::default(), &fresh)
+        .await
+        .map_err(|e| RecordError::from_kube(event.meta(), e))
+}
+
+/// Patches the Event named in `event`'s metadata with `patch`.
+async fn patch_named<K>(
+    client: &Client,
+    event: &K,
+    patch: &Patch<serde_json::Value>,
+) -> Result<K, RecordError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = event.meta().name.clone().unwrap_or_default();
+    api_of(client, event)
+        .patch(&name, &PatchParams::default(), patch)
+        .await
+        .map_err(|e| RecordError::from_kube(event.meta(), e))
+}
+
+fn api_of<K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>>(
+    client: &Client,
+    event: &K,
+) -> Api<K> {
+    let ns = event.meta().namespace.as_deref().unwrap_or("default");
+    Api::namespaced(client.clone(), ns)
 }
 
 /// Writes events.k8s.io/v1 Events. Implemented by [`KubeEventsV1Sink`]; tests use an
@@ -159,29 +193,15 @@ impl KubeEventsV1Sink {
     pub fn new(client: Client) -> Self {
         KubeEventsV1Sink { client }
     }
-
-    fn api(&self, event: &V1Event) -> Api<V1Event> {
-        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
-        Api::namespaced(self.client.clone(), ns)
-    }
 }
 
 impl EventsV1Sink for KubeEventsV1Sink {
     async fn create(&self, event: &V1Event) -> Result<V1Event, RecordError> {
-        let mut fresh = event.clone();
-        fresh.metadata.resource_version = None;
-        self.api(event)
-            .create(&PostParams::default(), &fresh)
-            .await
-            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+        create(&self.client, event).await
     }
 
     async fn patch_series(&self, event: &V1Event) -> Result<V1Event, RecordError> {
-        let name = event.metadata.name.clone().unwrap_or_default();
         let patch = serde_json::json!({ "series": event.series });
-        self.api(event)
-            .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-            .map_err(|e| RecordError::from_kube(&event.metadata, e))
+        patch_named(&self.client, event, &Patch::Strategic(patch)).await
     }
 }
