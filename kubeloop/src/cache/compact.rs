@@ -379,10 +379,8 @@ mod tests {
         assert_eq!(codec.decode(&after).unwrap(), cm(1));
     }
 
-    // kubeloop's own: an object that came with the bytes the apiserver sent is kept as those
-    // bytes and decodes to what the wire decoded, with and without the protobuf dictionary.
-    #[test]
-    fn sent_bytes_are_kept_and_decode_to_the_same_object() {
+    /// The testdata ConfigMap as the apiserver sent it, and its parsed envelope.
+    fn sent_configmap() -> (SentBytes, crate::protobuf::Envelope<'static>) {
         let body = include_bytes!("../protobuf/testdata/configmap.pb");
         let envelope = crate::protobuf::Envelope::parse(body).unwrap();
         let sent = SentBytes {
@@ -390,6 +388,14 @@ mod tests {
             kind: envelope.kind.to_string(),
             message: envelope.raw.to_vec(),
         };
+        (sent, envelope)
+    }
+
+    // kubeloop's own: an object that came with the bytes the apiserver sent is kept as those
+    // bytes and decodes to what the wire decoded, with and without the protobuf dictionary.
+    #[test]
+    fn sent_bytes_are_kept_and_decode_to_the_same_object() {
+        let (sent, envelope) = sent_configmap();
         let wire: ConfigMap = envelope.decode().unwrap();
         let codec = ZstdCodec::<ConfigMap>::new();
         let frame = codec.encode(&ConfigMap::default(), Some(&sent)).unwrap();
@@ -438,13 +444,7 @@ mod tests {
     // in a codec that never kept sent bytes is refused by name.
     #[test]
     fn sent_bytes_of_a_second_type_are_framed_as_json() {
-        let body = include_bytes!("../protobuf/testdata/configmap.pb");
-        let envelope = crate::protobuf::Envelope::parse(body).unwrap();
-        let sent = SentBytes {
-            api_version: envelope.api_version.to_string(),
-            kind: envelope.kind.to_string(),
-            message: envelope.raw.to_vec(),
-        };
+        let (sent, _) = sent_configmap();
         let codec = ZstdCodec::<ConfigMap>::new();
         let first = codec.encode(&cm(1), Some(&sent)).unwrap();
         assert_eq!(first[0], Form::Protobuf as u8);

@@ -204,21 +204,7 @@ impl EventRecorder {
             message,
             "event"
         );
-        match self.tx.try_send(event) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(e)) => {
-                tracing::warn!(
-                    reason = e.reason.as_deref().unwrap_or(""),
-                    "event queue full, event dropped"
-                );
-            }
-            Err(mpsc::error::TrySendError::Closed(e)) => {
-                tracing::debug!(
-                    reason = e.reason.as_deref().unwrap_or(""),
-                    "event recorder shut down, event dropped"
-                );
-            }
-        }
+        enqueue(&self.tx, event, |e| e.reason.as_deref());
     }
 
     /// client-go: `recorderImpl.makeEvent`.
@@ -230,22 +216,8 @@ impl EventRecorder {
         message: &str,
     ) -> Event {
         let now = Timestamp::now();
-        let namespace = match reference.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => ns.to_string(),
-            _ => "default".to_string(),
-        };
-        // client-go: fmt.Sprintf("%v.%x", ref.Name, t.UnixNano()).
-        let name = format!(
-            "{}.{:x}",
-            reference.name.as_deref().unwrap_or(""),
-            now.as_nanosecond()
-        );
         Event {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: Some(namespace),
-                ..Default::default()
-            },
+            metadata: event_meta(&reference, now),
             involved_object: reference,
             reason: Some(reason.to_string()),
             message: Some(message.to_string()),
@@ -262,6 +234,71 @@ impl EventRecorder {
             ..Default::default()
         }
     }
+}
+
+/// Queues `event` for the writer without waiting; false when the queue is full and the
+/// event was dropped (logged, as client-go's broadcaster does with `DropIfChannelFull`).
+/// `reason` names the event in the log.
+pub(super) fn enqueue<E>(
+    tx: &mpsc::Sender<E>,
+    event: E,
+    reason: impl Fn(&E) -> Option<&str>,
+) -> bool {
+    match tx.try_send(event) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(e)) => {
+            let reason = reason(&e).unwrap_or("");
+            tracing::warn!(reason, "too many queued events, event dropped");
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(e)) => {
+            let reason = reason(&e).unwrap_or("");
+            tracing::debug!(reason, "event recorder shut down, event dropped");
+            true
+        }
+    }
+}
+
+/// An Event's name and namespace: in the namespace of the object it is about (`default` for
+/// a cluster-scoped one), named by [`event_name`]. client-go: both recorders' `makeEvent`.
+pub(super) fn event_meta(about: &ObjectReference, now: Timestamp) -> ObjectMeta {
+    let namespace = match about.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => "default",
+    };
+    ObjectMeta {
+        name: Some(event_name(
+            about.name.as_deref().unwrap_or(""),
+            now.as_nanosecond(),
+        )),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// `<name>.<nanos in hex>`, or a random UUID when that is not a DNS subdomain (a regarding
+/// object named like an IPv6 address, or too long). client-go: `util.GenerateEventName`.
+pub(super) fn event_name(regarding: &str, unix_nanos: i128) -> String {
+    let name = format!("{regarding}.{unix_nanos:x}");
+    if is_dns_subdomain(&name) {
+        name
+    } else {
+        uuid::Uuid::new_v4().to_string()
+    }
+}
+
+/// apimachinery's `NameIsDNSSubdomain`: at most 253 characters of lower-case alphanumerics,
+/// `-` and `.`, each dot-separated label starting and ending alphanumeric.
+pub(super) fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && alnum(bytes[0])
+                && alnum(bytes[bytes.len() - 1])
+                && bytes.iter().all(|&c| alnum(c) || c == b'-')
+        })
 }
 
 /// A reference to `obj` for `involvedObject`. client-go: `reference.GetReference`.

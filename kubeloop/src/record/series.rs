@@ -54,12 +54,11 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube_client::Resource;
-use kube_client::core::ObjectMeta;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::broadcaster::{EventType, WriterTask, object_reference};
+use super::broadcaster::{EventType, WriterTask, enqueue, event_meta, object_reference};
 use super::metrics::{EventDropReason, EventMetrics};
 use super::sink::{EventsV1Sink, RecordError};
 use super::spam::SpamFilter;
@@ -224,21 +223,8 @@ impl EventsV1Recorder {
             note = event.note.as_deref().unwrap_or(""),
             "event"
         );
-        match self.tx.try_send(event) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(e)) => {
-                self.metrics.dropped(EventDropReason::queue_full);
-                tracing::warn!(
-                    reason = e.reason.as_deref().unwrap_or(""),
-                    "too many queued events, event dropped"
-                );
-            }
-            Err(mpsc::error::TrySendError::Closed(e)) => {
-                tracing::debug!(
-                    reason = e.reason.as_deref().unwrap_or(""),
-                    "event recorder shut down, event dropped"
-                );
-            }
+        if !enqueue(&self.tx, event, |e| e.reason.as_deref()) {
+            self.metrics.dropped(EventDropReason::queue_full);
         }
     }
 
@@ -253,19 +239,8 @@ impl EventsV1Recorder {
         note: &str,
     ) -> Event {
         let now = Timestamp::now();
-        let namespace = match regarding.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => ns.to_owned(),
-            _ => "default".to_owned(),
-        };
         Event {
-            metadata: ObjectMeta {
-                name: Some(event_name(
-                    regarding.name.as_deref().unwrap_or(""),
-                    now.as_nanosecond(),
-                )),
-                namespace: Some(namespace),
-                ..Default::default()
-            },
+            metadata: event_meta(&regarding, now),
             event_time: Some(MicroTime(now)),
             series: None,
             reporting_controller: Some(self.reporting_controller.to_string()),
@@ -279,31 +254,6 @@ impl EventsV1Recorder {
             ..Default::default()
         }
     }
-}
-
-/// `<name>.<nanos in hex>`, or a random UUID when that is not a DNS subdomain (a regarding
-/// object named like an IPv6 address, or too long). client-go: `util.GenerateEventName`.
-fn event_name(regarding: &str, unix_nanos: i128) -> String {
-    let name = format!("{regarding}.{unix_nanos:x}");
-    if is_dns_subdomain(&name) {
-        name
-    } else {
-        uuid::Uuid::new_v4().to_string()
-    }
-}
-
-/// apimachinery's `NameIsDNSSubdomain`: at most 253 characters of lower-case alphanumerics,
-/// `-` and `.`, each dot-separated label starting and ending alphanumeric.
-fn is_dns_subdomain(name: &str) -> bool {
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            !bytes.is_empty()
-                && alnum(bytes[0])
-                && alnum(bytes[bytes.len() - 1])
-                && bytes.iter().all(|&c| alnum(c) || c == b'-')
-        })
 }
 
 /// `note` cut to [`NOTE_LENGTH_LIMIT`] bytes on a character boundary.

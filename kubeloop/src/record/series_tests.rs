@@ -14,8 +14,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube_client::core::ObjectMeta;
 use parking_lot::Mutex;
 
+use super::super::broadcaster::is_dns_subdomain;
 use super::*;
 
 /// One write the sink received.

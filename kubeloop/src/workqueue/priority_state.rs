@@ -155,8 +155,6 @@ struct Slot<T> {
 struct Lines {
     lines: Vec<Line>,
     len: usize,
-    /// New lines hand out fairly across fairness keys.
-    fair: bool,
 }
 
 /// The ready items of one priority.
@@ -216,10 +214,7 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
                 index: HashTable::new(),
                 slots: Vec::new(),
                 free: Vec::new(),
-                ready: Lines {
-                    fair: fairness.is_some(),
-                    ..Lines::default()
-                },
+                ready: Lines::default(),
                 fairness,
                 ready_len: 0,
                 processing: 0,
@@ -706,14 +701,14 @@ impl<T> PriorityState<T> {
         self.in_lines(i, |lines, keys| lines.remove(priority, order, keys));
     }
 
-    /// Runs `f` on the lines with slot `i`'s fairness keys (none without an extractor).
-    fn in_lines(&mut self, i: u32, f: impl FnOnce(&mut Lines, &[&str])) {
+    /// Runs `f` on the lines with slot `i`'s fairness keys (`None` without an extractor).
+    fn in_lines(&mut self, i: u32, f: impl FnOnce(&mut Lines, Option<&[&str]>)) {
         let key = self.slots[i as usize]
             .key
             .as_ref()
             .expect("an occupied slot");
         let keys = self.fairness.as_ref().map(|f| f(key));
-        f(&mut self.ready, keys.as_ref().map_or(&[], |k| k.as_slice()));
+        f(&mut self.ready, keys.as_ref().map(|k| k.as_slice()));
     }
 
     /// See [`PriorityShared::fairness_depths`]: each key's depth summed over the priorities.
@@ -938,8 +933,8 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
 }
 
 impl Lines {
-    /// The line of `priority`, created if missing.
-    fn line(&mut self, priority: i32) -> &mut LineItems {
+    /// The line of `priority`, created if missing: fair when the queue gives fairness keys.
+    fn line(&mut self, priority: i32, fair: bool) -> &mut LineItems {
         let found = self.lines.binary_search_by(|l| priority.cmp(&l.priority));
         let at = match found {
             Ok(at) => at,
@@ -951,7 +946,7 @@ impl Lines {
                         .binary_search_by(|l| priority.cmp(&l.priority))
                         .expect_err("not there before");
                 }
-                let items = if self.fair {
+                let items = if fair {
                     LineItems::Fair(Box::default())
                 } else {
                     LineItems::Fifo(VecDeque::new())
@@ -964,23 +959,23 @@ impl Lines {
     }
 
     /// Puts slot `slot` into its line at `order` (usually the back), under its fairness
-    /// `keys` if the lines are fair.
-    fn insert(&mut self, priority: i32, order: u64, slot: u32, keys: &[&str]) {
-        match self.line(priority) {
+    /// `keys` if the queue gives them.
+    fn insert(&mut self, priority: i32, order: u64, slot: u32, keys: Option<&[&str]>) {
+        match self.line(priority, keys.is_some()) {
             LineItems::Fifo(items) => insert_by_order(items, order, slot),
-            LineItems::Fair(fair) => fair.insert(keys, order, slot),
+            LineItems::Fair(fair) => fair.insert(keys.unwrap_or_default(), order, slot),
         }
         self.len += 1;
     }
 
     /// Removes the entry at `order` from the line of `priority` (under `keys`).
-    fn remove(&mut self, priority: i32, order: u64, keys: &[&str]) {
-        let removed = match self.line(priority) {
+    fn remove(&mut self, priority: i32, order: u64, keys: Option<&[&str]>) {
+        let removed = match self.line(priority, keys.is_some()) {
             LineItems::Fifo(items) => items
                 .binary_search_by_key(&order, |&(o, _)| o)
                 .map(|at| items.remove(at))
                 .is_ok(),
-            LineItems::Fair(fair) => fair.remove(keys, order),
+            LineItems::Fair(fair) => fair.remove(keys.unwrap_or_default(), order),
         };
         if removed {
             self.len -= 1;
