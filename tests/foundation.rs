@@ -120,7 +120,7 @@ async fn the_recorder_falls_back_to_core_v1_where_events_k8s_io_is_not_served() 
         "metadata": {"name": "regarded", "namespace": ns}
     }))
     .unwrap();
-    recorder.event(&cm, EventType::Normal, "Tested", "Test", "on core/v1");
+    recorder.event(&cm, None, EventType::Normal, "Tested", "Test", "on core/v1");
     broadcaster.shutdown().await;
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, &ns);
     let listed = events.list(&ListParams::default()).await.unwrap().items;

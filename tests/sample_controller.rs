@@ -13,7 +13,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::Client;
 use kube_client::api::{
@@ -142,16 +143,37 @@ async fn wait_available(apis: &Apis, foo: &str, deployment: &str, replicas: i32)
     .await;
 }
 
+/// A Deployment named `name` that no Foo owns.
+fn someone_elses_deployment(name: &str) -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"owner": "someone-else"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "theirs"}},
+            "template": {"metadata": {"labels": {"app": "theirs"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        }
+    }))
+    .unwrap()
+}
+
+/// The events.k8s.io/v1 Events regarding `name` with `reason`.
 async fn events_about(apis: &Apis, name: &str, reason: &str) -> Vec<Event> {
-    let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
     apis.events
-        .list(&lp)
+        .list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
         .collect()
+}
+
+/// How many times the Event was observed: its series' count, 1 without a series.
+fn observed(event: &Event) -> i32 {
+    event.series.as_ref().map_or(1, |s| s.count)
 }
 
 #[tokio::test]
@@ -222,10 +244,14 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
             .iter()
             .any(|e| {
                 e.type_.as_deref() == Some("Normal")
-                    && e.message.as_deref() == Some("Foo synced successfully")
-                    && e.source.as_ref().and_then(|s| s.component.as_deref())
-                        == Some("sample-controller")
-                    && e.involved_object.kind.as_deref() == Some("Foo")
+                    && e.note.as_deref() == Some("Foo synced successfully")
+                    && e.action.as_deref() == Some("Sync")
+                    && e.reporting_controller.as_deref() == Some("sample-controller")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Foo")
+                    && e.related
+                        .as_ref()
+                        .map(|r| (r.kind.as_deref(), r.name.as_deref()))
+                        == Some((Some("Deployment"), Some("example-foo")))
             })
     })
     .await;
@@ -275,14 +301,37 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
     })
     .await;
 
-    // Repeated syncs of the same Foo are one Event with a count, not one Event each.
+    // Syncs that changed something each said so; repeats about one version of the Foo and its
+    // Deployment are one Event with a series. client-go's tools/events keys an Event by the
+    // whole references, resourceVersions included (`getKey`), and a write makes a new version,
+    // so no two Synced Events name the same pair of versions.
     let synced = events_about(&apis, "example-foo", "Synced").await;
-    assert_eq!(synced.len(), 1, "one aggregated Synced event: {synced:#?}");
+    let mut versions: Vec<_> = synced
+        .iter()
+        .map(|e| {
+            [&e.regarding, &e.related].map(|r| r.as_ref().and_then(|r| r.resource_version.clone()))
+        })
+        .collect();
+    versions.sort();
+    versions.dedup();
+    assert_eq!(versions.len(), synced.len(), "{synced:#?}");
     assert!(
-        synced[0].count.unwrap_or(0) >= 2,
-        "several syncs counted: {:?}",
-        synced[0].count
+        versions.iter().flatten().all(Option::is_some),
+        "{synced:#?}"
     );
+
+    // A user reads the events.k8s.io/v1 Event where they look: `kubectl events` and the
+    // Events section of `kubectl describe`.
+    for args in [
+        vec!["-n", ns.as_str(), "events", "--for", "foo/example-foo"],
+        vec!["-n", ns.as_str(), "describe", "foo", "example-foo"],
+    ] {
+        let out = kubectl(&args).await;
+        assert!(
+            out.contains("Synced") && out.contains("Foo synced successfully"),
+            "kubectl {args:?} shows the Synced event:\n{out}"
+        );
+    }
 
     // `kubectl get foos` shows the CRD's printer columns.
     let table = kubectl(&["-n", &ns, "get", "foos"]).await;
@@ -306,18 +355,9 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
 #[tokio::test]
 async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_untouched() {
     let (client, ns, apis) = setup("sample-taken").await;
-    let theirs: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "taken", "labels": {"owner": "someone-else"}},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "theirs"}},
-            "template": {"metadata": {"labels": {"app": "theirs"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
-        }
-    }))
-    .unwrap();
     let theirs = apis
         .deployments
-        .create(&PostParams::default(), &theirs)
+        .create(&PostParams::default(), &someone_elses_deployment("taken"))
         .await
         .unwrap();
     let controller = start_controller(&client, &ns);
@@ -334,8 +374,9 @@ async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_unto
             let warnings = events_about(&apis, "squatter", "ErrResourceExists").await;
             warnings.len() == 1
                 && warnings[0].type_.as_deref() == Some("Warning")
-                && warnings[0].message.as_deref() == Some(message)
-                && warnings[0].count.unwrap_or(0) >= 2
+                && warnings[0].note.as_deref() == Some(message)
+                && warnings[0].related.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
+                && observed(&warnings[0]) >= 2
         },
     )
     .await;
@@ -641,14 +682,24 @@ async fn the_rbac_example_grants_everything_the_controller_needs() {
     wait_available(&apis, "limited", "limited-web", 2).await;
     set_replicas(&apis.foos, "limited", 1).await;
     wait_available(&apis, "limited", "limited-web", 1).await;
+    // A Foo whose sync keeps failing the same way: the repeat is a patch of its Event's series.
+    apis.deployments
+        .create(&PostParams::default(), &someone_elses_deployment("taken"))
+        .await
+        .unwrap();
+    apis.foos
+        .create(&PostParams::default(), &foo("squatter", "taken", 1))
+        .await
+        .unwrap();
     eventually(
-        "a Synced event written as the restricted user",
+        "a Synced Event and an ErrResourceExists series written as the restricted user",
         WAIT,
         || async {
-            events_about(&apis, "limited", "Synced")
-                .await
-                .iter()
-                .any(|e| e.count.unwrap_or(0) >= 2)
+            !events_about(&apis, "limited", "Synced").await.is_empty()
+                && events_about(&apis, "squatter", "ErrResourceExists")
+                    .await
+                    .iter()
+                    .any(|e| observed(e) >= 2)
         },
     )
     .await;
@@ -689,11 +740,13 @@ impl kubeloop::controller::sample::SyncClient for CountingClient {
     fn record_event(
         &self,
         foo: &Foo,
+        related: Option<&Deployment>,
         event_type: kubeloop::record::EventType,
         reason: &str,
         message: &str,
     ) {
-        self.inner.record_event(foo, event_type, reason, message)
+        self.inner
+            .record_event(foo, related, event_type, reason, message)
     }
 }
 
@@ -701,7 +754,7 @@ impl kubeloop::controller::sample::SyncClient for CountingClient {
 async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried() {
     use kubeloop::cache::{Lister, ThreadSafeStore};
     use kubeloop::controller::sample::{new_deployment, sync_handler};
-    use kubeloop::record::{BroadcasterConfig, EventBroadcaster, EventSource, KubeEventSink};
+    use kubeloop::record::AnyEventBroadcaster;
 
     let (client, ns, apis) = setup("sample-conflict").await;
     let created = apis
@@ -730,14 +783,8 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
     foos.add(format!("{ns}/stale"), std::sync::Arc::new(created.clone()));
     let deployments = ThreadSafeStore::new(Default::default());
     deployments.add(format!("{ns}/stale-web"), std::sync::Arc::new(deployment));
-    let broadcaster = EventBroadcaster::start(
-        KubeEventSink::new(client.clone()),
-        BroadcasterConfig::default(),
-    );
-    let recorder = broadcaster.new_recorder(EventSource {
-        component: "conflict-test".into(),
-        host: None,
-    });
+    let (broadcaster, recorder) =
+        AnyEventBroadcaster::discover(client.clone(), "conflict-test", "conflict-test-1").await;
     let sync_client = CountingClient {
         inner: kubeloop::controller::sample::KubeSyncClient::new(
             client.clone(),

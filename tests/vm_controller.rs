@@ -649,6 +649,26 @@ async fn lease_holder(cluster: &Cluster, ns: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// The notes of the events.k8s.io/v1 Events leader election recorded about the Lease.
+async fn lease_event_notes(cluster: &Cluster, ns: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: Api<Event> = Api::namespaced(cluster.client().await.unwrap(), ns);
+    events
+        .list(&kube_client::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("Lease") && r.name.as_deref() == Some("controller101")
+            }) && e.reason.as_deref() == Some("LeaderElection")
+                && e.reporting_controller.as_deref() == Some("vm-controller")
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
 #[tokio::test]
 async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
     let PodmanTest {
@@ -697,6 +717,19 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
         Some("replica-b")
     );
     assert!(container_exists(&docker, &container_name(&ns, "second")).await);
+    // Both leaderships are on record as events.k8s.io/v1 Events about the Lease.
+    eventually(
+        "\"became leader\" Events of both replicas about the Lease",
+        Duration::from_secs(30),
+        || async {
+            let notes = lease_event_notes(cluster, &ns).await;
+            ["replica-a became leader", "replica-b became leader"]
+                .iter()
+                .all(|n| notes.iter().any(|seen| seen == n))
+                .then_some(())
+        },
+    )
+    .await;
 
     // The new leader also finishes the old leader's VMs: delete the first one.
     delete_vm(cluster, &ns, "first");
@@ -1038,7 +1071,7 @@ async fn container_id(docker: &Docker, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_adopted_or_deleted() {
-    use k8s_openapi::api::core::v1::Event;
+    use k8s_openapi::api::events::v1::Event;
     use kube_client::api::ListParams;
 
     let PodmanTest {
@@ -1094,7 +1127,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
                 .items
                 .into_iter()
                 .find(|e| {
-                    e.involved_object.name.as_deref() == Some("taken")
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
                         && e.reason.as_deref() == Some("ServerNameTaken")
                         && e.type_.as_deref() == Some("Warning")
                 })
@@ -1103,7 +1136,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     .await;
     assert!(
         warning
-            .message
+            .note
             .as_deref()
             .is_some_and(|m| m.contains("uid-in-another-cluster")),
         "{warning:?}"
@@ -1896,24 +1929,25 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
     );
 }
 
-/// The Events about VM `name` in `ns`: (type, reason, message), oldest first.
+/// The events.k8s.io/v1 Events about VM `name` in `ns`: (type, reason, note), oldest first.
 async fn vm_events(cluster: &Cluster, ns: &str, name: &str) -> Vec<(String, String, String)> {
-    use k8s_openapi::api::core::v1::Event;
+    use k8s_openapi::api::events::v1::Event;
     let events: Api<Event> = Api::namespaced(cluster.client().await.unwrap(), ns);
-    let mut list = events
-        .list(
-            &kube_client::api::ListParams::default().fields(&format!("involvedObject.name={name}")),
-        )
+    let mut list: Vec<Event> = events
+        .list(&kube_client::api::ListParams::default())
         .await
         .unwrap()
-        .items;
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
     list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
     list.into_iter()
         .map(|e| {
             (
                 e.type_.unwrap_or_default(),
                 e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default(),
+                e.note.unwrap_or_default(),
             )
         })
         .collect()

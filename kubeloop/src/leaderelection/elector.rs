@@ -338,7 +338,14 @@ impl<L: ResourceLock> LeaderElector<L> {
             return;
         };
         let note = format!("{} {what}", self.shared.lock.identity());
-        recorder.event_for(lease, EventType::Normal, "LeaderElection", action, &note);
+        recorder.event_for(
+            lease,
+            None,
+            EventType::Normal,
+            "LeaderElection",
+            action,
+            &note,
+        );
     }
 
     /// True while this process leads (client-go `IsLeader`, but false as soon as the elector

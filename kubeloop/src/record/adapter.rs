@@ -2,8 +2,8 @@
 //! it is served, core/v1 (`broadcaster.rs`) when it is not, chosen once at start by
 //! discovery. client-go: `tools/events.NewEventBroadcasterAdapterWithContext` (it asks
 //! discovery for `events.k8s.io/v1` the same way and keeps a core broadcaster as the
-//! fallback), with `DeprecatedNewLegacyRecorder`'s mapping of an event to core/v1: the note
-//! becomes the message and the action is not sent.
+//! fallback), with `tools/record`'s `EventRecorderAdapter` mapping an event to core/v1: the
+//! note becomes the message; the action and the related object are not sent.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
@@ -74,11 +74,13 @@ impl AnyEventBroadcaster {
 }
 
 impl AnyEventRecorder {
-    /// Records that `action` was taken on `regarding` for `reason`, `note` saying more (on
-    /// core/v1: the note as the message, no action).
+    /// Records that `action` was taken on `regarding` (with `related` involved) for `reason`,
+    /// `note` saying more (on core/v1: the note as the message, without the action and the
+    /// related object).
     pub fn event<K>(
         &self,
         regarding: &K,
+        related: Option<ObjectReference>,
         event_type: EventType,
         reason: &str,
         action: &str,
@@ -89,6 +91,7 @@ impl AnyEventRecorder {
     {
         self.event_for(
             object_reference(regarding),
+            related,
             event_type,
             reason,
             action,
@@ -100,13 +103,14 @@ impl AnyEventRecorder {
     pub fn event_for(
         &self,
         regarding: ObjectReference,
+        related: Option<ObjectReference>,
         event_type: EventType,
         reason: &str,
         action: &str,
         note: &str,
     ) {
         match self {
-            Self::V1(r) => r.eventf_for(regarding, None, event_type, reason, action, note),
+            Self::V1(r) => r.eventf_for(regarding, related, event_type, reason, action, note),
             Self::Core(r) => r.event_for(regarding, event_type, reason, note),
         }
     }

@@ -34,5 +34,8 @@ pub use broadcaster::{
 };
 pub use correlator::{CorrelatorConfig, EventCorrelator, Write};
 pub use metrics::{EventDropReason, EventMetrics};
-pub use series::{EventsV1Broadcaster, EventsV1Config, EventsV1Recorder, NOTE_LENGTH_LIMIT};
+pub use series::{
+    EventsV1Broadcaster, EventsV1Config, EventsV1Recorder, NOTE_LENGTH_LIMIT,
+    default_reporting_instance,
+};
 pub use sink::{EventSink, EventsV1Sink, KubeEventSink, KubeEventsV1Sink, RecordError};

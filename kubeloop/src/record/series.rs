@@ -149,10 +149,9 @@ impl EventsV1Broadcaster {
     /// A recorder reporting as `reporting_controller`, from the instance
     /// `<reporting_controller>-<hostname>`. client-go: `NewRecorder`.
     pub fn new_recorder(&self, reporting_controller: &str) -> EventsV1Recorder {
-        let host = gethostname::gethostname().to_string_lossy().into_owned();
         self.new_recorder_as(
             reporting_controller,
-            &format!("{reporting_controller}-{host}"),
+            &default_reporting_instance(reporting_controller),
         )
     }
 
@@ -254,6 +253,13 @@ impl EventsV1Recorder {
             ..Default::default()
         }
     }
+}
+
+/// `<reporting_controller>-<hostname>`: the reporting instance client-go's `NewRecorder` gives
+/// a recorder.
+pub fn default_reporting_instance(reporting_controller: &str) -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    format!("{reporting_controller}-{host}")
 }
 
 /// `note` cut to [`NOTE_LENGTH_LIMIT`] bytes on a character boundary.

@@ -11,9 +11,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube_client::api::PostParams;
 use kube_client::{Api, Client};
 
+use super::sync::ACTION_SYNC;
 use super::types::Foo;
 use crate::cache::Lister;
-use crate::record::{EventRecorder, EventType};
+use crate::record::{AnyEventRecorder, EventType, object_reference};
 
 /// What `sync_handler` needs from the cluster.
 pub trait SyncClient: Send + Sync + 'static {
@@ -42,17 +43,25 @@ pub trait SyncClient: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<Foo>, kube_client::Error>> + Send;
-    /// Records an event about the Foo; never blocks.
-    fn record_event(&self, foo: &Foo, event_type: EventType, reason: &str, message: &str);
+    /// Records an event about the Foo (with the Deployment it is about, if any); never blocks.
+    fn record_event(
+        &self,
+        foo: &Foo,
+        related: Option<&Deployment>,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    );
 }
 
-/// The real [`SyncClient`]: listers for reads, the apiserver for writes, an [`EventRecorder`].
+/// The real [`SyncClient`]: listers for reads, the apiserver for writes, an
+/// [`AnyEventRecorder`] (events.k8s.io/v1 where served).
 #[derive(Clone)]
 pub struct KubeSyncClient {
     client: Client,
     foos: Lister<Foo>,
     deployments: Lister<Deployment>,
-    recorder: EventRecorder,
+    recorder: AnyEventRecorder,
 }
 
 impl KubeSyncClient {
@@ -61,7 +70,7 @@ impl KubeSyncClient {
         client: Client,
         foos: Lister<Foo>,
         deployments: Lister<Deployment>,
-        recorder: EventRecorder,
+        recorder: AnyEventRecorder,
     ) -> Self {
         KubeSyncClient {
             client,
@@ -133,7 +142,16 @@ impl SyncClient for KubeSyncClient {
         api.get_opt(name).await
     }
 
-    fn record_event(&self, foo: &Foo, event_type: EventType, reason: &str, message: &str) {
-        self.recorder.event(foo, event_type, reason, message);
+    fn record_event(
+        &self,
+        foo: &Foo,
+        related: Option<&Deployment>,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let related = related.map(object_reference);
+        self.recorder
+            .event(foo, related, event_type, reason, ACTION_SYNC, message);
     }
 }

@@ -29,7 +29,7 @@ use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
 use crate::cache::{CacheMetrics, FactoryOptions, SharedInformerFactory};
-use crate::record::EventBroadcaster;
+use crate::record::{AnyEventBroadcaster, default_reporting_instance};
 use crate::runtime::{
     Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
     ShardingConfig, default_error_policy,
@@ -92,7 +92,12 @@ pub async fn run(
     config: ControllerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ControllerError> {
-    let (broadcaster, recorder) = EventBroadcaster::for_component(client.clone(), CONTROLLER_NAME);
+    let (broadcaster, recorder) = AnyEventBroadcaster::discover(
+        client.clone(),
+        CONTROLLER_NAME,
+        &default_reporting_instance(CONTROLLER_NAME),
+    )
+    .await;
     let factory = SharedInformerFactory::new(
         client.clone(),
         FactoryOptions {

@@ -42,6 +42,9 @@ use crate::runtime::{
     Action, Conflict, DEFAULT_RETRY, ObjectKey, ReconcileContext, retry_on_conflict,
 };
 
+/// The action every event of the sync names (events.k8s.io/v1's `action`; sample-controller
+/// records on core/v1, which has none).
+pub(crate) const ACTION_SYNC: &str = "Sync";
 /// Reason of the Normal event after a successful sync. sample-controller: `SuccessSynced`.
 pub(crate) const SUCCESS_SYNCED: &str = "Synced";
 /// Reason of the Warning event for a Deployment owned by someone else.
@@ -107,7 +110,13 @@ pub async fn sync_handler<C: SyncClient>(
 
     if !is_controlled_by(&deployment.metadata, &foo) {
         let message = message_resource_exists(deployment_name);
-        client.record_event(&foo, EventType::Warning, ERR_RESOURCE_EXISTS, &message);
+        client.record_event(
+            &foo,
+            Some(&deployment),
+            EventType::Warning,
+            ERR_RESOURCE_EXISTS,
+            &message,
+        );
         return Err(SyncError::NotControlled {
             foo: key.to_string(),
             deployment: deployment_name.to_string(),
@@ -148,6 +157,7 @@ pub async fn sync_handler<C: SyncClient>(
     if changed {
         client.record_event(
             &foo,
+            Some(&deployment),
             EventType::Normal,
             SUCCESS_SYNCED,
             MESSAGE_RESOURCE_SYNCED,
@@ -184,7 +194,7 @@ async fn stall<C: SyncClient>(
         }],
     };
     if update_foo_status(client, key, foo, wanted, ctx).await? {
-        client.record_event(foo, EventType::Warning, INVALID_NAME, &message);
+        client.record_event(foo, None, EventType::Warning, INVALID_NAME, &message);
     }
     Ok(Action::Done)
 }
@@ -376,7 +386,14 @@ mod tests {
                 .clone()
                 .or_else(|| self.foo(namespace, name).map(|f| f.as_ref().clone())))
         }
-        fn record_event(&self, _foo: &Foo, event_type: EventType, reason: &str, message: &str) {
+        fn record_event(
+            &self,
+            _foo: &Foo,
+            _related: Option<&Deployment>,
+            event_type: EventType,
+            reason: &str,
+            message: &str,
+        ) {
             self.events
                 .lock()
                 .push((event_type, reason.to_string(), message.to_string()));

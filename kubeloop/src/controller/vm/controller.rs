@@ -33,7 +33,7 @@ use super::sweep::{DEFAULT_SWEEP_INTERVAL, sweep_orphans};
 use super::types::VirtualMachine;
 use crate::cache::{FactoryOptions, SharedInformerFactory};
 use crate::leaderelection::{LeaderElector, ResourceLock, StopReason};
-use crate::record::EventBroadcaster;
+use crate::record::{AnyEventBroadcaster, AnyEventRecorder, default_reporting_instance};
 use crate::runtime::{
     Action, Controller, ControllerError, ErrorAction, ObjectKey, ReconcileContext, RingStore,
     ShardRing,
@@ -122,8 +122,11 @@ pub async fn run<D: Driver, L: ResourceLock>(
         driver,
         config,
         stop,
-        move |controller| match elector {
-            Some(elector) => controller.leader_election(elector),
+        move |controller, recorder| match elector {
+            Some(elector) => {
+                elector.record_events_to(recorder);
+                controller.leader_election(elector)
+            }
             None => controller,
         },
     )
@@ -140,7 +143,7 @@ pub async fn run_sharded<D: Driver, R: RingStore>(
     stop: CancellationToken,
     ring: ShardRing<R>,
 ) -> Result<(), VmControllerError> {
-    run_as(client, driver, config, stop, move |controller| {
+    run_as(client, driver, config, stop, move |controller, _| {
         controller.sharding(ring)
     })
     .await
@@ -152,7 +155,7 @@ async fn run_as<D: Driver>(
     driver: D,
     config: VmControllerConfig,
     stop: CancellationToken,
-    coordinate: impl FnOnce(Controller<VirtualMachine>) -> Controller<VirtualMachine>,
+    coordinate: impl FnOnce(Controller<VirtualMachine>, AnyEventRecorder) -> Controller<VirtualMachine>,
 ) -> Result<(), VmControllerError> {
     let factory = SharedInformerFactory::new(
         client.clone(),
@@ -162,7 +165,12 @@ async fn run_as<D: Driver>(
             ..FactoryOptions::default()
         },
     );
-    let (events, recorder) = EventBroadcaster::for_component(client.clone(), CONTROLLER_NAME);
+    let (events, recorder) = AnyEventBroadcaster::discover(
+        client.clone(),
+        CONTROLLER_NAME,
+        &default_reporting_instance(CONTROLLER_NAME),
+    )
+    .await;
     let mut controller = Controller::new(CONTROLLER_NAME, factory.informer::<VirtualMachine>())
         .update_filter(needs_reconcile)
         .queue_name("virtualmachines")
@@ -182,14 +190,14 @@ async fn run_as<D: Driver>(
                 refused_retry_interval: config.refused_retry_interval,
             },
         )
-        .with_recorder(recorder),
+        .with_recorder(recorder.clone()),
     );
     let sweeper = Arc::clone(&reconciler);
     let (namespace, interval) = (config.namespace.clone(), config.sweep_interval);
     controller = controller.leader_task("orphan-sweep", move |ctx| {
         sweep_every(Arc::clone(&sweeper), namespace.clone(), interval, ctx)
     });
-    controller = coordinate(controller);
+    controller = coordinate(controller, recorder);
     info!(
         engine = reconciler.driver().engine(),
         workers = config.workers,

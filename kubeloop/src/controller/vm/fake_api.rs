@@ -8,6 +8,7 @@ use crate::runtime::ObjectKey;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::events::v1::Event as V1Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 
@@ -218,11 +219,11 @@ impl VmApi for FakeApi {
 /// Events as a test sees them: (type, reason, message) of each Event written, in order.
 #[derive(Clone, Default)]
 pub struct MemoryEvents {
-    events: Arc<Mutex<Vec<k8s_openapi::api::core::v1::Event>>>,
+    events: Arc<Mutex<Vec<V1Event>>>,
 }
 
 impl MemoryEvents {
-    /// (type, reason, message) of every Event written so far (a repeat counts once).
+    /// (type, reason, note) of every Event created so far (a repeat counts once).
     pub fn seen(&self) -> Vec<(String, String, String)> {
         self.events
             .lock()
@@ -231,26 +232,20 @@ impl MemoryEvents {
                 (
                     e.type_.clone().unwrap_or_default(),
                     e.reason.clone().unwrap_or_default(),
-                    e.message.clone().unwrap_or_default(),
+                    e.note.clone().unwrap_or_default(),
                 )
             })
             .collect()
     }
 }
 
-impl crate::record::EventSink for MemoryEvents {
-    async fn create(
-        &self,
-        event: &k8s_openapi::api::core::v1::Event,
-    ) -> Result<k8s_openapi::api::core::v1::Event, crate::record::RecordError> {
+impl crate::record::EventsV1Sink for MemoryEvents {
+    async fn create(&self, event: &V1Event) -> Result<V1Event, crate::record::RecordError> {
         self.events.lock().push(event.clone());
         Ok(event.clone())
     }
 
-    async fn patch(
-        &self,
-        event: &k8s_openapi::api::core::v1::Event,
-    ) -> Result<k8s_openapi::api::core::v1::Event, crate::record::RecordError> {
+    async fn patch_series(&self, event: &V1Event) -> Result<V1Event, crate::record::RecordError> {
         Ok(event.clone())
     }
 }

@@ -12,7 +12,7 @@ use super::error_policy::ReconcileError;
 use super::fake_api::{FakeApi, MemoryEvents};
 use super::reconcile::{Reconciler, ReconcilerConfig};
 use super::types::{Phase, VirtualMachine, VirtualMachineStatus};
-use crate::record::{BroadcasterConfig, EventBroadcaster, EventSource};
+use crate::record::{AnyEventRecorder, EventsV1Broadcaster, EventsV1Config};
 use crate::runtime::{Action, ObjectKey, ReconcileContext};
 
 /// The fixture reconciler's `refresh_interval`: an Active VM is requeued after this. The
@@ -32,7 +32,7 @@ pub struct VmFixture {
     pub reconciler: Arc<Reconciler<FakeDriver, FakeApi>>,
     /// With [`VmFixture::with_events`]: the broadcaster the reconciler records through and the
     /// sink it writes to.
-    events: Option<(EventBroadcaster, MemoryEvents)>,
+    events: Option<(EventsV1Broadcaster, MemoryEvents)>,
 }
 
 impl VmFixture {
@@ -53,12 +53,10 @@ impl VmFixture {
     pub fn with_events() -> Self {
         let (driver, api) = (FakeDriver::new(), FakeApi::new());
         let sink = MemoryEvents::default();
-        let broadcaster = EventBroadcaster::start(sink.clone(), BroadcasterConfig::default());
+        let broadcaster = EventsV1Broadcaster::start(sink.clone(), EventsV1Config::default());
+        let recorder = broadcaster.new_recorder_as("vm-controller", "vm-controller-test");
         let reconciler =
-            Self::reconciler(&driver, &api).with_recorder(broadcaster.new_recorder(EventSource {
-                component: "vm-controller".into(),
-                host: None,
-            }));
+            Self::reconciler(&driver, &api).with_recorder(AnyEventRecorder::V1(recorder));
         Self {
             driver,
             api,

@@ -53,7 +53,7 @@ use super::driver::{
 use super::error_policy::ReconcileError;
 use super::quantity::{Resources, resources_of};
 use super::types::{Phase, ServerStatus, ServerUsage, VirtualMachine, VirtualMachineStatus};
-use crate::record::{EventRecorder, EventType};
+use crate::record::{AnyEventRecorder, EventType};
 use crate::runtime::Action;
 use crate::runtime::{NotEntitled, ObjectKey, ReconcileContext};
 
@@ -118,7 +118,7 @@ pub(crate) struct Reconciler<D, A> {
     api: A,
     config: ReconcilerConfig,
     /// Events for `kubectl describe vm` (none in unit tests).
-    recorder: Option<EventRecorder>,
+    recorder: Option<AnyEventRecorder>,
 }
 
 /// A server of the VM's name that is not the VM's.
@@ -140,24 +140,26 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
     }
 
     /// Also records Kubernetes Events about the VMs.
-    pub(crate) fn with_recorder(mut self, recorder: EventRecorder) -> Self {
+    pub(crate) fn with_recorder(mut self, recorder: AnyEventRecorder) -> Self {
         self.recorder = Some(recorder);
         self
     }
 
-    /// Records an event, unless the reconcile may no longer cause side effects.
+    /// Records that `action` was taken on the VM for `reason`, unless the reconcile may no
+    /// longer cause side effects.
     fn event(
         &self,
         ctx: &ReconcileContext,
         vm: &VirtualMachine,
         event_type: EventType,
         reason: &str,
+        action: &str,
         message: &str,
     ) {
         if let Some(recorder) = &self.recorder
             && ctx.is_entitled()
         {
-            recorder.event(vm, event_type, reason, message);
+            recorder.event(vm, None, event_type, reason, action, message);
         }
     }
 
@@ -218,6 +220,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     &vm,
                     EventType::Warning,
                     "InvalidSpec",
+                    "Validate",
                     &invalid.to_string(),
                 );
                 self.set_status(&vm, failed(&vm, invalid.to_string()), ctx)
@@ -259,7 +262,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     resources.memory_bytes
                 );
                 info!(vm = %vm.key(), "{resize}");
-                self.event(ctx, &vm, EventType::Normal, "Resizing", &resize);
+                self.event(ctx, &vm, EventType::Normal, "Resizing", "Resize", &resize);
                 resize
             }
             Some(status) if status.exited() => {
@@ -275,7 +278,14 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                         previous.id
                     );
                     warn!(vm = %vm.key(), "{vanished}");
-                    self.event(ctx, &vm, EventType::Warning, "ServerVanished", &vanished);
+                    self.event(
+                        ctx,
+                        &vm,
+                        EventType::Warning,
+                        "ServerVanished",
+                        "Refresh",
+                        &vanished,
+                    );
                     let status = failed(&vm, vanished.clone());
                     let Some(updated) = self.set_status(&vm, status, ctx).await? else {
                         return Ok(Action::Done);
@@ -405,7 +415,14 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             restarts.saturating_add(1)
         );
         info!(vm = %vm.key(), "{message}");
-        self.event(ctx, vm, EventType::Normal, "Restarting", &message);
+        self.event(
+            ctx,
+            vm,
+            EventType::Normal,
+            "Restarting",
+            "Restart",
+            &message,
+        );
         let started = match self.start(vm, server, resources, ctx).await? {
             Started::Server(started) => started,
             Started::Handled(action) => return Ok(action),
@@ -492,6 +509,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                 vm,
                 EventType::Warning,
                 REASON_SERVER_NAME_TAKEN,
+                "Create",
                 &reason,
             );
             if self
@@ -540,6 +558,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     &vm,
                     EventType::Normal,
                     "ServerDeleted",
+                    "Delete",
                     &format!("server {server} deleted"),
                 );
             }
@@ -555,6 +574,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                     &vm,
                     EventType::Warning,
                     REASON_SERVER_NAME_TAKEN,
+                    "Delete",
                     &message,
                 );
             }
@@ -568,6 +588,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
                         &vm,
                         EventType::Warning,
                         "DeleteFailed",
+                        "Delete",
                         &format!("VirtualMachine {}: {}", vm.key(), status.reason),
                     );
                     self.set_status(&vm, status, ctx).await?;
@@ -653,7 +674,14 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
             // Into Failed: set_status's transition event says so; a new reason while Failed
             // gets its own.
             if vm.phase() == Phase::Failed {
-                self.event(ctx, vm, EventType::Warning, "Failed", &status.reason);
+                self.event(
+                    ctx,
+                    vm,
+                    EventType::Warning,
+                    "Failed",
+                    "Reconcile",
+                    &status.reason,
+                );
             }
             self.set_status(vm, status, ctx).await?;
         }
@@ -702,7 +730,7 @@ impl<D: Driver, A: VmApi> Reconciler<D, A> {
         if written.is_some()
             && let Some((event_type, reason, message)) = transition
         {
-            self.event(ctx, vm, event_type, reason, &message);
+            self.event(ctx, vm, event_type, reason, "SetPhase", &message);
         }
         Ok(written)
     }
