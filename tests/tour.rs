@@ -46,7 +46,7 @@ fn ensure_examples_built() {
     });
 }
 
-const TOUR: [&str; 8] = [
+const TOUR: [&str; 9] = [
     "tour_01_watch",
     "tour_02_list_watch",
     "tour_03_fifo",
@@ -55,6 +55,7 @@ const TOUR: [&str; 8] = [
     "tour_06_workqueue",
     "tour_08_leader_election",
     "tour_10_wire",
+    "tour_11_events",
 ];
 
 /// Runs one example against `cluster`; returns its stdout, panics with its stderr on failure.
@@ -237,6 +238,26 @@ async fn chapter_06_the_workqueue_dedups_holds_processing_keys_and_backs_off() {
         );
         assert!(line.contains(&format!("(requeues: {n})")), "{line}");
     }
+}
+
+#[tokio::test]
+async fn chapter_11_repeats_are_one_event_with_a_series_and_the_budget_caps_new_ones() {
+    let cluster = testenv::shared().await;
+    let out = run_example(cluster, "tour_11_events");
+    assert_has(
+        &out,
+        &[
+            "5 events recorded -> writes: 1 create, 2 patches",
+            "1 Event about tour-11",
+            "  regarding:           ConfigMap default/tour-11",
+            "  action:              Sync",
+            "  reportingController: tour-controller",
+            "  series.count:        5\nthe same Event through core/v1",
+            "  message:             ConfigMap default/tour-11: data.greeting is missing",
+            "  count:               (none)\n  series.count:        5",
+            "30 events recorded -> 25 Events written, 5 dropped by the spam budget",
+        ],
+    );
 }
 
 #[tokio::test]
