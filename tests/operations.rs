@@ -1119,6 +1119,21 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
         sample(&text, errors),
         "every error is also a result=error:\n{text}"
     );
+    // The repeated ErrResourceExists is one Event whose series was patched, and the recorder
+    // counts both writes.
+    eventually("Event writes counted", Duration::from_secs(60), || {
+        let text = http_get(&addr, "/metrics").1;
+        ["create", "patch"]
+            .iter()
+            .all(|verb| {
+                sample(
+                    &text,
+                    &format!(r#"kubeloop_event_writes_total{{verb="{verb}"}}"#),
+                )
+                .is_some_and(|n| n >= 1.0)
+            })
+            .then_some(())
+    });
 }
 
 /// `kubectl --kubeconfig <kubeconfig> args...`: Ok(stdout) or Err(stderr).

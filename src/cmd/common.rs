@@ -76,6 +76,7 @@ pub async fn serve_controller_ops(
             kubeloop::workqueue::MetricsProvider::global().register(&mut registry);
             kubeloop::runtime::ReconcileMetrics::global().register(&mut registry);
             kubeloop::runtime::ShardMetrics::global().register(&mut registry);
+            kubeloop::record::EventMetrics::global().register(&mut registry);
             cache_metrics.register(&mut registry);
             if let Some(m) = &leader_metrics {
                 m.register(&mut registry);
