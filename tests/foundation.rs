@@ -126,6 +126,25 @@ async fn the_recorder_falls_back_to_core_v1_where_events_k8s_io_is_not_served() 
     let listed = events.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].message.as_deref(), Some("on core/v1"));
+
+    // The sample controller's binary on that apiserver says so once, at start.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    command.args([
+        "sample-controller",
+        "--kubeconfig",
+        without.kubeconfig_path().to_str().unwrap(),
+        "--namespace",
+        &ns,
+    ]);
+    let mut controller =
+        testenv::ManagedProcess::start_temp_log("sample-controller", command).unwrap();
+    let fallback = "does not serve events.k8s.io/v1: recording core/v1 Events";
+    controller.wait_for_line_blocking(&[fallback], Duration::from_secs(30));
+    // It goes on to wait for its informers (this apiserver has no Foo CRD); by then discovery
+    // is long done.
+    controller.wait_for_line_blocking(&["the Foo CRD"], Duration::from_secs(30));
+    let log = controller.log();
+    assert_eq!(log.matches(fallback).count(), 1, "{log}");
 }
 
 #[tokio::test]
