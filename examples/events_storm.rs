@@ -25,87 +25,57 @@
 
 use std::time::Duration;
 
+use clap::{Parser, ValueEnum};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube_client::api::Api;
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::controller::sample::Foo;
 use kubeloop::record::{
-    EventDropReason, EventMetrics, EventType, EventsV1Broadcaster, EventsV1Config, KubeEventsV1Sink,
+    EventDropReason, EventMetrics, EventType, EventsV1Broadcaster, EventsV1Config,
+    KubeEventsV1Sink, default_reporting_instance,
 };
 
 const CONTROLLER: &str = "events-storm";
 const NOTE: &str = r#"Resource "taken" already exists and is not managed by Foo"#;
 
 /// How the loop fails: the same way each time, or a new way each time.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, ValueEnum)]
 enum Scenario {
     Same,
     Distinct,
 }
 
+#[derive(Parser)]
+#[command(about = "Records a reconcile's failures on events.k8s.io/v1 (hack/events-write-count)")]
 struct Args {
+    /// Kubeconfig file to connect with (default: $KUBECONFIG, then the usual places).
+    #[arg(long)]
     kubeconfig: Option<String>,
+    #[arg(long, default_value = "default")]
     namespace: String,
+    /// The Foo the events are about.
+    #[arg(long)]
     foo: String,
+    #[arg(long, value_enum, default_value_t = Scenario::Same)]
     scenario: Scenario,
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     events: u32,
-    /// The loop's length: the events are spread evenly over it.
+    /// The loop's length in seconds (a fraction allowed): the events are spread evenly over it.
+    #[arg(long, default_value = "10", value_parser = seconds)]
     seconds: Duration,
-    /// The wait after the loop, before the broadcaster shuts down.
+    /// Seconds to wait after the loop, before the broadcaster shuts down.
+    #[arg(long, default_value = "3", value_parser = seconds)]
     settle: Duration,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        kubeconfig: std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty()),
-        namespace: "default".into(),
-        foo: String::new(),
-        scenario: Scenario::Same,
-        events: 1000,
-        seconds: Duration::from_secs(10),
-        settle: Duration::from_secs(3),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--kubeconfig" => args.kubeconfig = Some(value()?),
-            "--namespace" => args.namespace = value()?,
-            "--foo" => args.foo = value()?,
-            "--scenario" => {
-                args.scenario = match value()?.as_str() {
-                    "same" => Scenario::Same,
-                    "distinct" => Scenario::Distinct,
-                    other => return Err(format!("--scenario: same or distinct, not {other}")),
-                }
-            }
-            "--events" => args.events = value()?.parse().map_err(|e| format!("--events: {e}"))?,
-            "--seconds" => args.seconds = seconds(&flag, &value()?)?,
-            "--settle" => args.settle = seconds(&flag, &value()?)?,
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    if args.foo.is_empty() {
-        return Err("--foo is required".into());
-    }
-    if args.events == 0 {
-        return Err("--events must be positive".into());
-    }
-    Ok(args)
-}
-
-/// A flag's value in seconds (a fraction allowed).
-fn seconds(flag: &str, value: &str) -> Result<Duration, String> {
-    value
-        .parse::<f64>()
-        .map_err(|e| e.to_string())
-        .and_then(|s| Duration::try_from_secs_f64(s).map_err(|e| e.to_string()))
-        .map_err(|e| format!("{flag}: {value}: {e}"))
+fn seconds(value: &str) -> Result<Duration, String> {
+    let s: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    Duration::try_from_secs_f64(s).map_err(|e| e.to_string())
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let client = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)?;
@@ -164,16 +134,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::sleep(args.settle).await;
     broadcaster.shutdown().await;
 
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
     let scenario = match args.scenario {
         Scenario::Same => "same",
         Scenario::Distinct => "distinct",
     };
     println!(
-        "RESULT side=kubeloop scenario={scenario} recorded={} instance={CONTROLLER}-{host} \
+        "RESULT side=kubeloop scenario={scenario} recorded={} instance={} \
          sent_create={} sent_patch={} sent_update=0 dropped_spam={} dropped_queue_full={} \
          dropped_refused={} dropped_unreachable={}",
         args.events,
+        default_reporting_instance(CONTROLLER),
         metrics.writes_for("create"),
         metrics.writes_for("patch"),
         metrics.dropped_for(EventDropReason::spam),
