@@ -1262,7 +1262,8 @@ struct Replica {
     controller: Controller,
     identity: String,
     proxy: testenv::FaultProxy,
-    /// When the test stopped or killed it (a reconcile still open then ends there).
+    /// When it was stopped or killed (a reconcile still open then ends there): stamped once
+    /// the process could write no more (see [`wait_until_stopped`]), never before the signal.
     frozen_at: Option<jiff_now::Stamp>,
     /// When it was resumed after a SIGSTOP (no side effect may follow).
     resumed_at: Option<jiff_now::Stamp>,
@@ -1272,6 +1273,36 @@ mod jiff_now {
     pub type Stamp = k8s_openapi::jiff::Timestamp;
     pub fn now() -> Stamp {
         k8s_openapi::jiff::Timestamp::now()
+    }
+}
+
+/// Waits until every thread of `controller` is stopped after a SIGSTOP, so that a stamp taken
+/// afterwards is later than every line it logged before stopping. A stamp taken before the
+/// signal is not: on a loaded machine the process may start a reconcile between the stamp and
+/// the stop, and that reconcile, open until the process is resumed, would look as if it ran
+/// through the successor's first reconciles.
+fn wait_until_stopped(controller: &Controller) {
+    let tasks = format!("/proc/{}/task", controller.pid());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all_stopped = std::fs::read_dir(&tasks)
+            .unwrap_or_else(|e| panic!("{tasks}: {e}"))
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+            // The state follows the command name, which ends at the last ')'.
+            .all(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('T'))
+            });
+        if all_stopped {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not stop within 10 s of SIGSTOP",
+            controller.name()
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -1477,13 +1508,17 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             .unwrap_or_else(|| panic!("the holder {leader} is one of the live replicas"));
         let disrupted = Instant::now();
         match *action {
+            // Stamped once the process is gone or stopped, not before the signal: a reconcile
+            // it started in between would otherwise count as running until it was resumed
+            // (or, killed, until the end).
             "kill" => {
-                replicas[slot].frozen_at = Some(jiff_now::now());
                 replicas[slot].controller.kill();
+                replicas[slot].frozen_at = Some(jiff_now::now());
             }
             "stop" => {
-                replicas[slot].frozen_at = Some(jiff_now::now());
                 replicas[slot].controller.signal(libc::SIGSTOP);
+                wait_until_stopped(&replicas[slot].controller);
+                replicas[slot].frozen_at = Some(jiff_now::now());
             }
             _ => {
                 replicas[slot].proxy.set_blocked(true);

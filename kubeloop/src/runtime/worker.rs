@@ -18,8 +18,10 @@
 //!   logged and treated as an error, where client-go's `HandleCrash` would crash the process);
 //! - a successful reconcile resets the key's backoff (`forget`) before any timed requeue, so a
 //!   periodic requeue is never stretched by earlier failures;
-//! - a key taken after its term ended, or whose reconcile was ended by the loss of
-//!   leadership, is put back for the next leader without counting as a failure.
+//! - a key taken after its term ended, whose term ended while it waited to start (for its
+//!   claim or its caches), or whose reconcile was ended by the loss of leadership, is put
+//!   back for the next leader without counting as a failure; no reconcile starts in a term
+//!   that is over.
 //!
 //! Differs on purpose: client-go runs workers with `wait.UntilWithContext(.., time.Second)`,
 //! restarting a worker that returned; here a worker only returns when the queue is done, so
@@ -195,6 +197,15 @@ where
         }
         None => ctx,
     };
+    // Asked again after those waits (the key's claim, its caches): the term may have ended
+    // meanwhile (the Lease lost, or the process paused past its deadline), and no reconcile
+    // starts in a term that is over. The key waits for the next leader, as one cut short does.
+    if term.is_over() {
+        info!(controller = name, key = %key, "the term ended while the key waited to start; key left for the next leader");
+        queue.add_with_priority(key.clone(), priority);
+        taken_from.done(&key);
+        return Next::Continue;
+    }
     // The start and end of every reconcile, for tests that check that no two replicas'
     // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
     debug!(controller = name, key = %key, "reconcile started");

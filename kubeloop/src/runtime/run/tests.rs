@@ -614,3 +614,51 @@ async fn losing_the_lease_cancels_in_flight_reconciles_and_ends_them_before_anyo
     shutdown.cancel();
     let _ = run.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_term_ends_while_it_waits_for_its_caches_is_not_reconciled_in_that_term() {
+    // The first reconcile of "a" reports a write the cache never catches up with, so the
+    // next one waits (read-your-writes, up to 5 s). The Lease is lost meanwhile: when the
+    // wait ends with the term, the reconcile must not start; the key is left for the next
+    // leader.
+    let primary = FakeControllerSource::<ConfigMap>::new();
+    primary.add(cm("a"));
+    let store = FakeLockStore::new();
+    let elector = LeaderElector::new(election(), store.lock_for("me")).unwrap();
+    let controller = Controller::new("test", informer(&primary)).leader_election(elector);
+    // (when called, whether its context was entitled then)
+    let calls = Arc::new(Mutex::new(Vec::<(Instant, bool)>::new()));
+    let c = calls.clone();
+    let reconcile = move |key: ObjectKey, ctx: ReconcileContext| {
+        c.lock().push((Instant::now(), ctx.is_entitled()));
+        let first = c.lock().len() == 1;
+        async move {
+            if first {
+                let mut written = cm(key.name());
+                written.metadata.resource_version = Some("1000000".into());
+                ctx.wrote(&written);
+            }
+            Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(1)))
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(controller.run(reconcile, default_error_policy, shutdown.clone()));
+    settle().await;
+    assert_eq!(store.holder(), "me");
+    // The requeue after 1 s finds the cache behind the write: the worker waits.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        calls.lock().len(),
+        1,
+        "the second reconcile waits for the cache"
+    );
+    store.set_reach("me", Reach::Refuse);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let calls = calls.lock().clone();
+    assert!(
+        calls.iter().all(|(_, entitled)| *entitled),
+        "a reconcile started after its term ended: {calls:?}"
+    );
+    shutdown.cancel();
+    let _ = run.await.unwrap();
+}
