@@ -1802,9 +1802,9 @@ async fn sharded_replicas_share_300_vms_and_no_key_is_reconciled_by_two_at_once(
     .await;
 
     // SIGKILL a: its shards are owned again within lease duration + retry period.
-    replicas[0].2 = Some(jiff_now::now());
     let killed = Instant::now();
     replicas[0].1.kill();
+    replicas[0].2 = Some(jiff_now::now());
     let taken = eventually("a's shards taken over", Duration::from_secs(60), || async {
         let h = shard_holders(cluster, &ns, 6).await;
         (count(&h, "b") == 3 && count(&h, "c") == 3).then(|| killed.elapsed())
@@ -1820,8 +1820,9 @@ async fn sharded_replicas_share_300_vms_and_no_key_is_reconciled_by_two_at_once(
 
     // SIGSTOP b past its lease, then SIGCONT: c takes everything meanwhile; b comes back and
     // gets its share again.
-    replicas[1].2 = Some(jiff_now::now());
     replicas[1].1.signal(libc::SIGSTOP);
+    wait_until_stopped(&replicas[1].1);
+    replicas[1].2 = Some(jiff_now::now());
     eventually("c holds every shard", Duration::from_secs(60), || async {
         let h = shard_holders(cluster, &ns, 6).await;
         (count(&h, "c") == 6).then_some(())
@@ -1927,8 +1928,8 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
         .iter()
         .position(|r| r.0 == holder)
         .expect("a replica holds shard 0");
-    replicas[victim].2 = Some(jiff_now::now());
     replicas[victim].1.kill();
+    replicas[victim].2 = Some(jiff_now::now());
     for name in ["vm-0", "vm-1"] {
         apply_vm(cluster, &ns, name, "200m", "32Mi");
         wanted.insert(name.to_string(), "200m");
