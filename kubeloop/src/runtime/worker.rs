@@ -166,6 +166,12 @@ where
         }
     };
     let ctx = term.reconcile_context();
+    // A key this term will not reconcile goes back (at its priority) for the next leader.
+    let hand_back = || {
+        queue.add_with_priority(key.clone(), priority);
+        taken_from.done(&key);
+        Next::Continue
+    };
     // With two lanes a key is reconciled by one worker at a time. A timed requeue of a key
     // the main lane is reconciling is dropped: that reconcile looks at the key now and says
     // itself when to look next. A key from the main lane waits for the requeue lane's
@@ -182,11 +188,7 @@ where
         },
         (Some(busy), Lane::Main) => tokio::select! {
             claim = busy.claim(&key) => Some(claim),
-            _ = ctx.cancelled() => {
-                queue.add_with_priority(key.clone(), priority);
-                taken_from.done(&key);
-                return Next::Continue;
-            }
+            _ = ctx.cancelled() => return hand_back(),
         },
     };
     // Not on a cache older than this key's own last writes (`freshness.rs`).
@@ -202,9 +204,7 @@ where
     // starts in a term that is over. The key waits for the next leader, as one cut short does.
     if term.is_over() {
         info!(controller = name, key = %key, "the term ended while the key waited to start; key left for the next leader");
-        queue.add_with_priority(key.clone(), priority);
-        taken_from.done(&key);
-        return Next::Continue;
+        return hand_back();
     }
     // The start and end of every reconcile, for tests that check that no two replicas'
     // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
@@ -229,9 +229,7 @@ where
         } else {
             info!(controller = name, key = %key, "reconcile ended with the leadership term; key left for the next leader");
         }
-        queue.add_with_priority(key.clone(), priority);
-        taken_from.done(&key);
-        return Next::Continue;
+        return hand_back();
     }
     let outcome = outcome.expect("not cut short");
     let result = match &outcome {
