@@ -11,7 +11,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube_client::api::PostParams;
 use kube_client::{Api, Client};
 
-use super::sync::ACTION_SYNC;
 use super::types::Foo;
 use crate::cache::Lister;
 use crate::record::{AnyEventRecorder, EventType, object_reference};
@@ -53,6 +52,10 @@ pub trait SyncClient: Send + Sync + 'static {
         message: &str,
     );
 }
+
+/// The action every event of the sync names (events.k8s.io/v1's `action`; sample-controller
+/// records on core/v1, which has none).
+const ACTION_SYNC: &str = "Sync";
 
 /// The real [`SyncClient`]: listers for reads, the apiserver for writes, an
 /// [`AnyEventRecorder`] (events.k8s.io/v1 where served).

@@ -42,9 +42,6 @@ use crate::runtime::{
     Action, Conflict, DEFAULT_RETRY, ObjectKey, ReconcileContext, retry_on_conflict,
 };
 
-/// The action every event of the sync names (events.k8s.io/v1's `action`; sample-controller
-/// records on core/v1, which has none).
-pub(crate) const ACTION_SYNC: &str = "Sync";
 /// Reason of the Normal event after a successful sync. sample-controller: `SuccessSynced`.
 pub(crate) const SUCCESS_SYNCED: &str = "Synced";
 /// Reason of the Warning event for a Deployment owned by someone else.
