@@ -125,15 +125,27 @@ impl EventSink for KubeEventSink {
     }
 }
 
-/// Creates `event` in its namespace (`default` if it names none), without a resourceVersion.
-async fn create<K>(client: &Client, event: &K) -> Result<K, RecordError>
-where
+/// An Event of either API (core/v1 or events.k8s.io/v1), as the apiserver stores it.
+trait EventKind:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> EventKind for K where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
         + Serialize
         + DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+/// Creates `event` in its namespace (`default` if it names none), without a resourceVersion.
+async fn create<K: EventKind>(client: &Client, event: &K) -> Result<K, RecordError> {
     let mut fresh = event.clone();
     fresh.meta_mut().resource_version = None;
     api_of(client, event)
@@ -143,18 +155,11 @@ where
 }
 
 /// Patches the Event named in `event`'s metadata with `patch`.
-async fn patch_named<K>(
+async fn patch_named<K: EventKind>(
     client: &Client,
     event: &K,
     patch: &Patch<serde_json::Value>,
-) -> Result<K, RecordError>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> Result<K, RecordError> {
     let name = event.meta().name.clone().unwrap_or_default();
     api_of(client, event)
         .patch(&name, &PatchParams::default(), patch)
@@ -162,10 +167,7 @@ where
         .map_err(|e| RecordError::from_kube(event.meta(), e))
 }
 
-fn api_of<K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>>(
-    client: &Client,
-    event: &K,
-) -> Api<K> {
+fn api_of<K: EventKind>(client: &Client, event: &K) -> Api<K> {
     let ns = event.meta().namespace.as_deref().unwrap_or("default");
     Api::namespaced(client.clone(), ns)
 }
