@@ -942,3 +942,202 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
         "a stopped replica releases its shards"
     );
 }
+
+// --- perturbation testing (kubeloop::perturb) ------------------------------------------------
+
+/// A copy of the sample controller with one deliberate non-idempotent step: it finds its
+/// Deployment by owner, and when its cache shows none it creates one under a *generated* name.
+/// On a fresh view that is harmless (read-your-writes holds the next reconcile until the cache
+/// has the Deployment); on a view held back past that wait, it creates a second Deployment,
+/// where the real controller's fixed name makes the apiserver refuse the duplicate. It ignores
+/// `deploymentName`, and its reference run says what it does instead.
+fn seeded_bug_controller() -> kubeloop::perturb::ControllerFn {
+    use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
+    use kubeloop::controller::sample::new_deployment;
+    use kubeloop::runtime::{
+        Action, Controller, ObjectKey, ReconcileContext, default_error_policy,
+    };
+    use std::sync::Arc;
+
+    Arc::new(
+        |client: Client, namespace: String, shutdown: CancellationToken| {
+            Box::pin(async move {
+                let factory = SharedInformerFactory::new(
+                    client.clone(),
+                    FactoryOptions {
+                        namespace: Some(namespace),
+                        ..Default::default()
+                    },
+                );
+                let (foos, deployments) =
+                    (factory.informer::<Foo>(), factory.informer::<Deployment>());
+                let (foo_cache, deployment_cache) = (foos.lister(), deployments.lister());
+                let reconcile = move |key: ObjectKey, ctx: ReconcileContext| {
+                    let (client, foo_cache, deployment_cache) =
+                        (client.clone(), foo_cache.clone(), deployment_cache.clone());
+                    async move {
+                        let ns = key.namespace().unwrap_or_default().to_string();
+                        let Some(foo) = foo_cache.get(&ns, key.name()) else {
+                            return Ok(Action::Done);
+                        };
+                        let uid = foo.metadata.uid.clone();
+                        let owned = deployment_cache
+                            .namespaced(&ns)
+                            .list(&Default::default())
+                            .into_iter()
+                            .find(|d| {
+                                d.metadata.owner_references.iter().flatten().any(|o| {
+                                    o.controller == Some(true) && Some(&o.uid) == uid.as_ref()
+                                })
+                            });
+                        let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+                        let deployment = match owned {
+                            Some(d) => (*d).clone(),
+                            None => {
+                                let mut d = new_deployment(&foo);
+                                // The seeded bug.
+                                d.metadata.generate_name =
+                                    d.metadata.name.take().map(|_| format!("{}-", key.name()));
+                                ctx.check()?;
+                                let created = api.create(&PostParams::default(), &d).await?;
+                                ctx.wrote(&created);
+                                created
+                            }
+                        };
+                        let want = foo.spec.replicas;
+                        let deployment =
+                            if deployment.spec.as_ref().and_then(|s| s.replicas) != want {
+                                let patch = serde_json::json!({"spec": {"replicas": want}});
+                                let name = deployment.metadata.name.clone().unwrap_or_default();
+                                ctx.check()?;
+                                let patched = api
+                                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                                    .await?;
+                                ctx.wrote(&patched);
+                                patched
+                            } else {
+                                deployment
+                            };
+                        let available = deployment
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.available_replicas)
+                            .unwrap_or(0);
+                        let status =
+                            serde_json::json!({"status": {"availableReplicas": available}});
+                        let foos: Api<Foo> = Api::namespaced(client, &ns);
+                        ctx.check()?;
+                        let written = foos
+                            .patch_status(
+                                key.name(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&status),
+                            )
+                            .await?;
+                        ctx.wrote(&written);
+                        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Action::Done)
+                    }
+                };
+                let _ = Controller::new("seeded-bug", foos)
+                    .owns(deployments)
+                    .enqueue_deletes(false)
+                    .run(reconcile, default_error_policy, shutdown)
+                    .await;
+            })
+        },
+    )
+}
+
+/// The sample workload's campaign, with `controller` in place of the sample controller.
+async fn perturbation_campaign(
+    controller: Option<kubeloop::perturb::ControllerFn>,
+) -> kubeloop::perturb::Campaign {
+    setup("perturb-setup").await;
+    let (workload, sample_controller) = kubeloop::perturb::sample();
+    kubeloop::perturb::Campaign::new(
+        testenv::shared_full().await.client_config(),
+        workload,
+        controller.unwrap_or(sample_controller),
+        Default::default(),
+    )
+}
+
+/// The harness can fail (issue 38's first proof): the seeded bug passes the reference run, and
+/// a stale-view plan generated from that run (the Deployments' informer held back at the
+/// seeded Deployment's ADDED) catches it: a second Deployment.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_view_plan_catches_a_seeded_non_idempotent_create_the_reference_run_misses() {
+    use kubeloop::perturb::Perturbation;
+    let campaign = perturbation_campaign(Some(seeded_bug_controller())).await;
+    let reference = campaign
+        .reference()
+        .await
+        .expect("the reference run passes");
+    let plans: Vec<String> = reference.plans.iter().map(ToString::to_string).collect();
+    eprintln!("seeded bug: {} plans: {plans:?}", plans.len());
+    let stale_at_the_create: Vec<&Perturbation> = reference
+        .plans
+        .iter()
+        .filter(|p| {
+            matches!(p, Perturbation::StaleView { resource, event_type, name, .. }
+            if resource == "deployments.apps" && event_type == "ADDED" && name == "example-foo-*")
+        })
+        .collect();
+    assert_eq!(stale_at_the_create.len(), 1, "plans: {plans:?}");
+    let outcome = campaign
+        .run_plan(&reference, stale_at_the_create[0])
+        .await
+        .unwrap();
+    eprintln!("{}", outcome.summary());
+    eprintln!("replay: {}", campaign.replay_command(&outcome.plan));
+    assert_eq!(
+        outcome.fired.len(),
+        1,
+        "the plan fired: {}",
+        outcome.summary()
+    );
+    assert!(
+        outcome
+            .findings
+            .iter()
+            .any(|f| f.contains("deployments.apps/example-foo-*#2: unexpected")),
+        "the duplicate Deployment is found: {}",
+        outcome.summary()
+    );
+}
+
+/// The real sample controller passes every plan its workload generates (crashes between two
+/// writes of a reconcile, views held back past read-your-writes' wait).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_controller_passes_every_generated_perturbation_plan() {
+    let campaign = perturbation_campaign(None).await;
+    let reference = campaign
+        .reference()
+        .await
+        .expect("the reference run passes");
+    eprintln!(
+        "sample: {} plans from a reference run of {:.1} s ({} writes, {} events)",
+        reference.plans.len(),
+        reference.took.as_secs_f64(),
+        reference.log.writes.len(),
+        reference.log.deliveries.len()
+    );
+    assert!(!reference.plans.is_empty());
+    let outcomes = campaign
+        .run_plans(&reference, &reference.plans, 3)
+        .await
+        .unwrap();
+    let mut failed = Vec::new();
+    for outcome in &outcomes {
+        let plan = &outcome.plan;
+        eprintln!("{}", outcome.summary());
+        if !outcome.findings.is_empty() {
+            failed.push(format!(
+                "{} (replay: {})",
+                outcome.summary(),
+                campaign.replay_command(plan)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "findings:\n{}", failed.join("\n"));
+}

@@ -261,6 +261,25 @@ async fn chapter_11_repeats_are_one_event_with_a_series_and_the_budget_caps_new_
 }
 
 #[tokio::test]
+async fn chapter_12_a_held_view_catches_the_generated_name_and_not_the_fixed_one() {
+    let cluster = testenv::shared().await;
+    let out = run_example(cluster, "tour_12_perturbation");
+    assert_has(
+        &out,
+        &[
+            "== the controller's first version (a generated name) ==",
+            "running stale:secrets:ADDED:source-copy-*:1:7000ms",
+            "  fired at secrets/source-copy-*",
+            "  verdict: FOUND after step",
+            "secrets/source-copy-*#2: unexpected",
+            "== the controller's second version (a fixed name) ==",
+            "running stale:secrets:ADDED:source-copy:1:7000ms",
+            "  verdict: passed",
+        ],
+    );
+}
+
+#[tokio::test]
 async fn chapter_08_the_second_candidate_takes_the_released_lease() {
     let cluster = testenv::shared().await;
     let out = run_example(cluster, "tour_08_leader_election");

@@ -2262,3 +2262,48 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
     .await;
     assert_eq!(vm_condition(&active, "Ready").0, "True");
 }
+
+/// The VM controller on its fake engine passes every perturbation plan its workload generates
+/// (kubeloop::perturb: crashes between two writes of a reconcile, views held back, a VM's
+/// events coalesced), with no orphaned server left on the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vm_controller_passes_every_generated_perturbation_plan_on_the_fake_engine() {
+    let cluster = testenv::shared().await;
+    vm_common::install_crd(cluster).await;
+    let (workload, controller) = kubeloop::perturb::vm_fake();
+    let campaign = kubeloop::perturb::Campaign::new(
+        cluster.client_config(),
+        workload,
+        controller,
+        Default::default(),
+    );
+    let reference = campaign
+        .reference()
+        .await
+        .expect("the reference run passes");
+    eprintln!(
+        "vm-fake: {} plans from a reference run of {:.1} s ({} writes, {} events)",
+        reference.plans.len(),
+        reference.took.as_secs_f64(),
+        reference.log.writes.len(),
+        reference.log.deliveries.len()
+    );
+    assert!(!reference.plans.is_empty());
+    let outcomes = campaign
+        .run_plans(&reference, &reference.plans, 3)
+        .await
+        .unwrap();
+    let mut failed = Vec::new();
+    for outcome in &outcomes {
+        let plan = &outcome.plan;
+        eprintln!("{}", outcome.summary());
+        if !outcome.findings.is_empty() {
+            failed.push(format!(
+                "{} (replay: {})",
+                outcome.summary(),
+                campaign.replay_command(plan)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "findings:\n{}", failed.join("\n"));
+}

@@ -19,6 +19,7 @@
 //! | [`ops`](ops/index.html): `/metrics`, `/debug/trace` (HTTPS behind TokenReview + SubjectAccessReview), `/healthz`, `/readyz` | controller-runtime `pkg/metrics/server` + `filters`, apiserver healthz | `ops` |
 //! | [`controller`](controller/index.html): the sample and VM controllers, built on [`runtime`] | sample-controller, controller101 | `sample-controller`, `vm-controller` |
 //! | [`testenv`](testenv/index.html): a real local control plane for tests | controller-runtime's `envtest`, plus kwok nodes | `testenv` |
+//! | [`perturb`](perturb/index.html): perturbation testing (a crash after a write, a view held back) learned from a reference run | (none; Sieve, OSDI 2022, patches client-go from outside) | `testenv` |
 //!
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
 //! stream into work for a controller is in this crate. `docs/` in the repository is a guided
@@ -173,6 +174,8 @@ pub mod controller;
 pub mod leaderelection;
 #[cfg(feature = "ops")]
 pub mod ops;
+#[cfg(feature = "testenv")]
+pub mod perturb;
 pub mod protobuf;
 pub mod record;
 #[cfg(feature = "runtime")]

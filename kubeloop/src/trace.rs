@@ -249,6 +249,14 @@ pub fn status_written(
     });
 }
 
+/// Now on the clock of [`Step::mono_micros`] (`None` before the first [`follow`]): for
+/// placing what another observer saw among a key's steps.
+pub fn now_micros() -> Option<u64> {
+    RECORDER
+        .get()
+        .map(|r| r.started.elapsed().as_micros() as u64)
+}
+
 /// The recorded steps of `key`, oldest first; `None` if the key is not followed.
 pub fn timeline(key: &str) -> Option<Vec<Step>> {
     let recorder = RECORDER.get()?;

@@ -1,0 +1,140 @@
+//! A perturbation campaign (kubeloop::perturb) on a local control plane started here:
+//! `hack/perturb` runs it. The workload's reference run, the plans it generates, each plan
+//! run and judged, and a line per plan; `--plan` replays one plan (as a finding prints it).
+//!
+//!   cargo run --example perturb -- --workload sample              every generated plan
+//!   cargo run --example perturb -- --workload vm-fake             the VM controller's
+//!   cargo run --example perturb -- --workload sample --kind crash only the crash plans
+//!   cargo run --example perturb -- --workload sample --plan 'crash:deployments.apps:create:1'
+//!
+//! Exits 1 when a plan found something, 2 when the harness itself failed.
+
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kubeloop::perturb::{Campaign, Perturbation, Settings};
+use kubeloop::testenv::{Cluster, ClusterOptions};
+
+#[derive(Parser)]
+struct Args {
+    /// The workload (and the controller it drives).
+    #[arg(long, value_enum)]
+    workload: Workload,
+    /// Run only these plans (as a finding prints them); none: every generated plan.
+    #[arg(long)]
+    plan: Vec<Perturbation>,
+    /// Run only the generated plans of this kind.
+    #[arg(long, value_enum)]
+    kind: Option<Kind>,
+    /// Plans run at once, each in its own namespace with its own controller.
+    #[arg(long, default_value_t = 3)]
+    parallel: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Workload {
+    /// The sample controller: create, scale, change deploymentName, delete with orphans.
+    Sample,
+    /// The VM controller on its fake engine: create, resize, delete while creating, restart,
+    /// delete.
+    VmFake,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Kind {
+    Crash,
+    Stale,
+    Coalesce,
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,kubeloop::perturb=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match campaign(args).await {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("perturb: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    eprintln!(
+        "starting a local control plane (etcd, apiserver, controller-manager, scheduler, kwok)"
+    );
+    let cluster = Cluster::start(ClusterOptions::full()).await?;
+    let client = cluster.client().await?;
+    let (workload, controller) = match args.workload {
+        Workload::Sample => {
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(include_str!("../crds/foo.yaml"))?;
+            kubeloop::testenv::ensure_crd(&client, &crd).await;
+            kubeloop::perturb::sample()
+        }
+        Workload::VmFake => {
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(include_str!("../crds/virtualmachine.yaml"))?;
+            kubeloop::testenv::ensure_crd(&client, &crd).await;
+            kubeloop::perturb::vm_fake()
+        }
+    };
+    let campaign = Campaign::new(
+        cluster.client_config(),
+        workload,
+        controller,
+        Settings::default(),
+    );
+    let reference = campaign.reference().await?;
+    println!(
+        "reference run: {:.1} s, {} writes, {} watch events, {} reconciles -> {} plans",
+        reference.took.as_secs_f64(),
+        reference.log.writes.len(),
+        reference.log.deliveries.len(),
+        reference.reconciles.len(),
+        reference.plans.len()
+    );
+    let plans: Vec<Perturbation> = if args.plan.is_empty() {
+        reference
+            .plans
+            .iter()
+            .filter(|p| match args.kind {
+                None => true,
+                Some(Kind::Crash) => matches!(p, Perturbation::CrashAfterWrite { .. }),
+                Some(Kind::Stale) => matches!(p, Perturbation::StaleView { .. }),
+                Some(Kind::Coalesce) => matches!(p, Perturbation::Coalesce { .. }),
+            })
+            .cloned()
+            .collect()
+    } else {
+        args.plan
+    };
+    let mut found = 0;
+    for outcome in campaign
+        .run_plans(&reference, &plans, args.parallel)
+        .await?
+    {
+        println!("{}", outcome.summary());
+        if !outcome.findings.is_empty() {
+            found += 1;
+            println!("  replay: {}", campaign.replay_command(&outcome.plan));
+        }
+    }
+    println!(
+        "{} plans run, {} found something, {:.0} s in all",
+        plans.len(),
+        found,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(found == 0)
+}

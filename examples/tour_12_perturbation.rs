@@ -1,0 +1,205 @@
+//! Tour, chapter 12 (docs/12-perturbation.md): a controller tested the way it fails. A toy
+//! controller keeps a Secret beside each ConfigMap labelled `tour-12=source`, holding the same
+//! data. Its first version creates the Secret under a generated name whenever its cache shows
+//! none; its second under a fixed name. A campaign (`kubeloop::perturb`) runs a short workload
+//! on each: the reference run, the plans generated from it, and the plan that holds the
+//! Secrets' informer back at the Secret's creation while the ConfigMap changes. The first
+//! version makes a second Secret; the second is refused the duplicate and converges.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube_client::api::{Api, ApiResource, ObjectMeta, Patch, PatchParams, PostParams};
+use kube_client::{Client, Config, ResourceExt};
+use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
+use kubeloop::perturb::{Action, Campaign, ControllerFn, Perturbation, Settings, Workload};
+use kubeloop::runtime::{
+    Action as Next, Controller, ObjectKey, ReconcileContext, default_error_policy,
+};
+use serde_json::json;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let config = Config::infer().await?;
+    for (version, generated) in [
+        ("first version (a generated name)", true),
+        ("second version (a fixed name)", false),
+    ] {
+        println!("== the controller's {version} ==");
+        let campaign = Campaign::new(
+            config.clone(),
+            workload(),
+            controller(generated),
+            Settings::default(),
+        );
+        let reference = campaign.reference().await?;
+        println!(
+            "reference run: {} writes, {} watch events, {} reconciles, {} checkpoints",
+            reference.log.writes.len(),
+            reference.log.deliveries.len(),
+            reference.reconciles.len(),
+            reference.checkpoints.len()
+        );
+        for write in &reference.log.writes {
+            println!(
+                "  write  {} {}/{} -> rv {}",
+                write.verb, write.resource, write.name, write.resource_version
+            );
+        }
+        println!("plans generated: {}", reference.plans.len());
+        for plan in &reference.plans {
+            println!("  {plan}");
+        }
+        let plan = reference
+            .plans
+            .iter()
+            .find(|p| matches!(p, Perturbation::StaleView { resource, event_type, .. } if resource == "secrets" && event_type == "ADDED"))
+            .expect("a plan that holds the Secrets back at the Secret's creation");
+        println!("running {plan}");
+        let outcome = campaign.run_plan(&reference, plan).await?;
+        for fired in &outcome.fired {
+            println!(
+                "  fired at {} (rv {})",
+                fired.object, fired.resource_version
+            );
+        }
+        println!(
+            "  reconciles that started on the held view: {}",
+            outcome.hit.len()
+        );
+        if outcome.findings.is_empty() {
+            println!("  verdict: passed");
+        } else {
+            for finding in &outcome.findings {
+                println!("  verdict: FOUND {finding}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Create the source, change its data twice.
+fn workload() -> Workload {
+    let configmaps = ApiResource::erase::<ConfigMap>(&());
+    let source = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "source", "labels": {"tour-12": "source"}},
+        "data": {"greeting": "hello"}
+    });
+    Workload {
+        name: "tour-12".into(),
+        resources: vec![configmaps.clone(), ApiResource::erase::<Secret>(&())],
+        steps: vec![
+            Action::Create(configmaps.clone(), source),
+            Action::Patch(
+                configmaps.clone(),
+                "source".into(),
+                json!({"data": {"greeting": "hi"}}),
+            ),
+            Action::Patch(
+                configmaps,
+                "source".into(),
+                json!({"data": {"greeting": "hey"}}),
+            ),
+        ],
+        ignored: Vec::new(),
+        audit: None,
+    }
+}
+
+/// The toy controller: `generated` picks the first version.
+fn controller(generated: bool) -> ControllerFn {
+    Arc::new(move |client: Client, namespace: String, shutdown| {
+        Box::pin(async move {
+            let factory = SharedInformerFactory::new(
+                client.clone(),
+                FactoryOptions {
+                    namespace: Some(namespace),
+                    label_selector: None,
+                    ..Default::default()
+                },
+            );
+            let (sources, copies) = (
+                factory.informer::<ConfigMap>(),
+                factory.informer::<Secret>(),
+            );
+            let (source_cache, copy_cache) = (sources.lister(), copies.lister());
+            let reconcile = move |key: ObjectKey, ctx: ReconcileContext| {
+                let (client, source_cache, copy_cache) =
+                    (client.clone(), source_cache.clone(), copy_cache.clone());
+                async move {
+                    let ns = key.namespace().unwrap_or_default().to_string();
+                    let Some(source) = source_cache.get(&ns, key.name()) else {
+                        return Ok(Next::Done);
+                    };
+                    if source.labels().get("tour-12").map(String::as_str) != Some("source") {
+                        return Ok(Next::Done);
+                    }
+                    let data = source.data.clone().unwrap_or_default();
+                    let secrets: Api<Secret> = Api::namespaced(client, &ns);
+                    // The copy this source controls, as the cache sees it.
+                    let copy = copy_cache
+                        .namespaced(&ns)
+                        .list(&Default::default())
+                        .into_iter()
+                        .find(|s| {
+                            s.owner_references()
+                                .iter()
+                                .any(|o| Some(&o.uid) == source.metadata.uid.as_ref())
+                        });
+                    match copy {
+                        None => {
+                            let owner = OwnerReference {
+                                api_version: "v1".into(),
+                                kind: "ConfigMap".into(),
+                                name: source.name_any(),
+                                uid: source.uid().unwrap_or_default(),
+                                controller: Some(true),
+                                ..Default::default()
+                            };
+                            let (name, generate_name) = if generated {
+                                (None, Some(format!("{}-copy-", key.name())))
+                            } else {
+                                (Some(format!("{}-copy", key.name())), None)
+                            };
+                            let secret = Secret {
+                                metadata: ObjectMeta {
+                                    name,
+                                    generate_name,
+                                    owner_references: Some(vec![owner]),
+                                    ..Default::default()
+                                },
+                                string_data: Some(data),
+                                ..Default::default()
+                            };
+                            ctx.check()?;
+                            let created = secrets.create(&PostParams::default(), &secret).await?;
+                            ctx.wrote(&created);
+                        }
+                        Some(copy) => {
+                            let patch = json!({"stringData": data});
+                            ctx.check()?;
+                            let patched = secrets
+                                .patch(
+                                    &copy.name_any(),
+                                    &PatchParams::default(),
+                                    &Patch::Merge(&patch),
+                                )
+                                .await?;
+                            ctx.wrote(&patched);
+                        }
+                    }
+                    Ok::<_, Error>(Next::Done)
+                }
+            };
+            let _ = Controller::new("tour-12", sources)
+                .owns(copies)
+                .run(reconcile, default_error_policy, shutdown)
+                .await;
+        })
+    })
+}
