@@ -4,6 +4,7 @@
 //!
 //!   cargo run --example perturb -- --workload sample              every generated plan
 //!   cargo run --example perturb -- --workload vm-fake             the VM controller's
+//!   cargo run --example perturb -- --workload vm-podman           ... on podman
 //!   cargo run --example perturb -- --workload sample --kind crash only the crash plans
 //!   cargo run --example perturb -- --workload sample --plan 'crash:deployments.apps:create:1'
 //!
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kubeloop::perturb::{Campaign, Perturbation, Settings};
+use kubeloop::perturb::{Campaign, Perturbation, Settings, VmEngine};
 use kubeloop::testenv::{Cluster, ClusterOptions};
 
 #[derive(Parser)]
@@ -39,6 +40,8 @@ enum Workload {
     /// The VM controller on its fake engine: create, resize, delete while creating, restart,
     /// delete.
     VmFake,
+    /// The same on podman through the Docker API (`$DOCKER_HOST`).
+    VmPodman,
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -82,11 +85,15 @@ async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             kubeloop::testenv::ensure_crd(&client, &crd).await;
             kubeloop::perturb::sample()
         }
-        Workload::VmFake => {
+        Workload::VmFake | Workload::VmPodman => {
             let crd: CustomResourceDefinition =
                 serde_saphyr::from_str(include_str!("../crds/virtualmachine.yaml"))?;
             kubeloop::testenv::ensure_crd(&client, &crd).await;
-            kubeloop::perturb::vm_fake()
+            kubeloop::perturb::vm(if matches!(args.workload, Workload::VmFake) {
+                VmEngine::Fake
+            } else {
+                VmEngine::Podman
+            })
         }
     };
     let campaign = Campaign::new(

@@ -136,6 +136,24 @@ pub struct Reference {
     pub took: Duration,
 }
 
+impl Reference {
+    /// The first plan of each kind (a crash, a held view, a coalescing): a campaign of a
+    /// minute, where every plan takes several.
+    pub fn first_of_each_kind(&self) -> Vec<Perturbation> {
+        let mut kinds = Vec::new();
+        self.plans
+            .iter()
+            .filter(|plan| {
+                let kind = std::mem::discriminant(*plan);
+                let first = !kinds.contains(&kind);
+                kinds.push(kind);
+                first
+            })
+            .cloned()
+            .collect()
+    }
+}
+
 /// What one plan's run found.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -467,7 +485,7 @@ impl Campaign {
         match action {
             Action::Create(resource, object) => {
                 let object: DynamicObject = serde_json::from_value(object.clone())
-                    .map_err(|e| kube_client::Error::SerdeError(e))?;
+                    .map_err(kube_client::Error::SerdeError)?;
                 api(resource)
                     .create(&PostParams::default(), &object)
                     .await?;
@@ -700,5 +718,35 @@ impl Incarnations {
         self.stop.cancel();
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_plan_of_each_kind_is_kept_in_order() {
+        let plans: Vec<Perturbation> = [
+            "crash:deployments.apps:create:1",
+            "crash:deployments.apps:create:2",
+            "stale:deployments.apps:ADDED:d:1:7000ms",
+            "coalesce:deployments.apps:ADDED:d:1:3000ms",
+            "stale:deployments.apps:MODIFIED:d:1:7000ms",
+        ]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
+        let reference = Reference {
+            log: RunLog::default(),
+            reconciles: Vec::new(),
+            checkpoints: Vec::new(),
+            plans: plans.clone(),
+            took: Duration::ZERO,
+        };
+        assert_eq!(
+            reference.first_of_each_kind(),
+            vec![plans[0].clone(), plans[2].clone(), plans[3].clone()]
+        );
     }
 }

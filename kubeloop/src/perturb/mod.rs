@@ -24,7 +24,7 @@
 //! | `plan.rs` | [`Perturbation`]: a crash after a write, a view held back, an object's events coalesced; generation and pruning |
 //! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`] |
 //! | `campaign.rs` | [`Campaign`], [`Workload`], [`Action`]: the runs and the verdicts |
-//! | `workloads.rs` | the controllers' workloads (`sample`, `vm_fake`) and how a campaign runs each controller |
+//! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman) and how a campaign runs each controller |
 //!
 //! Limits: the hook reads watch events as JSON (it asks for JSON where an informer asked for
 //! protobuf), so the controller's wire differs from its default in a perturbed run; a
@@ -47,4 +47,4 @@ pub use plan::{Perturbation, PlanError};
 #[cfg(feature = "sample-controller")]
 pub use workloads::sample;
 #[cfg(feature = "vm-controller")]
-pub use workloads::vm_fake;
+pub use workloads::{VmEngine, vm};

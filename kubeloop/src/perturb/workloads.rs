@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kube_client::api::ApiResource;
 use serde_json::json;
 
-use super::campaign::{Action, ControllerFn, Workload};
+use super::campaign::{Action, Audit, ControllerFn, Workload};
 
 /// The sample controller's workload: create a Foo, scale it, point it at another Deployment,
 /// delete it leaving its Deployments (propagation `Orphan`); the oracle compares Foos and
@@ -18,15 +18,15 @@ pub fn sample() -> (Workload, ControllerFn) {
     use crate::controller::sample::{ControllerConfig, Foo, run};
     use k8s_openapi::api::apps::v1::Deployment;
 
-    let foo = ApiResource::erase::<Foo>(&());
+    let foos = ApiResource::erase::<Foo>(&());
     let deployment = ApiResource::erase::<Deployment>(&());
     let name = "example-foo".to_string();
     let workload = Workload {
         name: "sample".into(),
-        resources: vec![foo.clone(), deployment],
+        resources: vec![foos.clone(), deployment],
         steps: vec![
             Action::Create(
-                foo.clone(),
+                foos.clone(),
                 json!({
                     "apiVersion": "samplecontroller.k8s.io/v1alpha1",
                     "kind": "Foo",
@@ -34,14 +34,14 @@ pub fn sample() -> (Workload, ControllerFn) {
                     "spec": {"deploymentName": "example-dep", "replicas": 1}
                 }),
             ),
-            Action::Patch(foo.clone(), name.clone(), json!({"spec": {"replicas": 3}})),
+            Action::Patch(foos.clone(), name.clone(), json!({"spec": {"replicas": 3}})),
             Action::Patch(
-                foo.clone(),
+                foos.clone(),
                 name.clone(),
                 json!({"spec": {"deploymentName": "example-dep-2"}}),
             ),
             Action::Delete {
-                resource: foo,
+                resource: foos,
                 name,
                 orphan: true,
             },
@@ -63,20 +63,102 @@ pub fn sample() -> (Workload, ControllerFn) {
     (workload, controller)
 }
 
-/// The VM controller's workload on its fake engine, with the controller that runs it: create a
-/// VM, resize it, create a second and delete it at once (while it is being created), restart
-/// the controller, delete the first. The oracle compares the VirtualMachines (leaving out the
-/// server's id, its usage and the status's time, which differ from run to run), and the audit
-/// fails a run whose engine still holds a server once every VM is gone: an orphan. Each run
-/// has its own fake engine, which outlives the controller's restarts as a real one would.
+/// Which engine the VM workload's controller drives.
 #[cfg(feature = "vm-controller")]
-pub fn vm_fake() -> (Workload, ControllerFn) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmEngine {
+    /// The in-memory fake engine, one per run.
+    Fake,
+    /// The Docker API at `$DOCKER_HOST` (podman in `hack/test`), each run's containers under a
+    /// `kubeloop.dev/managed-by` label of their own (the run's namespace).
+    Podman,
+}
+
+/// The VM controller's workload, with the controller that runs it on `engine`: create a VM,
+/// resize it, create a second and delete it at once (while it is being created), restart the
+/// controller, delete the first. The oracle compares the VirtualMachines (leaving out the
+/// server's id, its usage and the status's time, which differ from run to run), and the audit
+/// fails a run whose engine still holds a server of the run once every VM is gone: an orphan
+/// (and removes it). The engine outlives the controller's restarts, as a real one does.
+#[cfg(feature = "vm-controller")]
+pub fn vm(engine: VmEngine) -> (Workload, ControllerFn) {
     use std::collections::HashMap;
 
-    use crate::controller::vm::{Driver, FakeDriver, VirtualMachine, VmControllerConfig, run};
+    use crate::controller::vm::{
+        DockerDriver, DockerDriverConfig, Driver, FakeDriver, VirtualMachine, VmControllerConfig,
+        run,
+    };
     use crate::leaderelection::{LeaderElector, LeaseLock};
     use parking_lot::Mutex;
 
+    /// The run's engine: a fake kept per namespace, or a Docker driver labelled with it.
+    #[derive(Clone)]
+    enum Engine {
+        Fake(FakeDriver),
+        Docker(DockerDriver),
+    }
+    let fakes: Arc<Mutex<HashMap<String, FakeDriver>>> = Arc::default();
+    let engine_of = move |namespace: &str| match engine {
+        VmEngine::Fake => Engine::Fake(
+            fakes
+                .lock()
+                .entry(namespace.to_string())
+                .or_default()
+                .clone(),
+        ),
+        VmEngine::Podman => Engine::Docker(DockerDriver::new(DockerDriverConfig {
+            managed_by: namespace.to_string(),
+            ..DockerDriverConfig::from_env()
+        })),
+    };
+    let engine_of = Arc::new(engine_of);
+    let controller: ControllerFn = {
+        let engine_of = engine_of.clone();
+        Arc::new(move |client, namespace, shutdown| {
+            let engine = engine_of(&namespace);
+            Box::pin(async move {
+                let config = VmControllerConfig {
+                    namespace: Some(namespace),
+                    ..Default::default()
+                };
+                let none = None::<LeaderElector<LeaseLock>>;
+                let result = match engine {
+                    Engine::Fake(driver) => run(client, driver, config, shutdown, none).await,
+                    Engine::Docker(driver) => run(client, driver, config, shutdown, none).await,
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "the VM controller ended with an error");
+                }
+            })
+        })
+    };
+    let audit: Audit = Arc::new(move |namespace: &str| {
+        let engine = engine_of(namespace);
+        Box::pin(async move {
+            async fn orphans<D: Driver>(driver: &D) -> Vec<String> {
+                let servers = match driver.list_servers().await {
+                    Ok(servers) => servers,
+                    Err(e) => return vec![format!("listing the engine's servers: {e}")],
+                };
+                let mut found = Vec::new();
+                for server in servers {
+                    found.push(format!(
+                        "orphaned server {} ({}) of VM {}",
+                        server.id,
+                        server.name,
+                        server.vm_name.as_deref().unwrap_or_default()
+                    ));
+                    let uid = server.vm_uid.clone().unwrap_or_default();
+                    let _ = driver.delete_server(&server.id, &uid).await;
+                }
+                found
+            }
+            match &engine {
+                Engine::Fake(driver) => orphans(driver).await,
+                Engine::Docker(driver) => orphans(driver).await,
+            }
+        })
+    });
     let vm = ApiResource::erase::<VirtualMachine>(&());
     let object = |name: &str| {
         json!({
@@ -86,60 +168,11 @@ pub fn vm_fake() -> (Workload, ControllerFn) {
             "spec": {"resource": {"cpu": 1, "memory": "1Gi"}}
         })
     };
-    let engines: Arc<Mutex<HashMap<String, FakeDriver>>> = Arc::default();
-    let engine_of = {
-        let engines = engines.clone();
-        move |namespace: &str| {
-            engines
-                .lock()
-                .entry(namespace.to_string())
-                .or_default()
-                .clone()
-        }
-    };
-    let controller: ControllerFn = {
-        Arc::new(move |client, namespace, shutdown| {
-            let engine = engine_of(&namespace);
-            Box::pin(async move {
-                let config = VmControllerConfig {
-                    namespace: Some(namespace),
-                    ..Default::default()
-                };
-                if let Err(e) = run(
-                    client,
-                    engine,
-                    config,
-                    shutdown,
-                    None::<LeaderElector<LeaseLock>>,
-                )
-                .await
-                {
-                    tracing::error!(error = %e, "the VM controller ended with an error");
-                }
-            })
-        })
-    };
-    let audit: super::campaign::Audit = Arc::new(move |namespace: &str| {
-        let engine = engines.lock().remove(namespace).unwrap_or_default();
-        Box::pin(async move {
-            match engine.list_servers().await {
-                Ok(servers) => servers
-                    .into_iter()
-                    .map(|s| {
-                        format!(
-                            "orphaned server {} ({}) of VM {}",
-                            s.id,
-                            s.name,
-                            s.vm_name.unwrap_or_default()
-                        )
-                    })
-                    .collect(),
-                Err(e) => vec![format!("the fake engine: {e}")],
-            }
-        })
-    });
     let workload = Workload {
-        name: "vm-fake".into(),
+        name: match engine {
+            VmEngine::Fake => "vm-fake".into(),
+            VmEngine::Podman => "vm-podman".into(),
+        },
         resources: vec![vm.clone()],
         steps: vec![
             Action::Create(vm.clone(), object("vm-a")),
