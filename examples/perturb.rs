@@ -102,46 +102,35 @@ async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         controller,
         Settings::default(),
     );
-    let reference = campaign.reference().await?;
-    println!(
-        "reference run: {:.1} s, {} writes, {} watch events, {} reconciles -> {} plans",
-        reference.took.as_secs_f64(),
-        reference.log.writes.len(),
-        reference.log.deliveries.len(),
-        reference.reconciles.len(),
-        reference.plans.len()
-    );
-    let plans: Vec<Perturbation> = if args.plan.is_empty() {
-        reference
-            .plans
-            .iter()
-            .filter(|p| match args.kind {
-                None => true,
-                Some(Kind::Crash) => matches!(p, Perturbation::CrashAfterWrite { .. }),
-                Some(Kind::Stale) => matches!(p, Perturbation::StaleView { .. }),
-                Some(Kind::Coalesce) => matches!(p, Perturbation::Coalesce { .. }),
-            })
-            .cloned()
-            .collect()
-    } else {
-        args.plan
-    };
-    let mut found = 0;
-    for outcome in campaign
-        .run_plans(&reference, &plans, args.parallel)
-        .await?
-    {
-        println!("{}", outcome.summary());
-        if !outcome.findings.is_empty() {
-            found += 1;
-            println!("  replay: {}", campaign.replay_command(&outcome.plan));
-        }
+    let (kind, chosen) = (args.kind, args.plan);
+    let findings = campaign
+        .check(
+            move |reference| {
+                if !chosen.is_empty() {
+                    return chosen;
+                }
+                reference
+                    .plans
+                    .iter()
+                    .filter(|p| match kind {
+                        None => true,
+                        Some(Kind::Crash) => matches!(p, Perturbation::CrashAfterWrite { .. }),
+                        Some(Kind::Stale) => matches!(p, Perturbation::StaleView { .. }),
+                        Some(Kind::Coalesce) => matches!(p, Perturbation::Coalesce { .. }),
+                    })
+                    .cloned()
+                    .collect()
+            },
+            args.parallel,
+        )
+        .await?;
+    for finding in &findings {
+        println!("{finding}");
     }
     println!(
-        "{} plans run, {} found something, {:.0} s in all",
-        plans.len(),
-        found,
+        "{} found something; {:.0} s in all",
+        findings.len(),
         started.elapsed().as_secs_f64()
     );
-    Ok(found == 0)
+    Ok(findings.is_empty())
 }

@@ -1108,38 +1108,14 @@ async fn a_stale_view_plan_catches_a_seeded_non_idempotent_create_the_reference_
 
 /// The real sample controller passes the first generated plan of each kind: a crash between
 /// two writes of a reconcile, a view held back past read-your-writes' wait, an object's events
-/// coalesced. Every plan: `hack/perturb --workload sample` (several minutes).
+/// coalesced. Every plan: `hack/perturb --workload sample` (a few minutes).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sample_controller_passes_a_crash_a_held_view_and_a_coalescing_from_its_generated_plans()
  {
     let campaign = perturbation_campaign(None).await;
-    let reference = campaign
-        .reference()
+    let findings = campaign
+        .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes");
-    eprintln!(
-        "sample: {} plans from a reference run of {:.1} s ({} writes, {} events)",
-        reference.plans.len(),
-        reference.took.as_secs_f64(),
-        reference.log.writes.len(),
-        reference.log.deliveries.len()
-    );
-    assert!(!reference.plans.is_empty());
-    let outcomes = campaign
-        .run_plans(&reference, &reference.first_of_each_kind(), 3)
-        .await
-        .unwrap();
-    let mut failed = Vec::new();
-    for outcome in &outcomes {
-        let plan = &outcome.plan;
-        eprintln!("{}", outcome.summary());
-        if !outcome.findings.is_empty() {
-            failed.push(format!(
-                "{} (replay: {})",
-                outcome.summary(),
-                campaign.replay_command(plan)
-            ));
-        }
-    }
-    assert!(failed.is_empty(), "findings:\n{}", failed.join("\n"));
+    assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
 }

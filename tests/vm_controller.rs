@@ -2274,37 +2274,11 @@ async fn vm_campaign_passes(engine: kubeloop::perturb::VmEngine) {
         controller,
         Default::default(),
     );
-    let reference = campaign
-        .reference()
+    let findings = campaign
+        .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes");
-    eprintln!(
-        "{engine:?}: {} plans from a reference run of {:.1} s ({} writes, {} events)",
-        reference.plans.len(),
-        reference.took.as_secs_f64(),
-        reference.log.writes.len(),
-        reference.log.deliveries.len()
-    );
-    let plans = reference.first_of_each_kind();
-    assert_eq!(
-        plans.len(),
-        3,
-        "a crash, a held view and a coalescing: {:?}",
-        reference.plans
-    );
-    let outcomes = campaign.run_plans(&reference, &plans, 3).await.unwrap();
-    let mut failed = Vec::new();
-    for outcome in &outcomes {
-        eprintln!("{}", outcome.summary());
-        if !outcome.findings.is_empty() {
-            failed.push(format!(
-                "{} (replay: {})",
-                outcome.summary(),
-                campaign.replay_command(&outcome.plan)
-            ));
-        }
-    }
-    assert!(failed.is_empty(), "findings:\n{}", failed.join("\n"));
+    assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
 }
 
 /// The VM controller on its fake engine passes the first generated plan of each kind

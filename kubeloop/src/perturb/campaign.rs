@@ -351,6 +351,40 @@ impl Campaign {
             .collect()
     }
 
+    /// A whole campaign: the reference run, then the plans `select` picks from it, `parallel`
+    /// at once, a line each on stdout (the reference's, then each outcome's summary). Returns
+    /// the findings, each with its replay command: empty when every plan passed.
+    pub async fn check(
+        &self,
+        select: impl FnOnce(&Reference) -> Vec<Perturbation>,
+        parallel: usize,
+    ) -> Result<Vec<String>, CampaignError> {
+        let reference = self.reference().await?;
+        let plans = select(&reference);
+        println!(
+            "{}: reference run {:.1} s, {} writes, {} watch events, {} reconciles -> {} plans, {} to run",
+            self.workload.name,
+            reference.took.as_secs_f64(),
+            reference.log.writes.len(),
+            reference.log.deliveries.len(),
+            reference.reconciles.len(),
+            reference.plans.len(),
+            plans.len()
+        );
+        let mut findings = Vec::new();
+        for outcome in self.run_plans(&reference, &plans, parallel).await? {
+            println!("{}", outcome.summary());
+            if !outcome.findings.is_empty() {
+                findings.push(format!(
+                    "{}\n  replay: {}",
+                    outcome.summary(),
+                    self.replay_command(&outcome.plan)
+                ));
+            }
+        }
+        Ok(findings)
+    }
+
     async fn run(
         &self,
         plan: Option<Perturbation>,
