@@ -259,14 +259,10 @@ impl Shared {
             .unwrap_or_default();
         let at_micros = crate::trace::now_micros().unwrap_or(0);
         let mut state = self.state.lock();
-        let nth = {
-            let count = state
-                .writes
-                .entry((target.resource.clone(), target.verb.to_string()))
-                .or_default();
-            *count += 1;
-            *count
-        };
+        let nth = next_ordinal(
+            &mut state.writes,
+            (target.resource.clone(), target.verb.to_string()),
+        );
         let name = stable_name(&meta.name, meta.generate_name.as_deref());
         state.log.writes.push(Write {
             at_micros,
@@ -400,14 +396,10 @@ impl Shared {
         let meta = event.object.metadata;
         let name = stable_name(&meta.name, meta.generate_name.as_deref());
         let mut state = self.state.lock();
-        let nth = {
-            let count = state
-                .events
-                .entry((resource.to_string(), event.event_type.clone(), name.clone()))
-                .or_default();
-            *count += 1;
-            *count
-        };
+        let nth = next_ordinal(
+            &mut state.events,
+            (resource.to_string(), event.event_type.clone(), name.clone()),
+        );
         let seen = Seen {
             event_type: event.event_type,
             name,
@@ -475,6 +467,13 @@ impl Shared {
             nth: seen.nth,
         });
     }
+}
+
+/// Counts one more of `key` in `counts`: its ordinal in the run, from 1.
+fn next_ordinal<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: K) -> u32 {
+    let count = counts.entry(key).or_default();
+    *count += 1;
+    *count
 }
 
 /// An event line as [`Shared::decide`] read it.

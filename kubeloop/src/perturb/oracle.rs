@@ -62,7 +62,7 @@ pub async fn snapshot(
             .collect();
         // Objects of one masked name in a stable order, so that numbering does not depend on
         // which the apiserver made first.
-        listed.sort_by(|a, b| (&a.0, a.1.to_string()).cmp(&(&b.0, b.1.to_string())));
+        listed.sort_by_cached_key(|(name, value)| (name.clone(), value.to_string()));
         let plural = resource_name(resource);
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         for (name, value) in listed {
