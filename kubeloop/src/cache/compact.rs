@@ -77,10 +77,11 @@
 //! went from 1.97-2.44 s to 1.46-1.72 s, and a full list through the lister from 0.88-0.92 s
 //! to 1.34-1.49 s: the store is for memory, and sync is where its cost was over client-go's.
 //!
-//! Decompression contexts are per thread (one each, reused, with a buffer to compress the
-//! frames without a dictionary into); compression contexts belong to a dictionary (one per
-//! frame compressed at once, kept for the next), so a read allocates only its output and an
-//! encoding only its frame; a fresh context per object costs more than the work.
+//! Contexts are reused: each thread keeps a decompression context, a compression context for
+//! frames without a dictionary and the buffer it compresses into; a dictionary keeps its own
+//! compression contexts (as many as frames were ever compressed with it at once). So a read
+//! allocates only its output and an encoding only its frame; a fresh context per object costs
+//! more than the work.
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -212,7 +213,8 @@ impl Dictionary {
     }
 }
 
-/// A thread's zstd contexts, and the buffer it compresses into before a frame is made.
+/// A thread's zstd contexts (its compression context for frames without a dictionary), and
+/// the buffer it compresses into before a frame is made.
 struct Contexts {
     compress: CCtx<'static>,
     decompress: DCtx<'static>,
