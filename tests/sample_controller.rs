@@ -1116,6 +1116,6 @@ async fn the_sample_controller_passes_a_crash_a_held_view_and_a_coalescing_from_
     let findings = campaign
         .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
         .await
-        .expect("the reference run passes");
+        .expect("the reference run passes and generates plans");
     assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
 }

@@ -2277,7 +2277,7 @@ async fn vm_campaign_passes(engine: kubeloop::perturb::VmEngine) {
     let findings = campaign
         .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
         .await
-        .expect("the reference run passes");
+        .expect("the reference run passes and generates plans");
     assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
 }
 

@@ -146,7 +146,9 @@ impl Reference {
             .filter(|plan| {
                 let kind = std::mem::discriminant(*plan);
                 let first = !kinds.contains(&kind);
-                kinds.push(kind);
+                if first {
+                    kinds.push(kind);
+                }
                 first
             })
             .cloned()
@@ -221,6 +223,12 @@ pub enum CampaignError {
     /// The unperturbed run already failed (a panic).
     #[error("the reference run found problems itself: {0}")]
     ReferenceFailed(String),
+    /// A campaign was to check no plan at all (none generated, or none of those chosen).
+    #[error("no plan to run: the reference run generated {generated}, none of them chosen")]
+    NoPlans {
+        /// How many plans the reference run generated.
+        generated: usize,
+    },
 }
 
 /// A workload, a controller and a cluster.
@@ -353,7 +361,8 @@ impl Campaign {
 
     /// A whole campaign: the reference run, then the plans `select` picks from it, `parallel`
     /// at once, a line each on stdout (the reference's, then each outcome's summary). Returns
-    /// the findings, each with its replay command: empty when every plan passed.
+    /// the findings, each with its replay command: empty when every plan passed. A selection
+    /// of no plan is an error ([`CampaignError::NoPlans`]): such a campaign checks nothing.
     pub async fn check(
         &self,
         select: impl FnOnce(&Reference) -> Vec<Perturbation>,
@@ -361,6 +370,11 @@ impl Campaign {
     ) -> Result<Vec<String>, CampaignError> {
         let reference = self.reference().await?;
         let plans = select(&reference);
+        if plans.is_empty() {
+            return Err(CampaignError::NoPlans {
+                generated: reference.plans.len(),
+            });
+        }
         println!(
             "{}: reference run {:.1} s, {} writes, {} watch events, {} reconciles -> {} plans, {} to run",
             self.workload.name,
