@@ -323,6 +323,10 @@ where
     fn type_description(&self) -> String {
         self.inner.type_description()
     }
+
+    fn fields_at_length(&self) -> bool {
+        self.inner.fields_at_length()
+    }
 }
 
 /// Creates, changes and deletes ConfigMaps named `<prefix>-<n>` in `ns` for `duration`,

@@ -151,6 +151,15 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// A short description of the type for logs and metrics, e.g. `v1/configmaps`.
     fn type_description(&self) -> String;
 
+    /// Whether the objects handed out have their managedFields' `fieldsV1` maps allocated at
+    /// their length already, so a typed store need not rebuild them (`shrink_metadata` in
+    /// cache/store.rs): [`ListWatch`] says so when it asks for protobuf, whose decoder builds
+    /// raw JSON so (a server that answers JSON instead leaves those maps with spare room: more
+    /// memory, the same objects). The default, false, has them rebuilt.
+    fn fields_at_length(&self) -> bool {
+        false
+    }
+
     /// [`list`](Self::list), running `transform` on each object as it is decoded, so a big
     /// LIST never holds all its objects untransformed at once (their managedFields, say).
     /// The default decodes the page first, then transforms.
@@ -504,6 +513,10 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
 
     fn type_description(&self) -> String {
         self.description.clone()
+    }
+
+    fn fields_at_length(&self) -> bool {
+        self.asks_for_protobuf()
     }
 }
 

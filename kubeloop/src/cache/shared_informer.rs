@@ -147,6 +147,9 @@ struct Shared<K> {
     type_name: String,
     store: ThreadSafeStore<K>,
     fifo: Arc<dyn InformerQueue<K>>,
+    /// Whether a typed store rebuilds each object's fieldsV1 maps at their length (its
+    /// source does not hand them out so: `ListerWatcher::fields_at_length`).
+    rebuild_fields: bool,
     /// The store records the resourceVersion it is current to (an atomic queue).
     track_rv: bool,
     key_func: KeyFunc<K>,
@@ -203,6 +206,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         config: InformerConfig,
     ) -> Self {
         let type_name = lw.type_description();
+        let rebuild_fields = !lw.fields_at_length();
         let store = ThreadSafeStore::of_kind(config.store, indexers);
         let key_func = default_key_func::<K>();
         let known: Arc<dyn KnownObjects<K>> = Arc::new(store.reader());
@@ -232,7 +236,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             QueueKind::DeltaFifo => Arc::new(DeltaFIFO::new(key_func.clone(), Some(known))),
         };
         if store.kind() == StoreKind::Typed {
-            fifo.set_transform(Some(kept_decoded(None)));
+            fifo.set_transform(Some(kept_decoded(None, rebuild_fields)));
         }
         let start: StartFn<K> = Box::new(move |p: StartParams<K>| {
             let mut r = Reflector::new(lw, p.store, p.config)
@@ -249,6 +253,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 type_name,
                 store,
                 fifo,
+                rebuild_fields,
                 track_rv,
                 key_func,
                 metrics: config.metrics,
@@ -309,7 +314,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         self.ensure_not_started(&inner, "set a transform")?;
         let t: TransformFunc<K> = Arc::new(transform);
         let t = match self.shared.store.kind() {
-            StoreKind::Typed => kept_decoded(Some(t)),
+            StoreKind::Typed => kept_decoded(Some(t), self.shared.rebuild_fields),
             #[cfg(feature = "compact-store")]
             StoreKind::Compact => t,
         };

@@ -121,13 +121,18 @@ pub fn strip_managed_fields<K: kube_client::Resource>(mut obj: K) -> K {
 /// (500 bytes spare over its four maps), of the 5.6 KB the object takes decoded (glibc's chunk
 /// sizes). It costs about 1.5 us per such object (the maps are rebuilt; a third of decoding
 /// it), so only an informer with a typed store runs it, as the last step of its transform
-/// ([`kept_decoded`]); the compact store encodes its objects instead.
-pub(crate) fn shrink_metadata<K: kube_client::Resource>(obj: &mut K) {
+/// ([`kept_decoded`]); the compact store encodes its objects instead. The protobuf decoder
+/// builds fieldsV1's maps and the `Vec`s at their length already (protobuf/made.rs), so an
+/// informer whose source says so (`ListerWatcher::fields_at_length`) passes `rebuild_fields`
+/// false and only the (then free) `Vec` shrinks run.
+pub(crate) fn shrink_metadata<K: kube_client::Resource>(obj: &mut K, rebuild_fields: bool) {
     let meta = obj.meta_mut();
     if let Some(v) = &mut meta.managed_fields {
         v.shrink_to_fit();
-        for fields in v.iter_mut().filter_map(|e| e.fields_v1.as_mut()) {
-            shrink_json(&mut fields.0);
+        if rebuild_fields {
+            for fields in v.iter_mut().filter_map(|e| e.fields_v1.as_mut()) {
+                shrink_json(&mut fields.0);
+            }
         }
     }
     if let Some(v) = &mut meta.owner_references {
@@ -163,10 +168,11 @@ fn shrink_json(value: &mut serde_json::Value) {
 /// event, so each object is shrunk once, after a managedFields-dropping transform.
 pub(crate) fn kept_decoded<K: kube_client::Resource + 'static>(
     transform: Option<TransformFunc<K>>,
+    rebuild_fields: bool,
 ) -> TransformFunc<K> {
     Arc::new(move |obj| {
         let mut obj = apply_transform(transform.as_ref(), obj);
-        shrink_metadata(&mut obj);
+        shrink_metadata(&mut obj, rebuild_fields);
         obj
     })
 }
@@ -208,7 +214,7 @@ mod tests {
         let mut cm: ConfigMap = serde_json::from_slice(json).unwrap();
         // serde's growth, which the shrink gives back:
         assert_eq!(cm.metadata.managed_fields.as_ref().unwrap().capacity(), 4);
-        shrink_metadata(&mut cm);
+        shrink_metadata(&mut cm, true);
         let meta = &cm.metadata;
         assert_eq!(meta.managed_fields.as_ref().unwrap().capacity(), 1);
         assert_eq!(meta.owner_references.as_ref().unwrap().capacity(), 1);

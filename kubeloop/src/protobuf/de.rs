@@ -11,6 +11,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 
 use super::error::DecodeError as Error;
 use super::kinds;
+use super::made::{exact_json, made_as};
 use super::table::{E, Field, I, Kind, L, Message, P, Z};
 use super::wire::{Raw, Reader, each_field};
 
@@ -420,11 +421,14 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
             }
             Kind::Map(_) => Err(Error::wire("a map entry outside its map".into())),
             Kind::Time | Kind::MicroTime => {
-                let mut text = [0; TIME_TEXT];
-                match time(self.kind, self.bytes()?, &mut text)? {
-                    Some(text) => visitor.visit_str(text),
-                    None => visitor.visit_unit(),
+                let Some(at) = timestamp(self.kind, self.bytes()?)? else {
+                    return visitor.visit_unit();
+                };
+                if let Some(made) = made_as::<V, _>(|| Ok(at)) {
+                    return made;
                 }
+                let mut text = [0; TIME_TEXT];
+                visitor.visit_str(rfc3339(at, &mut text)?)
             }
             // A Quantity the wire lacks (or an empty one) is zero, "0" in Go's JSON.
             Kind::Quantity => match tag_one(self.bytes()?)? {
@@ -452,6 +456,9 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
                 let raw = tag_one(self.bytes()?)?;
                 if raw.is_empty() {
                     return visitor.visit_unit();
+                }
+                if let Some(made) = made_as::<V, _>(|| exact_json(raw)) {
+                    return made;
                 }
                 let mut json = serde_json::Deserializer::from_slice(raw);
                 let value = json.deserialize_any(visitor).map_err(Error::json)?;
@@ -542,17 +549,9 @@ fn utf8(bytes: &[u8]) -> Result<&str, Error> {
     std::str::from_utf8(bytes).map_err(|e| Error::wire(format!("a string that is not UTF-8: {e}")))
 }
 
-/// The longest time text: `-009999-12-31T23:59:59.999999Z` and some to spare.
-const TIME_TEXT: usize = 40;
-
-/// A `Time` as Go's JSON writes it (RFC 3339 in UTC, to the second), or a `MicroTime` (to the
-/// microsecond), written into `text`; `None` for the zero time, which the wire carries as an
-/// empty message.
-fn time<'t>(
-    kind: Kind,
-    bytes: &[u8],
-    text: &'t mut [u8; TIME_TEXT],
-) -> Result<Option<&'t str>, Error> {
+/// A `Time` as Go's JSON shows it (to the second), or a `MicroTime` (to the microsecond);
+/// `None` for the zero time, which the wire carries as an empty message.
+fn timestamp(kind: Kind, bytes: &[u8]) -> Result<Option<jiff::Timestamp>, Error> {
     if bytes.is_empty() {
         return Ok(None);
     }
@@ -572,16 +571,23 @@ fn time<'t>(
     } else {
         nanos - nanos % 1000
     };
-    let at = jiff::Timestamp::new(seconds, nanos).map_err(|e| {
+    jiff::Timestamp::new(seconds, nanos).map(Some).map_err(|e| {
         Error::wire(format!(
             "a time out of range ({seconds} s, {nanos} ns): {e}"
         ))
-    })?;
+    })
+}
+
+/// The longest time text: `-009999-12-31T23:59:59.999999Z` and some to spare.
+const TIME_TEXT: usize = 40;
+
+/// `at` as RFC 3339 in UTC, as Go's JSON writes it, written into `text`.
+fn rfc3339(at: jiff::Timestamp, text: &mut [u8; TIME_TEXT]) -> Result<&str, Error> {
     let mut rest = &mut text[..];
     std::io::Write::write_fmt(&mut rest, format_args!("{at}"))
         .map_err(|e| Error::wire(format!("a time too long to write: {e}")))?;
     let len = TIME_TEXT - rest.len();
-    utf8(&text[..len]).map(Some)
+    utf8(&text[..len])
 }
 
 /// A repeated field or a map: every occurrence of its tag in the message, from the first.
@@ -658,9 +664,8 @@ impl<'de> Items<'de> {
                 continue;
             }
             self.started = true;
-            let numeric = matches!(self.kind, Kind::Bool | Kind::I32 | Kind::I64 | Kind::F64);
             match raw {
-                Raw::Bytes(run) if numeric => self.packed = Some(Reader::new(run)),
+                Raw::Bytes(run) if is_numeric(self.kind) => self.packed = Some(Reader::new(run)),
                 raw => return Ok(Some(raw)),
             }
         }
@@ -669,6 +674,23 @@ impl<'de> Items<'de> {
 
 impl<'de> SeqAccess<'de> for Items<'de> {
     type Error = Error;
+
+    /// How many items are left, when each is a field of its own (not a number, which a
+    /// packed run may hold several of): a `Vec` is then allocated once, at its length.
+    fn size_hint(&self) -> Option<usize> {
+        if self.packed.is_some() || is_numeric(self.kind) {
+            return None;
+        }
+        let (mut reader, mut started, mut left) = (self.reader.clone(), self.started, 0);
+        while let Ok(Some((tag, _))) = reader.field() {
+            if tag == self.tag {
+                (started, left) = (true, left + 1);
+            } else if started {
+                break;
+            }
+        }
+        Some(left)
+    }
 
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
@@ -684,6 +706,11 @@ impl<'de> SeqAccess<'de> for Items<'de> {
             None => Ok(None),
         }
     }
+}
+
+/// Whether items of `kind` are numbers (which a packed run holds in one field).
+fn is_numeric(kind: Kind) -> bool {
+    matches!(kind, Kind::Bool | Kind::I32 | Kind::I64 | Kind::F64)
 }
 
 /// A map's entries: each occurrence of its tag is a message with the key at tag 1 and the

@@ -19,6 +19,7 @@
 //! | `table.rs` | the field table's types |
 //! | `generated.rs` | the field table (generated) |
 //! | `kinds.rs` | look-ups in the table: a message by index, a top-level kind's message |
+//! | `made.rs` | values made as the very type a visitor makes (`serde_json::Value` maps at their length, `jiff::Timestamp`) |
 //! | `de.rs` | the `Deserializer`: a message shown as Go's JSON of it |
 //! | `envelope.rs` | [`Envelope`]: `k8s\0` and `runtime.Unknown`; [`ObjectType`]; [`from_slice`], [`decode_message`] |
 //! | `watch.rs` | watch streams: [`Frames`] (4-byte length-delimited), [`RawWatchEvent`] |
@@ -33,6 +34,7 @@ mod error;
 mod generated;
 mod kinds;
 mod list;
+mod made;
 mod names;
 mod table;
 mod watch;

@@ -102,6 +102,25 @@ fn every_fixture_decodes_to_the_k8s_openapi_value_its_json_gives() {
 }
 
 /// A ConfigMap's `data` entry `{key, value}` as tag 2.
+/// A repeated field's `Vec` is allocated once, at its length (the items' `size_hint`), where
+/// serde_json's grows from room for four: a typed cache keeps none of that spare room.
+#[test]
+fn repeated_fields_are_allocated_at_their_length() {
+    let (pb, _) = fixture("pod");
+    let pod: Pod = from_slice(&pb).unwrap();
+    let managed = pod.metadata.managed_fields.unwrap();
+    let containers = pod.spec.unwrap().containers;
+    let ports = containers[0].ports.as_ref().unwrap();
+    for (what, len, capacity) in [
+        ("managedFields", managed.len(), managed.capacity()),
+        ("containers", containers.len(), containers.capacity()),
+        ("ports", ports.len(), ports.capacity()),
+    ] {
+        assert!(len > 0, "{what}: the fixture has none");
+        assert_eq!(capacity, len, "{what}");
+    }
+}
+
 fn data_entry(key: &str, value: &str) -> Vec<u8> {
     let mut entry = vec![0x0a, key.len() as u8];
     entry.extend_from_slice(key.as_bytes());
