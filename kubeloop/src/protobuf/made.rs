@@ -16,9 +16,17 @@ use serde_json::{Map, Value};
 
 use super::error::DecodeError as Error;
 
+/// The types [`made_as`] makes: types with no lifetime parameter, so that one `TypeId` with
+/// lifetimes erased means one type.
+pub(super) trait Made: 'static {}
+
+impl Made for Value {}
+
+impl Made for jiff::Timestamp {}
+
 /// `make()` as what `V` makes, when `V` makes exactly a `T`; `None` (and `make` not called)
 /// otherwise.
-pub(super) fn made_as<'de, V: Visitor<'de>, T: 'static>(
+pub(super) fn made_as<'de, V: Visitor<'de>, T: Made>(
     make: impl FnOnce() -> Result<T, Error>,
 ) -> Option<Result<V::Value, Error>> {
     if typeid::of::<V::Value>() != typeid::of::<T>() {
@@ -26,8 +34,8 @@ pub(super) fn made_as<'de, V: Visitor<'de>, T: 'static>(
     }
     Some(make().map(|value| {
         let value = std::mem::ManuallyDrop::new(value);
-        // SAFETY: `V::Value` and `T` have one `TypeId` with lifetimes erased, and `T` is
-        // 'static, so has no lifetime to differ in: they are one type. `value` is not dropped
+        // SAFETY: `V::Value` and `T` have one `TypeId` with lifetimes erased, and `T` has no
+        // lifetime parameter to differ in (`Made`): they are one type. `value` is not dropped
         // here; the copy owns it.
         unsafe { std::mem::transmute_copy::<T, V::Value>(&value) }
     }))
