@@ -3,9 +3,7 @@
 //! event -> reflector -> RealFIFO -> indexer -> handler -> workqueue add) from an in-memory
 //! watch stream.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
-// scripts and the release build turn on).
-#[cfg(feature = "mimalloc")]
+// The allocator the `kubeloop` binary ships with (`kubeloop-cli`'s default feature `mimalloc`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,7 +1,7 @@
 //! Decoding one object from Kubernetes protobuf (`kubeloop::protobuf`) against decoding the
 //! same object from its JSON with serde_json, into the same k8s-openapi type: the test corpus's
 //! ConfigMap (with managedFields), Pod and Deployment, as the real apiserver sent them
-//! (`kubeloop/src/protobuf/testdata`, written by `hack/generate-protobuf-table`).
+//! (`src/protobuf/testdata`, written by `hack/generate-protobuf-table`).
 //!
 //! ```text
 //! cargo bench --bench protobuf
@@ -18,9 +18,9 @@ macro_rules! fixture {
     ($name:literal) => {
         (
             $name,
-            &include_bytes!(concat!("../kubeloop/src/protobuf/testdata/", $name, ".pb"))[..],
+            &include_bytes!(concat!("../src/protobuf/testdata/", $name, ".pb"))[..],
             &include_bytes!(concat!(
-                "../kubeloop/src/protobuf/testdata/",
+                "../src/protobuf/testdata/",
                 $name,
                 ".json"
             ))[..],

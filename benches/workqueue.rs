@@ -11,9 +11,7 @@
 //!   `default_controller_rate_limiter` (the adds only; draining takes the bucket 990 s).
 //! - `dedup/4x4_100_keys`: 4 producers add 40k times over 100 keys, 4 workers process.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
-// scripts and the release build turn on).
-#[cfg(feature = "mimalloc")]
+// The allocator the `kubeloop` binary ships with (`kubeloop-cli`'s default feature `mimalloc`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -43,9 +43,7 @@
 //! `--bench` argument, as `hack/test` runs every target) it is a smoke run: every workload
 //! once, at a hundredth of its size.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
-// scripts and the release build turn on).
-#[cfg(feature = "mimalloc")]
+// The allocator the `kubeloop` binary ships with (`kubeloop-cli`'s default feature `mimalloc`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

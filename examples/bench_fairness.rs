@@ -2,7 +2,7 @@
 //! while another creates one every 100 ms; how long does the quiet one wait, with the runtime's
 //! fair queue on and off? `hack/bench-fairness` runs it.
 //!
-//! Starts its own local control plane (`kubeloop::testenv`, apiserver only). Each round runs a
+//! Starts its own local control plane (`kubeloop_testenv`, apiserver only). Each round runs a
 //! controller on the runtime over ConfigMaps (2 workers; each reconcile sleeps `COST`, a
 //! stand-in for the API calls of a real one), on the priority queue with fairness across
 //! namespaces ([`QueueFairness::Namespace`], the default) or without ([`QueueFairness::Off`]).
@@ -58,7 +58,7 @@ use kube_client::api::{
 };
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
 use kubeloop::runtime::{Action, Controller, ObjectKey, QueueFairness, ReconcileContext};
-use kubeloop::testenv::{Cluster, ClusterOptions};
+use kubeloop_testenv::{Cluster, ClusterOptions};
 use kubeloop::trace::{self, Stage};
 use kubeloop::workqueue::MetricsProvider;
 use parking_lot::Mutex;

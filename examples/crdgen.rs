@@ -33,12 +33,12 @@ fn main() -> anyhow::Result<()> {
     let generated = [
         Generated {
             file: "foo.yaml",
-            source: "kubeloop/src/controller/sample/types.rs (FooSpec)",
+            source: "src/controller/sample/types.rs (FooSpec)",
             crd: Foo::crd(),
         },
         Generated {
             file: "virtualmachine.yaml",
-            source: "kubeloop/src/controller/vm/types.rs (VirtualMachineSpec)",
+            source: "src/controller/vm/types.rs (VirtualMachineSpec)",
             crd: VirtualMachine::crd(),
         },
     ];

@@ -12,9 +12,7 @@
 //! SIGTERM / SIGINT stop the elector gracefully (the work ends, the lease is released unless
 //! `--no-release`), then the process exits 0.
 
-// The allocator kubeloop's programs ship with (Cargo feature `mimalloc`, which the hack/
-// scripts and the release build turn on).
-#[cfg(feature = "mimalloc")]
+// The allocator the `kubeloop` binary ships with (`kubeloop-cli`'s default feature `mimalloc`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

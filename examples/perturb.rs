@@ -1,4 +1,4 @@
-//! A perturbation campaign (kubeloop::perturb) on a local control plane started here:
+//! A perturbation campaign (kubeloop_testenv::perturb) on a local control plane started here:
 //! `hack/perturb` runs it. The workload's reference run, the plans it generates, each plan
 //! run and judged, and a line per plan; `--plan` replays one plan (as a finding prints it).
 //!
@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kubeloop::perturb::{Campaign, Perturbation, Settings, VmEngine};
-use kubeloop::testenv::{Cluster, ClusterOptions};
+use kubeloop_testenv::perturb::{Campaign, Perturbation, Settings, VmEngine};
+use kubeloop_testenv::{Cluster, ClusterOptions};
 
 #[derive(Parser)]
 struct Args {
@@ -56,7 +56,7 @@ async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kubeloop::perturb=info".into()),
+                .unwrap_or_else(|_| "warn,kubeloop_testenv::perturb=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -82,14 +82,14 @@ async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         Workload::Sample => {
             let crd: CustomResourceDefinition =
                 serde_saphyr::from_str(include_str!("../crds/foo.yaml"))?;
-            kubeloop::testenv::ensure_crd(&client, &crd).await;
-            kubeloop::perturb::sample()
+            kubeloop_testenv::ensure_crd(&client, &crd).await;
+            kubeloop_testenv::perturb::sample()
         }
         Workload::VmFake | Workload::VmPodman => {
             let crd: CustomResourceDefinition =
                 serde_saphyr::from_str(include_str!("../crds/virtualmachine.yaml"))?;
-            kubeloop::testenv::ensure_crd(&client, &crd).await;
-            kubeloop::perturb::vm(if matches!(args.workload, Workload::VmFake) {
+            kubeloop_testenv::ensure_crd(&client, &crd).await;
+            kubeloop_testenv::perturb::vm(if matches!(args.workload, Workload::VmFake) {
                 VmEngine::Fake
             } else {
                 VmEngine::Podman

@@ -1,7 +1,7 @@
 //! Tour, chapter 12 (docs/12-perturbation.md): a controller tested the way it fails. A toy
 //! controller keeps a Secret beside each ConfigMap labelled `tour-12=source`, holding the same
 //! data. Its first version creates the Secret under a generated name whenever its cache shows
-//! none; its second under a fixed name. A campaign (`kubeloop::perturb`) runs a short workload
+//! none; its second under a fixed name. A campaign (`kubeloop_testenv::perturb`) runs a short workload
 //! on each: the reference run, the plans generated from it, and the plan that holds the
 //! Secrets' informer back at the Secret's creation while the ConfigMap changes. The first
 //! version makes a second Secret; the second is refused the duplicate and converges.
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube_client::api::{Api, ApiResource, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::{Client, Config, ResourceExt};
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
-use kubeloop::perturb::{Action, Campaign, ControllerFn, Perturbation, Settings, Workload};
+use kubeloop_testenv::perturb::{Action, Campaign, ControllerFn, Perturbation, Settings, Workload};
 use kubeloop::runtime::{
     Action as Next, Controller, ObjectKey, ReconcileContext, default_error_policy,
 };

@@ -2,7 +2,7 @@
 //! of looping (kube-rs's watcher once retried a failing LIST in a tight loop; kubeloop's
 //! reflector must not). Short backoff parameters
 //! keep the test quick; the default values are checked by the unit tests in
-//! `kubeloop/src/cache/backoff.rs` and `kubeloop/src/cache/reflector.rs`.
+//! `src/cache/backoff.rs` and `src/cache/reflector.rs`.
 
 mod cache_common;
 
@@ -15,7 +15,7 @@ use kube_client::Client;
 use kubeloop::cache::{
     BackoffConfig, CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use parking_lot::Mutex;
 
 #[tokio::test]

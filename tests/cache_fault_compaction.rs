@@ -29,7 +29,7 @@ use kube_client::core::PartialObjectMeta;
 use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer, StoreKind,
 };
-use kubeloop::testenv::{Cluster, ClusterOptions, FaultProxy};
+use kubeloop_testenv::{Cluster, ClusterOptions, FaultProxy};
 use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
-use kubeloop::testenv::{self, FaultProxy};
+use kubeloop_testenv::{self as testenv, FaultProxy};
 use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use cache_common::{Checker, Recording, assert_converges, churn, seed_configmaps}
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

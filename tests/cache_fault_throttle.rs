@@ -29,7 +29,7 @@ use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
     BackoffConfig, CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
-use kubeloop::testenv::{self, HttpFaultProxy, ProxiedRequest, RequestKind};
+use kubeloop_testenv::{self as testenv, HttpFaultProxy, ProxiedRequest, RequestKind};
 
 /// Backoff well under the 2 s the throttled answers ask for, so a reflector that ignored
 /// `Retry-After` would re-open the watch sooner and fail the test.

@@ -17,7 +17,7 @@ use kubeloop::cache::{
     FactoryOptions, Indexer, InformerConfig, LabelSelector, ListWatch, ReflectorConfig,
     SharedIndexInformer, SharedInformerFactory, StoreKind,
 };
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use serde::{Deserialize, Serialize};
 
 /// Our own typed CRD object (what a controller crate would define).

@@ -13,7 +13,7 @@ use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 
 const OBJECTS: usize = 10_000;
 

@@ -27,7 +27,7 @@ use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, ReflectorMetrics,
     ResourceEventHandlerFuncs, SharedIndexInformer,
 };
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -106,7 +106,7 @@ async fn ensure_gadget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    kubeloop::testenv::ensure_crd(client, &crd).await;
+    kubeloop_testenv::ensure_crd(client, &crd).await;
 }
 
 fn gadget_resource() -> ApiResource {

@@ -1,4 +1,4 @@
-//! The command line both controllers share (src/cmd/common.rs), run for real: the Go
+//! The command line both controllers share (cli/src/cmd/common.rs), run for real: the Go
 //! controllers' command lines, typed as their READMEs and the articles type them
 //! (`-kubeconfig=PATH -v=3 -logtostderr`), start `kubeloop sample-controller` and
 //! `kubeloop vm-controller` against the real local apiserver (testenv: etcd + kube-apiserver);
@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube_client::api::{Api, ListParams, PostParams};
 use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
 
 const FOO_CRD: &str = include_str!("../crds/foo.yaml");
 const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
@@ -54,7 +54,7 @@ fn spawn_controller(cluster: &Cluster, name: &str, args: &[&str]) -> ManagedProc
     let log = cluster
         .dir()
         .join(format!("cli-{name}-{}.log", std::process::id()));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args(args)
         // The verbosity comes from the command line (-v=3), not from the environment.

@@ -18,7 +18,7 @@ use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kubeloop::runtime::{
     Action, Controller, ErrorAction, NotEntitled, ObjectKey, ReconcileContext,
 };
-use kubeloop::testenv::{self, FaultProxy};
+use kubeloop_testenv::{self as testenv, FaultProxy};
 use kubeloop::testing::eventually;
 use parking_lot::Mutex;
 use tokio::time::Instant;

@@ -21,7 +21,7 @@ fn demo_command(args: &[&str]) -> Command {
     let mut command = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/demo"));
     command
         .args(args)
-        .env("KUBELOOP_BIN", env!("CARGO_BIN_EXE_kubeloop"))
+        .env("KUBELOOP_BIN", kubeloop_testenv::kubeloop_binary())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

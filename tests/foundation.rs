@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use kubeloop::testing::eventually;
 
 #[tokio::test]
@@ -128,7 +128,7 @@ async fn the_recorder_falls_back_to_core_v1_where_events_k8s_io_is_not_served() 
     assert_eq!(listed[0].message.as_deref(), Some("on core/v1"));
 
     // The sample controller's binary on that apiserver says so once, at start.
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = std::process::Command::new(kubeloop_testenv::kubeloop_binary());
     command.args([
         "sample-controller",
         "--kubeconfig",

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster};
+use kubeloop_testenv::{self as testenv, Cluster};
 
 mod pod_common;
 use pod_common::scrape;

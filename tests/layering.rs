@@ -1,4 +1,4 @@
-//! The library's layering, kept by a check (issue 35): which files of `kubeloop/src` import
+//! The library's layering, kept by a check (issue 35): which files of `src` import
 //! which, read from the sources, two rules on the graph and two on what is public.
 //!
 //! 1. No import circles between files, of any length: a circle is a strongly connected
@@ -81,7 +81,7 @@ const BELOW_RUNTIME: &[&str] = &["cache", "workqueue", "leaderelection", "record
 fn the_library_has_no_import_circles_but_the_allowed_ones() {
     let graph = Graph::read(&library_sources());
     let cycles = graph.cycles();
-    println!("import circles in kubeloop/src ({}):", cycles.len());
+    println!("import circles in src ({}):", cycles.len());
     for cycle in &cycles {
         println!("{}", graph.describe(cycle));
     }
@@ -172,9 +172,9 @@ fn every_public_item_has_one_path_but_the_listed_ones() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
-/// Every `.rs` file under `kubeloop/src`, by its path from there (`cache/store.rs`).
+/// Every `.rs` file under `src`, by its path from there (`cache/store.rs`).
 fn library_sources() -> BTreeMap<String, String> {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/kubeloop/src"));
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
     let mut files = BTreeMap::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {

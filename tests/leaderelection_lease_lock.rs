@@ -4,7 +4,7 @@
 use kubeloop::leaderelection::{
     Clock, LeaderElectionRecord, LeaseLock, LockError, ResourceLock, SystemClock,
 };
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 
 fn record(holder: &str, transitions: i32) -> LeaderElectionRecord {
     let now = SystemClock.now();

@@ -28,43 +28,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube_client::api::{Api, ObjectMeta, PostParams};
-use kubeloop::testenv::{self, Cluster, FaultProxy, ManagedProcess};
-
-/// The candidate binary, the `le_candidate` example, built once per run (a no-op when it is
-/// up to date; examples get no `CARGO_BIN_EXE_` variable, and `cargo test` builds them only
-/// under hashed names), beside this test's own executable:
-/// `target/<profile>/deps/..` -> `target/<profile>/examples/le_candidate`.
-fn le_candidate() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "--quiet",
-                    "--all-features",
-                    "--example",
-                    "le_candidate",
-                ])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("running cargo build --example le_candidate");
-            assert!(
-                status.success(),
-                "cargo build --example le_candidate failed"
-            );
-            let exe = std::env::current_exe().expect("the test's own path");
-            let profile_dir = exe
-                .parent()
-                .and_then(|deps| deps.parent())
-                .expect("a test executable lives in target/<profile>/deps");
-            let candidate = profile_dir.join("examples").join("le_candidate");
-            assert!(candidate.exists(), "{} was not built", candidate.display());
-            candidate
-        })
-        .clone()
-}
+use kubeloop_testenv::{self as testenv, Cluster, FaultProxy, ManagedProcess};
 
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_secs(3);
@@ -203,7 +167,7 @@ impl Election {
     /// one identity).
     fn spawn_as(&mut self, id: &str, identity: &str, extra: &[&str]) {
         let log = self.dir.join(format!("{id}.events"));
-        let mut cmd = Command::new(le_candidate());
+        let mut cmd = Command::new(testenv::example("le_candidate"));
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args([
@@ -758,7 +722,7 @@ async fn bad_durations_and_an_empty_identity_are_rejected_by_the_binary() {
     let cluster = testenv::shared().await;
     let election = Election::new(cluster, "le-config").await;
     let run = |extra: &[&str]| {
-        let mut cmd = Command::new(le_candidate());
+        let mut cmd = Command::new(testenv::example("le_candidate"));
         cmd.arg("--kubeconfig")
             .arg(&election.kubeconfig)
             .args(["--namespace", &election.namespace, "--name", "cfg", "--log"])

@@ -1,6 +1,6 @@
 //! deploy/ on a real kubelet Node: the manifests, unchanged, applied server-side to a cluster
 //! whose workloads run for real (`ClusterOptions::node`: containerd, the kubelet and
-//! kube-proxy on this machine; see kubeloop/src/testenv/node/). Both controllers' pods must be
+//! kube-proxy on this machine; see testenv/src/node/). Both controllers' pods must be
 //! scheduled onto the node, pass the probes the kubelet runs, reach the apiserver through the
 //! `kubernetes` Service with the token the kubelet projects, do their work, and guard their
 //! metrics: an anonymous scrape of the pod's :8443 gets 401, one with a token bound to
@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubeloop::testenv::{Cluster, ClusterOptions, NODE_NAME};
+use kubeloop_testenv::{Cluster, ClusterOptions, NODE_NAME};
 
 mod pod_common;
 use pod_common::scrape;

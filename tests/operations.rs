@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
 use kubeloop::testing::eventually_blocking as eventually;
 
 const DEPLOY_NS: &str = "kubeloop-system";
@@ -197,7 +197,7 @@ fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBu
 /// Starts a controller process ([`ManagedProcess`]: its output in a temporary file, killed on
 /// drop).
 fn start_controller(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args(args)
         .env("NO_COLOR", "1")
@@ -346,7 +346,7 @@ fn every_flag_in_the_deployments_is_one_the_binary_accepts() {
             .map(|l| l.trim_start().trim_start_matches("- ").trim())
             .collect();
         let subcommand = args[0];
-        let help = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+        let help = Command::new(kubeloop_testenv::kubeloop_binary())
             .args([subcommand, "--help"])
             .output()
             .unwrap();

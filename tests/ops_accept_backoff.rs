@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubeloop::ops::{CheckFn, OpsServer, ServeConfig};
-use kubeloop::testenv::ManagedProcess;
+use kubeloop_testenv::ManagedProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Log lines, kept in memory (writing them needs no descriptor).

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -183,7 +183,7 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
 /// Starts a `kubeloop` process ([`ManagedProcess`]: its output in a temporary file, killed on
 /// drop).
 fn start_kubeloop(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args(args)
         .env("NO_COLOR", "1")
@@ -314,7 +314,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
             token.to_string(),
         ];
         args.extend(tls.iter().map(|s| s.to_string()));
-        Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+        Command::new(kubeloop_testenv::kubeloop_binary())
             .args(&args)
             .env("NO_COLOR", "1")
             .output()

@@ -8,7 +8,7 @@
 #[path = "../examples/bench_priority/scenario.rs"]
 mod scenario;
 
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use scenario::Backlog;
 
 const N: usize = 10_000;

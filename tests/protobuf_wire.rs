@@ -31,7 +31,7 @@ use kubeloop::cache::{
     WatchOptions, Wire,
 };
 use kubeloop::protobuf::{self, Frames, RawWatchEvent};
-use kubeloop::testenv;
+use kubeloop_testenv as testenv;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -28,7 +28,7 @@ use kubeloop::controller::vm::{
 };
 use kubeloop::leaderelection::LeaseLock;
 use kubeloop::runtime::{DEFAULT_FRESHNESS_WAIT, ReconcileMetrics};
-use kubeloop::testenv::{self, Cluster, HttpFaultProxy};
+use kubeloop_testenv::{self as testenv, Cluster, HttpFaultProxy};
 use kubeloop::testing::eventually;
 use tokio_util::sync::CancellationToken;
 

@@ -22,7 +22,7 @@ use kube_client::api::{
 };
 use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
-use kubeloop::testenv::{self, ManagedProcess};
+use kubeloop_testenv::{self as testenv, ManagedProcess};
 use kubeloop::testing::eventually;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -567,7 +567,7 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().to_string()
     };
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args([
             "sample-controller",
@@ -828,7 +828,7 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
 async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_error() {
     // The apiserver-only cluster of this test binary never gets the Foo CRD.
     let cluster = testenv::shared().await;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args([
             "sample-controller",
@@ -943,7 +943,7 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
     );
 }
 
-// --- perturbation testing (kubeloop::perturb) ------------------------------------------------
+// --- perturbation testing (kubeloop_testenv::perturb) ------------------------------------------------
 
 /// A copy of the sample controller with one deliberate non-idempotent step: it finds its
 /// Deployment by owner, and when its cache shows none it creates one under a *generated* name.
@@ -951,7 +951,7 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
 /// has the Deployment); on a view held back past that wait, it creates a second Deployment,
 /// where the real controller's fixed name makes the apiserver refuse the duplicate. It ignores
 /// `deploymentName`, and its reference run says what it does instead.
-fn seeded_bug_controller() -> kubeloop::perturb::ControllerFn {
+fn seeded_bug_controller() -> kubeloop_testenv::perturb::ControllerFn {
     use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
     use kubeloop::controller::sample::new_deployment;
     use kubeloop::runtime::{
@@ -1050,11 +1050,11 @@ fn seeded_bug_controller() -> kubeloop::perturb::ControllerFn {
 
 /// The sample workload's campaign, with `controller` in place of the sample controller.
 async fn perturbation_campaign(
-    controller: Option<kubeloop::perturb::ControllerFn>,
-) -> kubeloop::perturb::Campaign {
+    controller: Option<kubeloop_testenv::perturb::ControllerFn>,
+) -> kubeloop_testenv::perturb::Campaign {
     setup("perturb-setup").await;
-    let (workload, sample_controller) = kubeloop::perturb::sample();
-    kubeloop::perturb::Campaign::new(
+    let (workload, sample_controller) = kubeloop_testenv::perturb::sample();
+    kubeloop_testenv::perturb::Campaign::new(
         testenv::shared_full().await.client_config(),
         workload,
         controller.unwrap_or(sample_controller),
@@ -1067,7 +1067,7 @@ async fn perturbation_campaign(
 /// seeded Deployment's ADDED) catches it: a second Deployment.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_view_plan_catches_a_seeded_non_idempotent_create_the_reference_run_misses() {
-    use kubeloop::perturb::Perturbation;
+    use kubeloop_testenv::perturb::Perturbation;
     let campaign = perturbation_campaign(Some(seeded_bug_controller())).await;
     let reference = campaign
         .reference()
@@ -1114,7 +1114,7 @@ async fn the_sample_controller_passes_a_crash_a_held_view_and_a_coalescing_from_
  {
     let campaign = perturbation_campaign(None).await;
     let findings = campaign
-        .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
+        .check(kubeloop_testenv::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes and generates plans");
     assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kubeloop::testenv::ManagedProcess;
+use kubeloop_testenv::ManagedProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -97,7 +97,7 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
     let create_seen = Arc::new(AtomicBool::new(false));
     tokio::spawn(serve(listener, create_seen.clone()));
 
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command
         .args(["sample-controller", "--master", &format!("http://{addr}")])
         .env("NO_COLOR", "1");

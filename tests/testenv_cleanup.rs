@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use kubeloop::testenv::ManagedProcess;
+use kubeloop_testenv::ManagedProcess;
 
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry but is gone for our purpose.
@@ -25,7 +25,7 @@ fn alive(pid: u32) -> bool {
 /// failed assertion cannot leak it) and reads the component pids and the cluster's working
 /// directory it prints before READY.
 fn start_cluster_process(args: &[&str]) -> (ManagedProcess, Vec<u32>, std::path::PathBuf) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command.arg("cluster").args(args);
     let mut child =
         ManagedProcess::start_temp_log("kubeloop cluster", command).expect("starting kubeloop");

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kubeloop::testenv::{self, Cluster, ClusterOptions, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, ClusterOptions, ManagedProcess};
 use kubeloop::testing::eventually;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -309,7 +309,7 @@ fn free_port() -> u16 {
 /// A `kubeloop` subcommand running in the background ([`ManagedProcess`]: its output in a
 /// temporary file, killed on drop).
 fn start_kubeloop(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
     command.args(args);
     ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
 }
@@ -320,7 +320,7 @@ async fn trace_until(key: &str, ops: &str, stages: &[&str]) -> String {
         &format!("a trace of {key} with {stages:?}"),
         WAIT,
         || async {
-            let out = Command::new(env!("CARGO_BIN_EXE_kubeloop"))
+            let out = Command::new(kubeloop_testenv::kubeloop_binary())
                 .args(["trace", key, "--ops-address", ops])
                 .output()
                 .expect("running kubeloop trace");

@@ -18,7 +18,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
 use kubeloop::controller::vm::{DEFAULT_DOCKER_HOST, Phase, VirtualMachine};
-use kubeloop::testenv::{self, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
 use kubeloop::testing::eventually;
 
 mod vm_common;
@@ -2264,34 +2264,34 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
 }
 
 /// A VM campaign on `engine`: the first generated plan of each kind must pass.
-async fn vm_campaign_passes(engine: kubeloop::perturb::VmEngine) {
+async fn vm_campaign_passes(engine: kubeloop_testenv::perturb::VmEngine) {
     let cluster = testenv::shared().await;
     vm_common::install_crd(cluster).await;
-    let (workload, controller) = kubeloop::perturb::vm(engine);
-    let campaign = kubeloop::perturb::Campaign::new(
+    let (workload, controller) = kubeloop_testenv::perturb::vm(engine);
+    let campaign = kubeloop_testenv::perturb::Campaign::new(
         cluster.client_config(),
         workload,
         controller,
         Default::default(),
     );
     let findings = campaign
-        .check(kubeloop::perturb::Reference::first_of_each_kind, 3)
+        .check(kubeloop_testenv::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes and generates plans");
     assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
 }
 
 /// The VM controller on its fake engine passes the first generated plan of each kind
-/// (kubeloop::perturb: a crash between two writes of a reconcile, a view held back, a VM's
+/// (kubeloop_testenv::perturb: a crash between two writes of a reconcile, a view held back, a VM's
 /// events coalesced), with no orphaned server left on the engine. Every plan:
 /// `hack/perturb --workload vm-fake` (a few minutes).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_vm_controller_passes_a_crash_a_held_view_and_a_coalescing_on_the_fake_engine() {
-    vm_campaign_passes(kubeloop::perturb::VmEngine::Fake).await;
+    vm_campaign_passes(kubeloop_testenv::perturb::VmEngine::Fake).await;
 }
 
 /// The same on podman through the Docker API: real containers, and none left behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_vm_controller_passes_a_crash_a_held_view_and_a_coalescing_on_podman() {
-    vm_campaign_passes(kubeloop::perturb::VmEngine::Podman).await;
+    vm_campaign_passes(kubeloop_testenv::perturb::VmEngine::Podman).await;
 }

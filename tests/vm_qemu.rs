@@ -16,7 +16,7 @@ use kube_client::api::Api;
 use kubeloop::controller::vm::{
     Phase, Qmp, READY_LINE, ServerDir, StateRoot, VirtualMachine, default_cache_dir,
 };
-use kubeloop::testenv::{self, Cluster};
+use kubeloop_testenv::{self as testenv, Cluster};
 
 mod vm_common;
 use vm_common::{

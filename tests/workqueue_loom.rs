@@ -1,6 +1,6 @@
 //! Model-checks the workqueue's hand-off protocol with loom (kubeloop's own tests).
 //!
-//! `kubeloop/src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
+//! `src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
 //! test target compiles that very file next to a shim of the same shape that hands out loom's
 //! `Mutex`, so loom runs every interleaving of the queue's transitions, its parked-`get` list
 //! and its wake-ups (at most three preemptions per execution, loom's usual bound). No
@@ -15,7 +15,7 @@
 //! - `shutdown` wakes every parked `get`;
 //! - the queue ends with nothing tracked and nothing parked.
 //!
-//! `kubeloop/src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
+//! `src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
 //! `state.rs`'s stamps) is compiled here too and checked for the same promises, plus: a
 //! higher priority added concurrently is never lost. With fairness keys (`fair.rs`, compiled
 //! here too): two workers and two producers of two keys, one key's item re-added while a
@@ -30,7 +30,7 @@ use std::task::{Context, Poll};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 
-/// The loom side of `kubeloop/src/workqueue/sync.rs`: same shape, loom's lock.
+/// The loom side of `src/workqueue/sync.rs`: same shape, loom's lock.
 mod sync {
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
@@ -45,19 +45,19 @@ mod sync {
     }
 }
 
-#[path = "../kubeloop/src/workqueue/parked.rs"]
+#[path = "../src/workqueue/parked.rs"]
 #[allow(dead_code)]
 mod parked;
 
-#[path = "../kubeloop/src/workqueue/state.rs"]
+#[path = "../src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;
 
-#[path = "../kubeloop/src/workqueue/fair.rs"]
+#[path = "../src/workqueue/fair.rs"]
 #[allow(dead_code)]
 mod fair;
 
-#[path = "../kubeloop/src/workqueue/priority_state.rs"]
+#[path = "../src/workqueue/priority_state.rs"]
 #[allow(dead_code)]
 mod priority_state;
 

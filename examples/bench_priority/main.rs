@@ -1,6 +1,6 @@
 //! The priority queue against the plain one when a controller starts over many objects and
 //! when a resync comes: `hack/bench-priority` runs it. Starts its own local control plane
-//! (`kubeloop::testenv`, apiserver only), creates N ConfigMaps, then runs ROUNDS rounds of each
+//! (`kubeloop_testenv`, apiserver only), creates N ConfigMaps, then runs ROUNDS rounds of each
 //! scenario on each queue, alternating queues, and prints the p50 and max of each figure (see
 //! `scenario.rs` for what a round does and measures).
 //!
@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use kubeloop::testenv::{Cluster, ClusterOptions};
+use kubeloop_testenv::{Cluster, ClusterOptions};
 
 mod scenario;
 use scenario::{Backlog, Figures};

@@ -196,7 +196,7 @@ pub async fn ensure_widget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    kubeloop::testenv::ensure_crd(client, &crd).await;
+    kubeloop_testenv::ensure_crd(client, &crd).await;
 }
 
 /// The process's peak resident set size in KiB (VmHWM).

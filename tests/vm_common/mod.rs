@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use kube_client::api::Api;
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop::testenv::{Cluster, ManagedProcess};
+use kubeloop_testenv::{Cluster, ManagedProcess};
 
 pub const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/virtualmachine.yaml");
 pub const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/test-vm.yaml");
@@ -34,7 +34,7 @@ impl Controller {
         let log = cluster
             .dir()
             .join(format!("{log_name}-{}.log", std::process::id()));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kubeloop"));
+        let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
         command
             .arg("vm-controller")
             .arg("--kubeconfig")
@@ -74,12 +74,12 @@ pub fn kubectl(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
 }
 
 /// Creates crds/virtualmachine.yaml unless it exists and waits until it is served
-/// ([`kubeloop::testenv::ensure_crd`]).
+/// ([`kubeloop_testenv::ensure_crd`]).
 pub async fn install_crd(cluster: &Cluster) {
     let yaml = std::fs::read_to_string(CRD).expect("reading crds/virtualmachine.yaml");
     let crd = serde_saphyr::from_str(&yaml).expect("crds/virtualmachine.yaml parses");
     let client = cluster.client().await.expect("a client of the cluster");
-    kubeloop::testenv::ensure_crd(&client, &crd).await;
+    kubeloop_testenv::ensure_crd(&client, &crd).await;
 }
 
 /// `kubectl apply` of VM `ns/name` asking for `cpu` and `memory`.

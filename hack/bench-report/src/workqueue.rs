@@ -578,14 +578,14 @@ kubeloop with ObjectKey keys, as its controller runtime queues them (Go: string 
     fn uncommitted_files_and_the_load_are_named_under_the_stamp() {
         let text = RESULTS.replace(
             "# commit: abc1234\n",
-            "# commit: abc1234\n# uncommitted: kubeloop/src/a.rs kubeloop/src/b.rs\n# load before: 1.0 2.0 3.0\n# load after: 4.0 5.0 6.0\n",
+            "# commit: abc1234\n# uncommitted: src/a.rs src/b.rs\n# load before: 1.0 2.0 3.0\n# load after: 4.0 5.0 6.0\n",
         );
         let report = render(&Results::parse(&text)).unwrap();
         let lines: Vec<&str> = report.lines().take(3).collect();
         assert_eq!(
             lines[1..3],
             [
-                "Built from that commit with uncommitted changes to: kubeloop/src/a.rs kubeloop/src/b.rs",
+                "Built from that commit with uncommitted changes to: src/a.rs src/b.rs",
                 "Load average (1, 5, 15 min) before: 1.0 2.0 3.0; after: 4.0 5.0 6.0",
             ],
             "{report}"

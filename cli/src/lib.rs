@@ -1,0 +1,61 @@
+//! The `kubeloop` command line as a library: the arguments ([`Cli`]), one module per
+//! subcommand (`cmd`) and the metrics and probe flags every controller subcommand shares
+//! ([`OpsArgs`]), which the tests start servers with. The binary (`src/main.rs`) sets the
+//! allocator and calls [`main`]. The machinery itself is the `kubeloop` crate.
+
+pub mod cmd;
+
+pub use cmd::ops_flags::{OpsArgs, OpsFlagError, Serving};
+
+use clap::{CommandFactory, FromArgMatches, Subcommand};
+
+/// client-go's controller machinery rebuilt in Rust: run the sample controller or the
+/// VirtualMachine controller against a Kubernetes cluster, or a local control plane to try
+/// them on.
+#[derive(clap::Parser, Debug)]
+#[command(name = "kubeloop", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    /// Logging flags (klog's spellings too).
+    pub log: cmd::common::LogArgs,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a local control plane (etcd, kube-apiserver, and with --full controller-manager,
+    /// scheduler and a kwok node) until Ctrl-C; built by hack/build-control-plane.
+    #[cfg(feature = "cluster")]
+    Cluster(cmd::cluster::Args),
+    /// Run the sample controller: each Foo (samplecontroller.k8s.io/v1alpha1) gets a
+    /// Deployment of nginx Pods, its replicas kept in line and reported in the Foo's status.
+    SampleController(cmd::sample_controller::Args),
+    /// Run the VirtualMachine controller (controller101): VMs as containers through the Docker
+    /// API, with finalizers and leader election.
+    VmController(cmd::vm_controller::Args),
+    /// Print one object's journey through a running controller (watch event, FIFO, indexer,
+    /// handlers, workqueue, reconcile, status write) with the time of each step. The
+    /// controller must run with --trace NAMESPACE/NAME and --metrics-bind-address.
+    Trace(cmd::trace::Args),
+}
+
+/// Parses the command line and runs the subcommand it names, on a multi-thread runtime.
+pub fn main() -> anyhow::Result<()> {
+    // Go's flag spellings (`-kubeconfig=...`, `-v=3`) first become clap's (`--kubeconfig=...`).
+    let command = Cli::command();
+    let args = cmd::common::normalize_args(&command, std::env::args_os());
+    let cli = Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|e| e.exit());
+    cmd::common::init_logging(&cli.log);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        match cli.command {
+            #[cfg(feature = "cluster")]
+            Command::Cluster(args) => cmd::cluster::run(args).await,
+            Command::SampleController(args) => cmd::sample_controller::run(args).await,
+            Command::VmController(args) => cmd::vm_controller::run(args).await,
+            Command::Trace(args) => cmd::trace::run(args).await,
+        }
+    })
+}

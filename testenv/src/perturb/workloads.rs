@@ -1,0 +1,204 @@
+//! The two controllers' workloads, each with the function that runs its controller in a
+//! campaign.
+
+use std::sync::Arc;
+
+use kube_client::api::ApiResource;
+use serde_json::json;
+
+use super::campaign::{Action, Audit, ControllerFn, Workload};
+
+/// The sample controller's workload: create a Foo, scale it, point it at another Deployment,
+/// delete it leaving its Deployments (propagation `Orphan`); the oracle compares Foos and
+/// Deployments. The cluster needs the Foo CRD and a controller-manager (the Deployments'
+/// status and the garbage collector's orphaning are part of each checkpoint). The controller
+/// is the sample controller with its defaults, watching the run's namespace only.
+pub fn sample() -> (Workload, ControllerFn) {
+    use kubeloop::controller::sample::{ControllerConfig, Foo, run};
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    let foos = ApiResource::erase::<Foo>(&());
+    let deployment = ApiResource::erase::<Deployment>(&());
+    let name = "example-foo".to_string();
+    let workload = Workload {
+        name: "sample".into(),
+        resources: vec![foos.clone(), deployment],
+        steps: vec![
+            Action::Create(
+                foos.clone(),
+                json!({
+                    "apiVersion": "samplecontroller.k8s.io/v1alpha1",
+                    "kind": "Foo",
+                    "metadata": {"name": name},
+                    "spec": {"deploymentName": "example-dep", "replicas": 1}
+                }),
+            ),
+            Action::Patch(foos.clone(), name.clone(), json!({"spec": {"replicas": 3}})),
+            Action::Patch(
+                foos.clone(),
+                name.clone(),
+                json!({"spec": {"deploymentName": "example-dep-2"}}),
+            ),
+            Action::Delete {
+                resource: foos,
+                name,
+                orphan: true,
+            },
+        ],
+        ignored: Vec::new(),
+        audit: None,
+    };
+    let controller: ControllerFn = Arc::new(|client, namespace, shutdown| {
+        Box::pin(async move {
+            let config = ControllerConfig {
+                namespace: Some(namespace),
+                ..Default::default()
+            };
+            if let Err(e) = run(client, config, shutdown).await {
+                tracing::error!(error = %e, "the sample controller ended with an error");
+            }
+        })
+    });
+    (workload, controller)
+}
+
+/// Which engine the VM workload's controller drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmEngine {
+    /// The in-memory fake engine, one per run.
+    Fake,
+    /// The Docker API at `$DOCKER_HOST` (podman in `hack/test`), each run's containers under a
+    /// `kubeloop.dev/managed-by` label of their own (the run's namespace).
+    Podman,
+}
+
+/// The VM controller's workload, with the controller that runs it on `engine`: create a VM,
+/// resize it, create a second and delete it at once (while it is being created), restart the
+/// controller, delete the first. The oracle compares the VirtualMachines (leaving out the
+/// server's id, its usage and the status's time, which differ from run to run), and the audit
+/// fails a run whose engine still holds a server of the run once every VM is gone: an orphan
+/// (and removes it). The engine outlives the controller's restarts, as a real one does.
+pub fn vm(engine: VmEngine) -> (Workload, ControllerFn) {
+    use std::collections::HashMap;
+
+    use kubeloop::controller::vm::{
+        DockerDriver, DockerDriverConfig, Driver, FakeDriver, VirtualMachine, VmControllerConfig,
+        run,
+    };
+    use kubeloop::leaderelection::{LeaderElector, LeaseLock};
+    use parking_lot::Mutex;
+
+    /// The run's engine: a fake kept per namespace, or a Docker driver labelled with it.
+    #[derive(Clone)]
+    enum Engine {
+        Fake(FakeDriver),
+        Docker(DockerDriver),
+    }
+    let fakes: Arc<Mutex<HashMap<String, FakeDriver>>> = Arc::default();
+    let engine_of = move |namespace: &str| match engine {
+        VmEngine::Fake => Engine::Fake(
+            fakes
+                .lock()
+                .entry(namespace.to_string())
+                .or_default()
+                .clone(),
+        ),
+        VmEngine::Podman => Engine::Docker(DockerDriver::new(DockerDriverConfig {
+            managed_by: namespace.to_string(),
+            ..DockerDriverConfig::from_env()
+        })),
+    };
+    let engine_of = Arc::new(engine_of);
+    let controller: ControllerFn = {
+        let engine_of = engine_of.clone();
+        Arc::new(move |client, namespace, shutdown| {
+            let engine = engine_of(&namespace);
+            Box::pin(async move {
+                let config = VmControllerConfig {
+                    namespace: Some(namespace),
+                    ..Default::default()
+                };
+                let none = None::<LeaderElector<LeaseLock>>;
+                let result = match engine {
+                    Engine::Fake(driver) => run(client, driver, config, shutdown, none).await,
+                    Engine::Docker(driver) => run(client, driver, config, shutdown, none).await,
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "the VM controller ended with an error");
+                }
+            })
+        })
+    };
+    let audit: Audit = Arc::new(move |namespace: &str| {
+        let engine = engine_of(namespace);
+        Box::pin(async move {
+            async fn orphans<D: Driver>(driver: &D) -> Vec<String> {
+                let servers = match driver.list_servers().await {
+                    Ok(servers) => servers,
+                    Err(e) => return vec![format!("listing the engine's servers: {e}")],
+                };
+                let mut found = Vec::new();
+                for server in servers {
+                    found.push(format!(
+                        "orphaned server {} ({}) of VM {}",
+                        server.id,
+                        server.name,
+                        server.vm_name.as_deref().unwrap_or_default()
+                    ));
+                    let uid = server.vm_uid.clone().unwrap_or_default();
+                    let _ = driver.delete_server(&server.id, &uid).await;
+                }
+                found
+            }
+            match &engine {
+                Engine::Fake(driver) => orphans(driver).await,
+                Engine::Docker(driver) => orphans(driver).await,
+            }
+        })
+    });
+    let vm = ApiResource::erase::<VirtualMachine>(&());
+    let object = |name: &str| {
+        json!({
+            "apiVersion": "cloudnative.tw/v1alpha1",
+            "kind": "VirtualMachine",
+            "metadata": {"name": name},
+            "spec": {"resource": {"cpu": 1, "memory": "1Gi"}}
+        })
+    };
+    let workload = Workload {
+        name: match engine {
+            VmEngine::Fake => "vm-fake".into(),
+            VmEngine::Podman => "vm-podman".into(),
+        },
+        resources: vec![vm.clone()],
+        steps: vec![
+            Action::Create(vm.clone(), object("vm-a")),
+            Action::Patch(
+                vm.clone(),
+                "vm-a".into(),
+                json!({"spec": {"resource": {"cpu": 2, "memory": "2Gi"}}}),
+            ),
+            Action::All(vec![
+                Action::Create(vm.clone(), object("vm-b")),
+                Action::Delete {
+                    resource: vm.clone(),
+                    name: "vm-b".into(),
+                    orphan: false,
+                },
+            ]),
+            Action::RestartController,
+            Action::Delete {
+                resource: vm,
+                name: "vm-a".into(),
+                orphan: false,
+            },
+        ],
+        ignored: vec![
+            "/status/server/id".into(),
+            "/status/server/usage".into(),
+            "/status/lastUpdateTime".into(),
+        ],
+        audit: Some(audit),
+    };
+    (workload, controller)
+}
