@@ -1,4 +1,4 @@
-// hack/go/protobuf-table: the generator of kubeloop/src/protobuf/generated.rs and its test
+// hack/go/protobuf-table: the generator of src/protobuf/generated.rs and its test
 // corpus, at the Kubernetes version of hack/versions.env (v1.36.3 -> the v0.36.3 staging
 // modules).
 module kubeloop.local/hack/protobuf-table

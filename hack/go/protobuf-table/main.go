@@ -1,10 +1,10 @@
-// Writes kubeloop's protobuf field table (kubeloop/src/protobuf/generated.rs) from the Go API types
+// Writes kubeloop's protobuf field table (src/protobuf/generated.rs) from the Go API types
 // at the pinned Kubernetes version, so that the Rust decoder knows, for every message the
 // apiserver sends, each field's tag, its JSON name, whether Go omits it when empty, whether it
 // is a pointer, whether its JSON is inlined into the parent, and what it holds.
 //
-//	go run . > ../../../kubeloop/src/protobuf/generated.rs   (hack/generate-protobuf-table does this)
-//	go run . -fixtures ../../../kubeloop/src/protobuf/testdata  (the decoder's test corpus: fixtures.go)
+//	go run . > ../../../src/protobuf/generated.rs   (hack/generate-protobuf-table does this)
+//	go run . -fixtures ../../../src/protobuf/testdata  (the decoder's test corpus: fixtures.go)
 //
 // The roots are every kind client-go's scheme registers (the built-in API groups), the
 // apiextensions.k8s.io/v1 kinds, and meta/v1's PartialObjectMetadata(List), Status and
