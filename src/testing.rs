@@ -7,11 +7,12 @@
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
 //! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see [`crate::runtime::ShardRing`]) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
-//! | [`eventually`], [`eventually_blocking`] | `wait.PollUntilContextTimeout`, gomega's `Eventually` |
+//! | [`eventually`], [`eventually_blocking`], [`eventually_explained`] | `wait.PollUntilContextTimeout`, gomega's `Eventually` |
 //!
-//! [`eventually`] is also the waiting helper of the real-cluster tests (`kubeloop_testenv`
-//! re-exports it): one poll loop that fails naming what it waited for and why it was not
-//! there yet.
+//! [`eventually`] is also the waiting helper of the real-cluster tests: one poll loop that
+//! fails naming what it waited for and why it was not there yet. [`eventually_explained`] is
+//! the same loop with more to say on failure; the harness (`kubeloop_testenv`) builds on it to
+//! add the last lines of a program's log (`ManagedProcess::eventually`).
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop_testenv` runs
 //! a real control plane for that.
@@ -115,7 +116,23 @@ impl<T, E: Display> Ready for Result<T, E> {
 /// Runs `check` every [`POLL_INTERVAL`] until it is ready and returns its value; panics after
 /// `timeout` with `what` and the last reason it gave. Time is tokio's, so paused-clock tests
 /// advance through it.
-pub async fn eventually<R, F, Fut>(what: &str, timeout: Duration, mut check: F) -> R::Output
+pub async fn eventually<R, F, Fut>(what: &str, timeout: Duration, check: F) -> R::Output
+where
+    R: Ready,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+{
+    eventually_explained(what, timeout, String::new, check).await
+}
+
+/// [`eventually`] whose failure message also holds what `explain` returns (a log's last lines,
+/// the state of what was waited on), asked for only on failure.
+pub async fn eventually_explained<R, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    explain: impl FnOnce() -> String,
+    mut check: F,
+) -> R::Output
 where
     R: Ready,
     F: FnMut() -> Fut,
@@ -126,7 +143,7 @@ where
         match check().await.ready() {
             Ok(value) => return value,
             Err(why) if tokio::time::Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {why}")
+                timed_out(what, timeout, &why, explain())
             }
             Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
         }
@@ -137,18 +154,35 @@ where
 pub fn eventually_blocking<R: Ready>(
     what: &str,
     timeout: Duration,
+    check: impl FnMut() -> R,
+) -> R::Output {
+    eventually_explained_blocking(what, timeout, String::new, check)
+}
+
+/// [`eventually_explained`] for code outside an async context (it sleeps the thread).
+pub fn eventually_explained_blocking<R: Ready>(
+    what: &str,
+    timeout: Duration,
+    explain: impl FnOnce() -> String,
     mut check: impl FnMut() -> R,
 ) -> R::Output {
     let deadline = Instant::now() + timeout;
     loop {
         match check().ready() {
             Ok(value) => return value,
-            Err(why) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {why}")
-            }
+            Err(why) if Instant::now() >= deadline => timed_out(what, timeout, &why, explain()),
             Err(_) => std::thread::sleep(POLL_INTERVAL),
         }
     }
+}
+
+/// The failure of every `eventually`: what, how long, the last reason, and the explanation
+/// if there is one.
+fn timed_out(what: &str, timeout: Duration, why: &str, explanation: String) -> ! {
+    if explanation.is_empty() {
+        panic!("timed out after {timeout:?} waiting for {what}: {why}")
+    }
+    panic!("timed out after {timeout:?} waiting for {what}: {why}\n{explanation}")
 }
 
 #[cfg(feature = "runtime")]
@@ -268,6 +302,18 @@ mod tests {
         eventually("the impossible", Duration::from_secs(1), || async {
             Err::<(), _>("not yet: 7")
         })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "waiting for the impossible: not yet\nthe log says why")]
+    async fn eventually_explained_adds_the_explanation_on_failure() {
+        eventually_explained(
+            "the impossible",
+            Duration::from_secs(1),
+            || "the log says why".to_string(),
+            || async { false.then_some(()).ok_or("not yet") },
+        )
         .await;
     }
 

@@ -4,18 +4,16 @@
 //! keep the test quick; the default values are checked by the unit tests in
 //! `src/cache/backoff.rs` and `src/cache/reflector.rs`.
 
-mod cache_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::Recording;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kubeloop::cache::{
     BackoffConfig, CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
 use kubeloop_testenv as testenv;
+use kubeloop_testenv::informer::Recording;
 use parking_lot::Mutex;
 
 #[tokio::test]

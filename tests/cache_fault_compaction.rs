@@ -16,18 +16,18 @@
 //! lister hands out objects equal to the typed one's, and the metadata-only listers their
 //! metadata, as `PartialObjectMetadata` from the apiserver.
 
-mod cache_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, configmap, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kube_client::core::PartialObjectMeta;
 use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer, StoreKind,
+};
+use kubeloop_testenv::informer::{
+    Checker, Recording, assert_converges, churn, configmap, seed_configmaps,
 };
 use kubeloop_testenv::{Cluster, ClusterOptions, FaultProxy};
 use parking_lot::Mutex;
@@ -132,7 +132,7 @@ async fn compacted_resource_version_leads_to_a_relist_that_converges() {
         Duration::from_secs(60),
     )
     .await;
-    cache_common::eventually(
+    kubeloop::testing::eventually(
         "a watch 410, a relist and a watch again",
         Duration::from_secs(60),
         || async {

@@ -4,16 +4,14 @@
 //! the server's state, no handler sees an object added twice without a delete between, and
 //! deletions of known objects during the outage arrive as tombstones.
 
-mod cache_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
+use kubeloop_testenv::informer::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use kubeloop_testenv::{self as testenv, FaultProxy};
 use parking_lot::Mutex;
 

@@ -3,16 +3,14 @@
 //! handler sees an object added twice without a delete between, and every deletion of a
 //! known object reaches the handler (as a DELETED event or a tombstone).
 
-mod cache_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_common::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::Api;
 use kubeloop::cache::{CacheMetrics, InformerConfig, ListWatch, SharedIndexInformer};
 use kubeloop_testenv as testenv;
+use kubeloop_testenv::informer::{Checker, Recording, assert_converges, churn, seed_configmaps};
 use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,17 +18,16 @@
 //!   list is the streaming list, so the relist is a second `sendInitialEvents` watch, not a
 //!   LIST.
 
-mod cache_common;
-
 use std::time::Duration;
 
-use cache_common::{Checker, assert_converges, configmap, eventually, seed_configmaps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
     BackoffConfig, CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
+use kubeloop::testing::eventually;
+use kubeloop_testenv::informer::{Checker, assert_converges, configmap, seed_configmaps};
 use kubeloop_testenv::{self as testenv, HttpFaultProxy, ProxiedRequest, RequestKind};
 
 /// Backoff well under the 2 s the throttled answers ask for, so a reflector that ignored

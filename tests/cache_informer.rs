@@ -2,13 +2,10 @@
 //! go through informers; handlers see the right sequence and listers return what the server
 //! has. Also the streaming-list (sendInitialEvents) mode.
 
-mod cache_common;
-
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use cache_common::{Checker, assert_converges, configmap, ensure_widget_crd, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -17,7 +14,9 @@ use kubeloop::cache::{
     FactoryOptions, Indexer, InformerConfig, LabelSelector, ListWatch, ReflectorConfig,
     SharedIndexInformer, SharedInformerFactory, StoreKind,
 };
+use kubeloop::testing::eventually;
 use kubeloop_testenv as testenv;
+use kubeloop_testenv::informer::{Checker, assert_converges, configmap, ensure_widget_crd};
 use serde::{Deserialize, Serialize};
 
 /// Our own typed CRD object (what a controller crate would define).

@@ -2,11 +2,8 @@
 //! and by paged LIST: the cache equals the server's list. Prints the sync time and the process's peak RSS (VmHWM) for the notes; no time
 //! limit is asserted (speed belongs in benches).
 
-mod cache_common;
-
 use std::time::{Duration, Instant};
 
-use cache_common::{cache_state, configmap, peak_rss_kib, server_configmaps};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Api, PostParams};
@@ -14,6 +11,7 @@ use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, SharedIndexInformer,
 };
 use kubeloop_testenv as testenv;
+use kubeloop_testenv::informer::{cache_state, configmap, peak_rss_kib, server_configmaps};
 
 const OBJECTS: usize = 10_000;
 

@@ -10,15 +10,12 @@
 //! version decodes and removed when deleted; the metric counts each skip and the warning
 //! names the object and its resourceVersion.
 
-mod cache_common;
-
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cache_common::eventually;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -27,6 +24,7 @@ use kubeloop::cache::{
     CacheMetrics, InformerConfig, ListWatch, ReflectorConfig, ReflectorMetrics,
     ResourceEventHandlerFuncs, SharedIndexInformer,
 };
+use kubeloop::testing::eventually;
 use kubeloop_testenv as testenv;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

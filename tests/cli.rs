@@ -15,7 +15,6 @@
 #![allow(clippy::disallowed_names)]
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -23,7 +22,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube_client::api::{Api, ListParams, PostParams};
 use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
-use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, Kubeloop, ManagedProcess};
 
 const FOO_CRD: &str = include_str!("../crds/foo.yaml");
 const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
@@ -49,18 +48,14 @@ where
         .expect("creating the test objects");
 }
 
-/// Starts a controller process, its output in a file of the cluster's directory.
+/// `kubeloop <args>` in the background, its log in the cluster's directory. The verbosity
+/// comes from the command line (-v=3), not from the environment.
 fn spawn_controller(cluster: &Cluster, name: &str, args: &[&str]) -> ManagedProcess {
-    let log = cluster
-        .dir()
-        .join(format!("cli-{name}-{}.log", std::process::id()));
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args(args)
-        // The verbosity comes from the command line (-v=3), not from the environment.
+    Kubeloop::new(args)
+        .name(&format!("cli-{name}"))
         .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1");
-    ManagedProcess::start(name, command, &log).expect("starting kubeloop")
+        .log_in(cluster)
+        .start()
 }
 
 /// SIGTERM, wait until the first one is handled, SIGTERM again; returns the exit code,

@@ -12,7 +12,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use kubeloop::testing::eventually_blocking;
 
 static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -100,14 +102,17 @@ fn assert_nothing_left(output: &str) {
         pids.len() >= 8,
         "the demo should announce 5 component and 3 controller pids, got {pids:?}\n{output}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-    assert!(
-        left.is_empty(),
-        "processes left behind by hack/demo: {left:?}"
+    eventually_blocking(
+        "every process hack/demo announced to be gone",
+        Duration::from_secs(10),
+        || {
+            let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("processes left behind by hack/demo: {left:?}"))
+            }
+        },
     );
     assert!(
         !vm_container_exists(),

@@ -11,8 +11,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_client::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
-use kubeloop_testenv as testenv;
 use kubeloop::testing::eventually;
+use kubeloop_testenv as testenv;
 
 #[tokio::test]
 async fn apiserver_lists_namespaces_and_reports_the_pinned_version() {
@@ -128,16 +128,9 @@ async fn the_recorder_falls_back_to_core_v1_where_events_k8s_io_is_not_served() 
     assert_eq!(listed[0].message.as_deref(), Some("on core/v1"));
 
     // The sample controller's binary on that apiserver says so once, at start.
-    let mut command = std::process::Command::new(kubeloop_testenv::kubeloop_binary());
-    command.args([
-        "sample-controller",
-        "--kubeconfig",
-        without.kubeconfig_path().to_str().unwrap(),
-        "--namespace",
-        &ns,
-    ]);
-    let mut controller =
-        testenv::ManagedProcess::start_temp_log("sample-controller", command).unwrap();
+    let mut controller = testenv::Kubeloop::new(["sample-controller", "--namespace", &ns])
+        .kubeconfig(without.kubeconfig_path())
+        .start();
     let fallback = "does not serve events.k8s.io/v1: recording core/v1 Events";
     controller.wait_for_line_blocking(&[fallback], Duration::from_secs(30));
     // It goes on to wait for its informers (this apiserver has no Foo CRD); by then discovery

@@ -10,16 +10,15 @@
 //!
 //! `hack/test` builds the image first (`hack/build-image`); `$KUBELOOP_IMAGE` names it.
 
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use kubeloop::testing::eventually_explained_blocking;
 use kubeloop_testenv::{self as testenv, Cluster};
 
-mod pod_common;
-use pod_common::scrape;
+use kubeloop_testenv::scrape_metrics;
 
 /// The namespace of each controller's ServiceAccount (deploy/00-namespace.yaml).
 fn namespace_of(sa: &str) -> &'static str {
@@ -56,17 +55,12 @@ fn podman(args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    cluster.kubectl(args).ok()
-}
-
 /// CRDs, deploy/'s namespace and both controllers' RBAC. Once per test binary.
 fn install(cluster: &Cluster) {
     static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     INSTALLED.get_or_init(|| {
-        kubectl(
-            cluster,
-            &[
+        cluster
+            .kubectl(&[
                 "apply",
                 "-f",
                 "crds/",
@@ -78,28 +72,19 @@ fn install(cluster: &Cluster) {
                 "deploy/vm-controller-rbac.yaml",
                 "-f",
                 "deploy/metrics-rbac.yaml",
-            ],
-        );
-        kubectl(
-            cluster,
-            &[
+            ])
+            .ok();
+        cluster
+            .kubectl(&[
                 "wait",
                 "--for",
                 "condition=established",
                 "--timeout=60s",
                 "crd/foos.samplecontroller.k8s.io",
                 "crd/virtualmachines.cloudnative.tw",
-            ],
-        );
+            ])
+            .ok();
     });
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A container running the image as a pod would; removed on drop.
@@ -117,17 +102,16 @@ impl Pod {
             .unwrap_or_else(|_| panic!("no image {image}: run hack/build-image (hack/test does)"));
         // What the kubelet projects into every pod: a bound token, the CA, the namespace.
         let secrets = tempfile::tempdir().unwrap();
-        let token = kubectl(
-            cluster,
-            &[
+        let token = cluster
+            .kubectl(&[
                 "create",
                 "token",
                 sa,
                 "-n",
                 namespace_of(sa),
                 "--duration=1h",
-            ],
-        );
+            ])
+            .ok();
         let files = [
             ("token", token.trim().as_bytes().to_vec()),
             (
@@ -191,8 +175,8 @@ impl Pod {
         args: &[&str],
         ns: &str,
     ) -> Self {
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let probes = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", testenv::free_port().expect("a free port"));
+        let probes = format!("127.0.0.1:{}", testenv::free_port().expect("a free port"));
         let mut all = args.to_vec();
         all.extend([
             "--namespace",
@@ -221,21 +205,21 @@ impl Pod {
         podman(&["inspect", "--format", format, &self.name]).unwrap()
     }
 
-    /// Panics with the container's log unless `check` holds within `limit`.
-    fn wait<T>(&self, what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            if let Some(value) = check() {
-                return value;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what} not within {limit:?}; container state {}; its log:\n{}",
-                self.inspect("{{.State.Status}} {{.State.ExitCode}}"),
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+    /// [`eventually_explained_blocking`]: panics with the container's state and log unless
+    /// `check` holds within `limit`.
+    fn wait<T>(&self, what: &str, limit: Duration, check: impl FnMut() -> Option<T>) -> T {
+        eventually_explained_blocking(
+            what,
+            limit,
+            || {
+                format!(
+                    "container state {}; its log:\n{}",
+                    self.inspect("{{.State.Status}} {{.State.ExitCode}}"),
+                    self.logs()
+                )
+            },
+            check,
+        )
     }
 }
 
@@ -281,25 +265,28 @@ fn assert_runs_as_a_restricted_pod(pod: &Pod) {
 /// token of a ServiceAccount bound to deploy/'s `kubeloop:metrics-reader` (200).
 async fn metrics_need_a_reader_token(cluster: &Cluster, pod: &Pod, metrics: &str) {
     let ns = cluster.new_namespace("image-scraper").await.unwrap();
-    kubectl(cluster, &["create", "serviceaccount", "scraper", "-n", &ns]);
-    kubectl(
-        cluster,
-        &[
+    cluster
+        .kubectl(&["create", "serviceaccount", "scraper", "-n", &ns])
+        .ok();
+    cluster
+        .kubectl(&[
             "create",
             "clusterrolebinding",
             &format!("{ns}-metrics-reader"),
             "--clusterrole=kubeloop:metrics-reader",
             &format!("--serviceaccount={ns}:scraper"),
-        ],
-    );
-    let token = kubectl(cluster, &["create", "token", "scraper", "-n", &ns]);
+        ])
+        .ok();
+    let token = cluster
+        .kubectl(&["create", "token", "scraper", "-n", &ns])
+        .ok();
     pod.wait(
         "the metrics server to refuse an anonymous scrape",
         WAIT,
-        || (scrape(metrics, None) == 401).then_some(()),
+        || (scrape_metrics(metrics, None) == 401).then_some(()),
     );
     pod.wait("a metrics reader's scrape to be answered", WAIT, || {
-        (scrape(metrics, Some(token.trim())) == 200).then_some(())
+        (scrape_metrics(metrics, Some(token.trim())) == 200).then_some(())
     });
 }
 
@@ -383,10 +370,9 @@ async fn the_vm_controller_image_runs_as_a_pod_on_the_engine_socket_through_its_
         (phase == "Active").then_some(())
     });
     // Deleting it goes through the finalizer: the container goes, then the VM.
-    kubectl(
-        cluster,
-        &["delete", "vm", "pod-vm", "-n", &ns, "--wait=false"],
-    );
+    cluster
+        .kubectl(&["delete", "vm", "pod-vm", "-n", &ns, "--wait=false"])
+        .ok();
     pod.wait("the VM to be finalized and gone", WAIT, || {
         let left = field(cluster, &ns, &["vm"], "{.items[*].metadata.name}")?;
         left.trim().is_empty().then_some(())

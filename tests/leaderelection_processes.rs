@@ -267,15 +267,13 @@ impl Election {
     }
 
     async fn wait_for(&self, what: &str, timeout: Duration, check: impl Fn(&Self) -> bool) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while !check(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.dump()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        kubeloop::testing::eventually_explained(
+            what,
+            timeout,
+            || self.dump(),
+            || async { check(self) },
+        )
+        .await
     }
 
     /// Waits until exactly one candidate works, and returns it.

@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use kubeloop_testenv::{Cluster, ClusterOptions, NODE_NAME};
 
-mod pod_common;
-use pod_common::scrape;
+use kubeloop_testenv::scrape_metrics;
 
 const SAMPLE_NS: &str = "kubeloop-system";
 const VM_NS: &str = "kubeloop-vm-system";
@@ -204,7 +203,12 @@ async fn deploy_runs_on_a_real_kubelet_node() {
         .ok();
     for ip in sample_ips.iter().chain(&vm_ips) {
         let addr = format!("{ip}:8443");
-        let statuses = || (scrape(&addr, None), scrape(&addr, Some(token.trim())));
+        let statuses = || {
+            (
+                scrape_metrics(&addr, None),
+                scrape_metrics(&addr, Some(token.trim())),
+            )
+        };
         kubeloop::testing::eventually(
             &format!("{ip}:8443 to answer an anonymous scrape 401 and a reader's 200"),
             Duration::from_secs(30),

@@ -10,12 +10,11 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
 use kubeloop::testing::eventually_blocking as eventually;
+use kubeloop_testenv::{self as testenv, Cluster, Kubeloop, ManagedProcess};
 
 const DEPLOY_NS: &str = "kubeloop-system";
 /// The VM controller's namespace: its pods mount the node's engine socket, which Pod Security
@@ -32,50 +31,38 @@ fn namespace_of(sa: &str) -> &'static str {
 }
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Runs kubectl as the cluster admin; panics with its stderr on failure.
-fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    cluster.kubectl(args).ok()
-}
-
-fn kubectl_stdin(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
-    cluster.kubectl_stdin(args, stdin).ok()
-}
-
 /// CRDs installed and served; deploy/'s namespace exists. Once per test binary (concurrent
 /// `kubectl apply`s of a new object race to create it).
 fn install_crds_and_namespace(cluster: &Cluster) {
     static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     INSTALLED.get_or_init(|| {
-        kubectl(
-            cluster,
-            &["apply", "-f", "crds/", "-f", "deploy/00-namespace.yaml"],
-        );
-        kubectl(
-            cluster,
-            &[
+        cluster
+            .kubectl(&["apply", "-f", "crds/", "-f", "deploy/00-namespace.yaml"])
+            .ok();
+        cluster
+            .kubectl(&[
                 "wait",
                 "--for",
                 "condition=established",
                 "--timeout=60s",
                 "crd/foos.samplecontroller.k8s.io",
                 "crd/virtualmachines.cloudnative.tw",
-            ],
-        );
+            ])
+            .ok();
     });
 }
 
 /// deploy/'s RBAC and admission policy for the sample controller's ServiceAccount.
 fn apply_sample_controller_rights(cluster: &Cluster) {
-    kubectl(
-        cluster,
-        &[
+    cluster
+        .kubectl(&[
             "apply",
             "-f",
             "deploy/sample-controller-rbac.yaml",
             "-f",
             "deploy/sample-controller-admission.yaml",
-        ],
-    );
+        ])
+        .ok();
 }
 
 fn deploy_file(name: &str) -> String {
@@ -108,7 +95,9 @@ fn restricted_identity(
     edit: impl Fn(String) -> String,
 ) -> (String, PathBuf, PathBuf) {
     let (rbac, sa) = rbac_variant(file, sa, suffix, edit);
-    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&rbac));
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&rbac))
+        .ok();
     let dir = tempdir(&format!("{sa}-dir"));
     let kubeconfig = service_account_kubeconfig(cluster, &sa, &dir);
     (sa, dir, kubeconfig)
@@ -133,51 +122,47 @@ fn replace_verbs(
 /// A kubeconfig for the apiserver of `cluster` that authenticates with a token of the
 /// ServiceAccount `sa` in deploy/'s namespace, from the TokenRequest API.
 fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBuf {
-    let token = kubectl(
-        cluster,
-        &[
+    let token = cluster
+        .kubectl(&[
             "create",
             "token",
             sa,
             "-n",
             namespace_of(sa),
             "--duration=1h",
-        ],
-    );
-    let server = kubectl(
-        cluster,
-        &[
+        ])
+        .ok();
+    let server = cluster
+        .kubectl(&[
             "config",
             "view",
             "--raw",
             "--minify",
             "-o",
             "jsonpath={.clusters[0].cluster.server}",
-        ],
-    );
-    let ca = kubectl(
-        cluster,
-        &[
+        ])
+        .ok();
+    let ca = cluster
+        .kubectl(&[
             "config",
             "view",
             "--raw",
             "--minify",
             "-o",
             "jsonpath={.clusters[0].cluster.certificate-authority-data}",
-        ],
-    );
+        ])
+        .ok();
     let ca_line = if ca.trim().is_empty() {
-        let path = kubectl(
-            cluster,
-            &[
+        let path = cluster
+            .kubectl(&[
                 "config",
                 "view",
                 "--raw",
                 "--minify",
                 "-o",
                 "jsonpath={.clusters[0].cluster.certificate-authority}",
-            ],
-        );
+            ])
+            .ok();
         format!("certificate-authority: {}", path.trim())
     } else {
         format!("certificate-authority-data: {}", ca.trim())
@@ -194,23 +179,16 @@ fn service_account_kubeconfig(cluster: &Cluster, sa: &str, dir: &Path) -> PathBu
     path
 }
 
-/// Starts a controller process ([`ManagedProcess`]: its output in a temporary file, killed on
-/// drop).
+/// `kubeloop <args>` in the background, logging at `$OPS_TEST_RUST_LOG` (default info), with
+/// no container engine (these tests check operations, not VMs).
 fn start_controller(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args(args)
-        .env("NO_COLOR", "1")
+    Kubeloop::new(args)
         .env(
             "RUST_LOG",
             std::env::var("OPS_TEST_RUST_LOG").unwrap_or("info".into()),
         )
-        .env("DOCKER_HOST", "unix:///nonexistent/engine.sock");
-    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
-}
-
-fn try_kubectl(cluster: &Cluster, args: &[&str]) -> Option<String> {
-    cluster.kubectl(args).result().ok()
+        .env("DOCKER_HOST", "unix:///nonexistent/engine.sock")
+        .start()
 }
 
 fn http_get(addr: &str, path: &str) -> (u16, String) {
@@ -254,17 +232,16 @@ fn foo_yaml(name: &str, replicas: u32) -> String {
 async fn deploy_manifests_pass_a_server_side_dry_run() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    let out = kubectl(
-        cluster,
-        &[
+    let out = cluster
+        .kubectl(&[
             "apply",
             "--server-side",
             "--field-manager=kubeloop-deploy",
             "--dry-run=server",
             "-f",
             "deploy/",
-        ],
-    );
+        ])
+        .ok();
     for object in [
         "namespace/kubeloop-system",
         "serviceaccount/sample-controller",
@@ -294,23 +271,19 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
         );
     }
     // The VM controller's Deployment: two replicas, downward-API identity.
-    let vm = kubectl(
-        cluster,
-        &[
+    let vm = cluster.kubectl(&[
             "apply",
             "--dry-run=server",
             "-f",
             "deploy/vm-controller.yaml",
             "-o",
             "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].env[*].valueFrom.fieldRef.fieldPath}",
-        ],
-    );
+        ]).ok();
     assert_eq!(vm.trim(), "2 metadata.name metadata.namespace");
     // The sharded variant (applied instead of deploy/vm-controller.yaml).
-    let sharded = kubectl(
-        cluster,
-        &["apply", "--dry-run=server", "-f", "deploy/sharded/"],
-    );
+    let sharded = cluster
+        .kubectl(&["apply", "--dry-run=server", "-f", "deploy/sharded/"])
+        .ok();
     for object in [
         "role.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
         "rolebinding.rbac.authorization.k8s.io/kubeloop:vm-controller:shards",
@@ -346,10 +319,7 @@ fn every_flag_in_the_deployments_is_one_the_binary_accepts() {
             .map(|l| l.trim_start().trim_start_matches("- ").trim())
             .collect();
         let subcommand = args[0];
-        let help = Command::new(kubeloop_testenv::kubeloop_binary())
-            .args([subcommand, "--help"])
-            .output()
-            .unwrap();
+        let help = Kubeloop::new([subcommand, "--help"]).output();
         let help = String::from_utf8_lossy(&help.stdout).into_owned();
         assert!(
             help.contains("Usage"),
@@ -382,17 +352,16 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
     let ns = cluster.new_namespace("ops-sample").await.unwrap();
     let dir = tempdir("sample");
     let kubeconfig = service_account_kubeconfig(cluster, "sample-controller", &dir);
-    let whoami = kubectl(
-        cluster,
-        &[
+    let whoami = cluster
+        .kubectl(&[
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
             "auth",
             "whoami",
             "-o",
             "jsonpath={.status.userInfo.username}",
-        ],
-    );
+        ])
+        .ok();
     assert_eq!(
         whoami,
         "system:serviceaccount:kubeloop-system:sample-controller"
@@ -442,15 +411,12 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
         .sum();
 
     // One Foo, then a scale-up: the Deployment follows and the status is written.
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "-"],
-        Some(&foo_yaml("web", 1)),
-    );
+    cluster
+        .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(&foo_yaml("web", 1)))
+        .ok();
     eventually("Deployment web available", Duration::from_secs(60), || {
-        try_kubectl(
-            cluster,
-            &[
+        cluster
+            .kubectl(&[
                 "get",
                 "deployment",
                 "web",
@@ -458,13 +424,13 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
                 &ns,
                 "-o",
                 "jsonpath={.status.availableReplicas}",
-            ],
-        )
-        .filter(|s| s == "1")
+            ])
+            .result()
+            .ok()
+            .filter(|s| s == "1")
     });
-    kubectl(
-        cluster,
-        &[
+    cluster
+        .kubectl(&[
             "patch",
             "foo",
             "web",
@@ -474,15 +440,14 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
             "merge",
             "-p",
             r#"{"spec":{"replicas":2}}"#,
-        ],
-    );
+        ])
+        .ok();
     eventually(
         "Foo web status availableReplicas 2",
         Duration::from_secs(60),
         || {
-            try_kubectl(
-                cluster,
-                &[
+            cluster
+                .kubectl(&[
                     "get",
                     "foo",
                     "web",
@@ -490,18 +455,18 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
                     &ns,
                     "-o",
                     "jsonpath={.status.availableReplicas}",
-                ],
-            )
-            .filter(|s| s == "2")
+                ])
+                .result()
+                .ok()
+                .filter(|s| s == "2")
         },
     );
     eventually(
         "a Synced Event for Foo web",
         Duration::from_secs(30),
         || {
-            try_kubectl(
-                cluster,
-                &[
+            cluster
+                .kubectl(&[
                     "get",
                     "events",
                     "-n",
@@ -510,14 +475,14 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
                     "involvedObject.name=web,reason=Synced",
                     "-o",
                     "name",
-                ],
-            )
-            .filter(|s| !s.trim().is_empty())
+                ])
+                .result()
+                .ok()
+                .filter(|s| !s.trim().is_empty())
         },
     );
-    let owner = kubectl(
-        cluster,
-        &[
+    let owner = cluster
+        .kubectl(&[
             "get",
             "deployment",
             "web",
@@ -525,8 +490,8 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
             &ns,
             "-o",
             "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
-        ],
-    );
+        ])
+        .ok();
     assert_eq!(
         owner, "Foo/web",
         "the Deployment is the controller's, owned by the Foo"
@@ -617,11 +582,9 @@ async fn sample_controller_missing_a_right(
         "--namespace",
         &ns,
     ]);
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "-"],
-        Some(&foo_yaml("web", 1)),
-    );
+    cluster
+        .kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], Some(&foo_yaml("web", 1)))
+        .ok();
     let line = controller.wait_for_line_blocking(needles, Duration::from_secs(30));
     eprintln!("the controller said: {line}");
     let _ = std::fs::remove_dir_all(dir);
@@ -666,7 +629,9 @@ async fn the_sample_controller_without_foos_watch_names_the_missing_right() {
 async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    kubectl(cluster, &["apply", "-f", "deploy/vm-controller-rbac.yaml"]);
+    cluster
+        .kubectl(&["apply", "-f", "deploy/vm-controller-rbac.yaml"])
+        .ok();
     let ns = cluster.new_namespace("ops-vm").await.unwrap();
     let dir = tempdir("vm");
     let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
@@ -705,9 +670,8 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "Lease kubeloop-vm-system/controller101 held by the test replica",
         Duration::from_secs(30),
         || {
-            try_kubectl(
-                cluster,
-                &[
+            cluster
+                .kubectl(&[
                     "get",
                     "lease",
                     "controller101",
@@ -715,23 +679,21 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
                     VM_NS,
                     "-o",
                     "jsonpath={.spec.holderIdentity}",
-                ],
-            )
-            .filter(|h| h == "ops-test-replica")
+                ])
+                .result()
+                .ok()
+                .filter(|h| h == "ops-test-replica")
         },
     );
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "examples/test-vm.yaml"],
-        None,
-    );
+    cluster
+        .kubectl_stdin(&["apply", "-n", &ns, "-f", "examples/test-vm.yaml"], None)
+        .ok();
     eventually(
         "VM test-vm Active with usage",
         Duration::from_secs(60),
         || {
-            try_kubectl(
-                cluster,
-                &[
+            cluster
+                .kubectl(&[
                     "get",
                     "vm",
                     "test-vm",
@@ -739,9 +701,10 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
                     &ns,
                     "-o",
                     "jsonpath={.status.phase} {.status.server.usage.cpu}",
-                ],
-            )
-            .filter(|s| s.starts_with("Active ") && s.len() > "Active ".len())
+                ])
+                .result()
+                .ok()
+                .filter(|s| s.starts_with("Active ") && s.len() > "Active ".len())
         },
     );
     // The leader's probes and series: ready once its informer synced, healthy while it renews,
@@ -772,9 +735,8 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         sample(&metrics, r#"workqueue_adds_total{name="virtualmachines"}"#).unwrap_or(0.0) >= 1.0,
         "the VM was queued:\n{metrics}"
     );
-    let finalizers = kubectl(
-        cluster,
-        &[
+    let finalizers = cluster
+        .kubectl(&[
             "get",
             "vm",
             "test-vm",
@@ -782,13 +744,12 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
             &ns,
             "-o",
             "jsonpath={.metadata.finalizers}",
-        ],
-    );
+        ])
+        .ok();
     assert!(!finalizers.is_empty(), "the controller added its finalizer");
     eventually("an Event for test-vm", Duration::from_secs(30), || {
-        try_kubectl(
-            cluster,
-            &[
+        cluster
+            .kubectl(&[
                 "get",
                 "events",
                 "-n",
@@ -797,19 +758,22 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
                 "involvedObject.name=test-vm",
                 "-o",
                 "name",
-            ],
-        )
-        .filter(|s| !s.trim().is_empty())
+            ])
+            .result()
+            .ok()
+            .filter(|s| !s.trim().is_empty())
     });
-    kubectl(
-        cluster,
-        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
-    );
+    cluster
+        .kubectl(&["delete", "vm", "test-vm", "-n", &ns, "--wait=false"])
+        .ok();
     eventually(
         "test-vm finalized and gone",
         Duration::from_secs(60),
         || {
-            try_kubectl(cluster, &["get", "vm", "test-vm", "-n", &ns])
+            cluster
+                .kubectl(&["get", "vm", "test-vm", "-n", &ns])
+                .result()
+                .ok()
                 .is_none()
                 .then_some(())
         },
@@ -998,15 +962,12 @@ async fn leader_election_status_and_health_follow_the_lease() {
     let (_, before) = http_get_async(addr_a.clone(), "/metrics").await;
     let adds =
         |text: &str| sample(text, r#"workqueue_adds_total{name="virtualmachines"}"#).unwrap_or(0.0);
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "examples/test-vm.yaml"],
-        None,
-    );
+    cluster
+        .kubectl_stdin(&["apply", "-n", &ns, "-f", "examples/test-vm.yaml"], None)
+        .ok();
     eventually("test-vm Active", Duration::from_secs(60), || {
-        try_kubectl(
-            cluster,
-            &[
+        cluster
+            .kubectl(&[
                 "get",
                 "vm",
                 "test-vm",
@@ -1014,9 +975,10 @@ async fn leader_election_status_and_health_follow_the_lease() {
                 &ns,
                 "-o",
                 "jsonpath={.status.phase}",
-            ],
-        )
-        .filter(|p| p == "Active")
+            ])
+            .result()
+            .ok()
+            .filter(|p| p == "Active")
     });
     let (_, after) = http_get_async(addr_a.clone(), "/metrics").await;
     assert!(
@@ -1038,15 +1000,17 @@ async fn leader_election_status_and_health_follow_the_lease() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(b_leads, "replica-b reports 1 after taking over");
-    kubectl(
-        cluster,
-        &["delete", "vm", "test-vm", "-n", &ns, "--wait=false"],
-    );
+    cluster
+        .kubectl(&["delete", "vm", "test-vm", "-n", &ns, "--wait=false"])
+        .ok();
     eventually(
         "test-vm finalized by the new leader",
         Duration::from_secs(60),
         || {
-            try_kubectl(cluster, &["get", "vm", "test-vm", "-n", &ns])
+            cluster
+                .kubectl(&["get", "vm", "test-vm", "-n", &ns])
+                .result()
+                .ok()
                 .is_none()
                 .then_some(())
         },
@@ -1090,26 +1054,27 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
     };
     let errors = r#"controller_runtime_reconcile_errors_total{controller="sample-controller"}"#;
 
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "-"],
-        Some(&foo_yaml("owned", 1)),
-    );
+    cluster
+        .kubectl_stdin(
+            &["apply", "-n", &ns, "-f", "-"],
+            Some(&foo_yaml("owned", 1)),
+        )
+        .ok();
     eventually(
         "a successful reconcile counted",
         Duration::from_secs(60),
         || sample(&http_get(&addr, "/metrics").1, &series("success")).filter(|n| *n >= 1.0),
     );
     // A Deployment the Foo does not own: sample-controller's ErrResourceExists, retried.
-    kubectl(
-        cluster,
-        &["create", "deployment", "taken", "-n", &ns, "--image=nginx"],
-    );
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", &ns, "-f", "-"],
-        Some(&foo_yaml("taken", 1)),
-    );
+    cluster
+        .kubectl(&["create", "deployment", "taken", "-n", &ns, "--image=nginx"])
+        .ok();
+    cluster
+        .kubectl_stdin(
+            &["apply", "-n", &ns, "-f", "-"],
+            Some(&foo_yaml("taken", 1)),
+        )
+        .ok();
     let text = eventually("reconcile errors counted", Duration::from_secs(60), || {
         let text = http_get(&addr, "/metrics").1;
         sample(&text, errors).filter(|n| *n >= 1.0).map(|_| text)
@@ -1136,20 +1101,13 @@ async fn the_sample_controller_counts_reconciles_and_errors_in_its_metrics() {
     });
 }
 
-/// `kubectl --kubeconfig <kubeconfig> args...`: Ok(stdout) or Err(stderr).
-fn kubectl_as(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
-    let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
-    all.extend_from_slice(args);
-    cluster.kubectl(&all).result()
-}
-
 /// Waits until a ValidatingAdmissionPolicy just applied refuses `args` run as `kubeconfig`
 /// (the apiserver compiles and loads a new policy asynchronously); the refusal's text.
 fn refused_once_active(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> String {
     eventually(
         "the admission policy to be in force",
         Duration::from_secs(30),
-        || kubectl_as(cluster, kubeconfig, args).err(),
+        || cluster.kubectl_as(kubeconfig, args).result().err(),
     )
 }
 
@@ -1173,21 +1131,22 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
     dry_run.push("--dry-run=server");
     let refusal = refused_once_active(cluster, &kubeconfig, &dry_run);
     assert!(refusal.contains(why), "{refusal}");
-    let refusal = kubectl_as(cluster, &kubeconfig, &create).unwrap_err();
+    let refusal = cluster
+        .kubectl_as(&kubeconfig, &create)
+        .result()
+        .unwrap_err();
     assert!(
         refusal.contains(why) && refusal.contains("stray"),
         "{refusal}"
     );
 
     // A Deployment of someone else's: the account may not update it either.
-    kubectl(
-        cluster,
-        &["create", "deployment", "theirs", "--image=nginx", "-n", &ns],
-    );
-    let theirs = kubectl(
-        cluster,
-        &["get", "deployment", "theirs", "-n", &ns, "-o", "json"],
-    );
+    cluster
+        .kubectl(&["create", "deployment", "theirs", "--image=nginx", "-n", &ns])
+        .ok();
+    let theirs = cluster
+        .kubectl(&["get", "deployment", "theirs", "-n", &ns, "-o", "json"])
+        .ok();
     let mut edited: serde_json::Value = serde_json::from_str(&theirs).unwrap();
     edited["spec"]["replicas"] = serde_json::json!(0);
     // Unconditional: the deployment controller writes the status between the get and the
@@ -1198,19 +1157,16 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
         .remove("resourceVersion");
     let path = dir.join("theirs.json");
     std::fs::write(&path, edited.to_string()).unwrap();
-    let refusal = kubectl_as(
-        cluster,
-        &kubeconfig,
-        &["replace", "-f", path.to_str().unwrap()],
-    )
-    .unwrap_err();
+    let refusal = cluster
+        .kubectl_as(&kubeconfig, &["replace", "-f", path.to_str().unwrap()])
+        .result()
+        .unwrap_err();
     assert!(
         refusal.contains(why) && refusal.contains("theirs"),
         "{refusal}"
     );
-    let replicas = kubectl(
-        cluster,
-        &[
+    let replicas = cluster
+        .kubectl(&[
             "get",
             "deployment",
             "theirs",
@@ -1218,8 +1174,8 @@ async fn the_sample_controller_account_may_write_only_deployments_a_foo_controls
             &ns,
             "-o",
             "jsonpath={.spec.replicas}",
-        ],
-    );
+        ])
+        .ok();
     assert_eq!(replicas, "1", "left as it was");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -1249,9 +1205,8 @@ async fn the_sample_controller_without_foos_finalizers_names_the_missing_right()
 async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
     let cluster = testenv::shared_full().await;
     install_crds_and_namespace(cluster);
-    kubectl(
-        cluster,
-        &[
+    cluster
+        .kubectl(&[
             "apply",
             "-f",
             "deploy/vm-controller-rbac.yaml",
@@ -1259,8 +1214,8 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
             "deploy/sharded/vm-controller-rbac.yaml",
             "-f",
             "deploy/sharded/vm-controller-admission.yaml",
-        ],
-    );
+        ])
+        .ok();
     let dir = tempdir("vm-vap");
     let kubeconfig = service_account_kubeconfig(cluster, "vm-controller", &dir);
     let suffix = std::process::id();
@@ -1270,12 +1225,15 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
             "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {name}\n  namespace: {VM_NS}\n  labels: {{{labels}}}\nspec:\n  holderIdentity: someone\n"
         )
     };
-    kubectl_stdin(cluster, &["apply", "-f", "-"], Some(&lease(&other, "")));
-    kubectl_stdin(
-        cluster,
-        &["apply", "-f", "-"],
-        Some(&lease(&ring, "kubeloop.dev/ring: x")),
-    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&lease(&other, "")))
+        .ok();
+    cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&lease(&ring, "kubeloop.dev/ring: x")),
+        )
+        .ok();
     let why = "the VM controller may only write the Leases of its shard ring";
 
     let delete_other = ["delete", "lease", &other, "-n", VM_NS];
@@ -1286,33 +1244,41 @@ async fn the_sharded_vm_controller_account_may_write_only_its_ring_leases() {
         refusal.contains(why) && refusal.contains(&other),
         "{refusal}"
     );
-    let refusal = kubectl_as(cluster, &kubeconfig, &delete_other).unwrap_err();
+    let refusal = cluster
+        .kubectl_as(&kubeconfig, &delete_other)
+        .result()
+        .unwrap_err();
     assert!(refusal.contains(why), "{refusal}");
     // Nor may it take one over by labelling it as the ring's (RBAC lets it update).
-    let mut taken: serde_json::Value = serde_json::from_str(&kubectl(
-        cluster,
-        &["get", "lease", &other, "-n", VM_NS, "-o", "json"],
-    ))
+    let mut taken: serde_json::Value = serde_json::from_str(
+        &cluster
+            .kubectl(&["get", "lease", &other, "-n", VM_NS, "-o", "json"])
+            .ok(),
+    )
     .unwrap();
     taken["metadata"]["labels"] = serde_json::json!({"kubeloop.dev/ring": "x"});
     let path = dir.join("taken.json");
     std::fs::write(&path, taken.to_string()).unwrap();
-    let refusal = kubectl_as(
-        cluster,
-        &kubeconfig,
-        &["replace", "-f", path.to_str().unwrap()],
-    )
-    .unwrap_err();
+    let refusal = cluster
+        .kubectl_as(&kubeconfig, &["replace", "-f", path.to_str().unwrap()])
+        .result()
+        .unwrap_err();
     assert!(refusal.contains(why), "{refusal}");
-    assert!(try_kubectl(cluster, &["get", "lease", &other, "-n", VM_NS]).is_some());
+    assert!(
+        cluster
+            .kubectl(&["get", "lease", &other, "-n", VM_NS])
+            .result()
+            .ok()
+            .is_some()
+    );
 
-    kubectl_as(
-        cluster,
-        &kubeconfig,
-        &["delete", "lease", &ring, "-n", VM_NS],
-    )
-    .expect("a ring Lease may be deleted");
-    kubectl(cluster, &["delete", "lease", &other, "-n", VM_NS]);
+    cluster
+        .kubectl_as(&kubeconfig, &["delete", "lease", &ring, "-n", VM_NS])
+        .result()
+        .expect("a ring Lease may be deleted");
+    cluster
+        .kubectl(&["delete", "lease", &other, "-n", VM_NS])
+        .ok();
     let _ = std::fs::remove_dir_all(dir);
 }
 

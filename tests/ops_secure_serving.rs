@@ -15,11 +15,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
+use kubeloop_testenv::{self as testenv, Cluster, Kubeloop, ManagedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -180,17 +179,6 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
     (status, body)
 }
 
-/// Starts a `kubeloop` process ([`ManagedProcess`]: its output in a temporary file, killed on
-/// drop).
-fn start_kubeloop(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info");
-    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
-}
-
 /// The address of the server `process` logged as started for `flag`.
 async fn served_addr(process: &mut ManagedProcess, flag: &str) -> SocketAddr {
     let line = process
@@ -203,10 +191,9 @@ async fn served_addr(process: &mut ManagedProcess, flag: &str) -> SocketAddr {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
-/// A loopback address with a port free now (`127.0.0.1:0` twice would be one shared server).
+/// A loopback address with a free port (`127.0.0.1:0` twice would be one shared server).
 fn free_addr() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", testenv::free_port().expect("a free port"))
 }
 
 fn tempdir(name: &str) -> PathBuf {
@@ -254,7 +241,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
     let kubeconfig = dir.join("sample-controller.kubeconfig");
     token_kubeconfig(cluster, &controller_token, &kubeconfig);
 
-    let mut controller = start_kubeloop(&[
+    let mut controller = Kubeloop::new([
         "sample-controller",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
@@ -268,7 +255,9 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
         &free_addr(),
         "--trace",
         &format!("{ns}/example-foo"),
-    ]);
+    ])
+    .env("RUST_LOG", "info")
+    .start();
     let metrics = served_addr(&mut controller, "--metrics-bind-address").await;
     let probes = served_addr(&mut controller, "--health-probe-bind-address").await;
     assert_ne!(metrics, probes);
@@ -314,11 +303,7 @@ async fn metrics_answer_only_a_token_whose_user_may_read_them_and_probes_serve_o
             token.to_string(),
         ];
         args.extend(tls.iter().map(|s| s.to_string()));
-        Command::new(kubeloop_testenv::kubeloop_binary())
-            .args(&args)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap()
+        Kubeloop::new(&args).output()
     };
     let ca_file = dir.join("ca.crt");
     let ca_file = ca_file.to_str().unwrap();

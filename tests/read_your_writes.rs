@@ -28,12 +28,11 @@ use kubeloop::controller::vm::{
 };
 use kubeloop::leaderelection::LeaseLock;
 use kubeloop::runtime::{DEFAULT_FRESHNESS_WAIT, ReconcileMetrics};
-use kubeloop_testenv::{self as testenv, Cluster, HttpFaultProxy};
 use kubeloop::testing::eventually;
+use kubeloop_testenv::{self as testenv, Cluster, HttpFaultProxy};
 use tokio_util::sync::CancellationToken;
 
-mod vm_common;
-use vm_common::{ContainerCleanup, install_crd};
+use kubeloop_testenv::vm::{ContainerCleanup, install_crd};
 
 const CRD_YAML: &str = include_str!("../crds/foo.yaml");
 const OBJECTS: usize = 50;

@@ -9,7 +9,6 @@
 // `foo` is the resource under test, not a placeholder name.
 #![allow(clippy::disallowed_names)]
 
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -22,8 +21,8 @@ use kube_client::api::{
 };
 use kube_client::core::GroupVersionKind;
 use kubeloop::controller::sample::{ControllerConfig, ControllerError, Foo, FooSpec, run};
-use kubeloop_testenv::{self as testenv, ManagedProcess};
 use kubeloop::testing::eventually;
+use kubeloop_testenv::{self as testenv, Kubeloop};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -91,11 +90,6 @@ async fn http_get(addr: &str, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     response
-}
-
-/// The full cluster's kubectl; returns stdout, panics on failure.
-async fn kubectl(args: &[&str]) -> String {
-    testenv::shared_full().await.kubectl(args).ok()
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
@@ -326,7 +320,7 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
         vec!["-n", ns.as_str(), "events", "--for", "foo/example-foo"],
         vec!["-n", ns.as_str(), "describe", "foo", "example-foo"],
     ] {
-        let out = kubectl(&args).await;
+        let out = testenv::shared_full().await.kubectl(&args).ok();
         assert!(
             out.contains("Synced") && out.contains("Foo synced successfully"),
             "kubectl {args:?} shows the Synced event:\n{out}"
@@ -334,7 +328,10 @@ async fn the_example_foo_gets_an_available_deployment_and_scaling_the_foo_scales
     }
 
     // `kubectl get foos` shows the CRD's printer columns.
-    let table = kubectl(&["-n", &ns, "get", "foos"]).await;
+    let table = testenv::shared_full()
+        .await
+        .kubectl(&["-n", &ns, "get", "foos"])
+        .ok();
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
     assert_eq!(
@@ -397,7 +394,10 @@ async fn a_deployment_made_by_someone_else_gets_a_warning_event_and_is_left_unto
     assert!(events_about(&apis, "squatter", "Synced").await.is_empty());
 
     // What a user sees.
-    let described = kubectl(&["-n", &ns, "describe", "foo", "squatter"]).await;
+    let described = testenv::shared_full()
+        .await
+        .kubectl(&["-n", &ns, "describe", "foo", "squatter"])
+        .ok();
     assert!(
         described.lines().any(|l| l.contains("Warning")
             && l.contains("ErrResourceExists")
@@ -563,32 +563,25 @@ async fn the_kubeloop_binary_runs_the_controller_and_stops_on_sigterm() {
     let (_client, ns, apis) = setup("sample-binary").await;
     let cluster = testenv::shared_full().await;
     let log_path = cluster.dir().join(format!("{ns}-controller.log"));
-    let ops_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().to_string()
-    };
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args([
-            "sample-controller",
-            "--kubeconfig",
-            cluster.kubeconfig_path().to_str().unwrap(),
-            "--namespace",
-            &ns,
-            "--workers",
-            "3",
-            "--resync",
-            "10s",
-            "--metrics-bind-address",
-            &ops_addr,
-            // Plain HTTP: the scrape below checks series, not the metrics auth.
-            "--metrics-secure=false",
-            "--health-probe-bind-address",
-            &ops_addr,
-        ])
-        .env("NO_COLOR", "1");
-    let mut child =
-        ManagedProcess::start("sample-controller", command, &log_path).expect("starting kubeloop");
+    let ops_addr = format!("127.0.0.1:{}", testenv::free_port().expect("a free port"));
+    let mut child = Kubeloop::new([
+        "sample-controller",
+        "--namespace",
+        &ns,
+        "--workers",
+        "3",
+        "--resync",
+        "10s",
+        "--metrics-bind-address",
+        &ops_addr,
+        // Plain HTTP: the scrape below checks series, not the metrics auth.
+        "--metrics-secure=false",
+        "--health-probe-bind-address",
+        &ops_addr,
+    ])
+    .kubeconfig(cluster.kubeconfig_path())
+    .log_to(log_path)
+    .start();
 
     apis.foos
         .create(&PostParams::default(), &foo("bin-foo", "bin-web", 1))
@@ -828,16 +821,9 @@ async fn a_status_write_from_a_stale_cache_gets_a_real_conflict_and_is_retried()
 async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_error() {
     // The apiserver-only cluster of this test binary never gets the Foo CRD.
     let cluster = testenv::shared().await;
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args([
-            "sample-controller",
-            "--kubeconfig",
-            cluster.kubeconfig_path().to_str().unwrap(),
-        ])
-        .env("NO_COLOR", "1");
-    let mut child =
-        ManagedProcess::start_temp_log("sample-controller", command).expect("starting kubeloop");
+    let mut child = Kubeloop::new(["sample-controller"])
+        .kubeconfig(cluster.kubeconfig_path())
+        .start();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(child.exited().is_none(), "keeps waiting for the CRD");
     child.signal(libc::SIGTERM);

@@ -11,12 +11,11 @@
 // `foo` is the resource under test, not a placeholder name.
 #![allow(clippy::disallowed_names)]
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kubeloop_testenv::ManagedProcess;
+use kubeloop_testenv::Kubeloop;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -97,12 +96,8 @@ async fn a_second_sigterm_exits_at_once_while_the_first_waits_for_a_hung_sync() 
     let create_seen = Arc::new(AtomicBool::new(false));
     tokio::spawn(serve(listener, create_seen.clone()));
 
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command
-        .args(["sample-controller", "--master", &format!("http://{addr}")])
-        .env("NO_COLOR", "1");
     let mut child =
-        ManagedProcess::start_temp_log("sample-controller", command).expect("starting kubeloop");
+        Kubeloop::new(["sample-controller", "--master", &format!("http://{addr}")]).start();
 
     kubeloop::testing::eventually(
         "the controller trying to create the Deployment",

@@ -3,10 +3,9 @@
 //! `kubeloop cluster --full` (the harness as a process) prints its components' pids; the test
 //! SIGKILLs it (no destructor, no signal handler runs) and checks that every component is gone.
 
-use std::process::Command;
 use std::time::Duration;
 
-use kubeloop_testenv::ManagedProcess;
+use kubeloop_testenv::{Kubeloop, ManagedProcess};
 
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry but is gone for our purpose.
@@ -25,10 +24,10 @@ fn alive(pid: u32) -> bool {
 /// failed assertion cannot leak it) and reads the component pids and the cluster's working
 /// directory it prints before READY.
 fn start_cluster_process(args: &[&str]) -> (ManagedProcess, Vec<u32>, std::path::PathBuf) {
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command.arg("cluster").args(args);
-    let mut child =
-        ManagedProcess::start_temp_log("kubeloop cluster", command).expect("starting kubeloop");
+    let mut child = Kubeloop::new(["cluster"])
+        .args(args)
+        .name("kubeloop cluster")
+        .start();
     child.wait_for_line_blocking(&["READY"], Duration::from_secs(180));
     let mut pids = Vec::new();
     let mut dir = std::path::PathBuf::new();

@@ -6,62 +6,19 @@
 //! `KUBECONFIG` is the harness cluster's. The test builds the examples first (`cargo build
 //! --all-features --examples`, a no-op when `cargo test` already did), so a run of this target alone works.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use kubeloop_testenv::{self as testenv, Cluster, ClusterOptions, ManagedProcess};
 use kubeloop::testing::eventually;
+use kubeloop_testenv::{self as testenv, Cluster, ClusterOptions, Kubeloop};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The example binaries' directory: target/<profile>/examples, beside this test's deps/.
-fn examples_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in target/<profile>/deps");
-    profile_dir.join("examples")
-}
-
-/// Builds the examples once per run: a no-op after `cargo test` (which builds them), and what
-/// keeps a `cargo test --test tour` run from using stale or missing example binaries.
-fn ensure_examples_built() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "--all-features", "--examples"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("running cargo build --examples");
-        assert!(status.success(), "cargo build --examples failed");
-        for name in TOUR {
-            let path = examples_dir().join(name);
-            assert!(path.exists(), "{} was not built", path.display());
-        }
-    });
-}
-
-const TOUR: [&str; 9] = [
-    "tour_01_watch",
-    "tour_02_list_watch",
-    "tour_03_fifo",
-    "tour_04_indexer",
-    "tour_05_informer",
-    "tour_06_workqueue",
-    "tour_08_leader_election",
-    "tour_10_wire",
-    "tour_11_events",
-];
-
 /// Runs one example against `cluster`; returns its stdout, panics with its stderr on failure.
 fn run_example(cluster: &Cluster, name: &str) -> String {
-    ensure_examples_built();
-    let out = Command::new(examples_dir().join(name))
+    let path = testenv::example(name);
+    assert!(path.exists(), "{} was not built", path.display());
+    let out = Command::new(path)
         .env("KUBECONFIG", cluster.kubeconfig_path())
         .env_remove("RUST_LOG")
         .output()
@@ -299,31 +256,13 @@ async fn chapter_08_the_second_candidate_takes_the_released_lease() {
     assert!(a_stopped < b_started, "never two leaders at once:\n{out}");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// A `kubeloop` subcommand running in the background ([`ManagedProcess`]: its output in a
-/// temporary file, killed on drop).
-fn start_kubeloop(args: &[&str]) -> ManagedProcess {
-    let mut command = Command::new(kubeloop_testenv::kubeloop_binary());
-    command.args(args);
-    ManagedProcess::start_temp_log(args[0], command).expect("starting kubeloop")
-}
-
 /// `kubeloop trace KEY --ops-address ADDR` until its table has every one of `stages`.
 async fn trace_until(key: &str, ops: &str, stages: &[&str]) -> String {
     eventually(
         &format!("a trace of {key} with {stages:?}"),
         WAIT,
         || async {
-            let out = Command::new(kubeloop_testenv::kubeloop_binary())
-                .args(["trace", key, "--ops-address", ops])
-                .output()
-                .expect("running kubeloop trace");
+            let out = Kubeloop::new(["trace", key, "--ops-address", ops]).output();
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             match stages.iter().find(|s| !text.contains(**s)) {
                 None if out.status.success() => Ok(text),
@@ -361,9 +300,9 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
             "crd/foos.samplecontroller.k8s.io",
         ])
         .ok();
-    let ops = format!("127.0.0.1:{}", free_port());
+    let ops = format!("127.0.0.1:{}", testenv::free_port().expect("a free port"));
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
-    let _controller = start_kubeloop(&[
+    let _controller = Kubeloop::new([
         "sample-controller",
         "--kubeconfig",
         &kubeconfig,
@@ -374,7 +313,8 @@ async fn chapter_07_the_sample_controller_reconciles_a_foo_and_trace_shows_its_j
         "--metrics-secure=false",
         "--trace",
         "default/example-foo",
-    ]);
+    ])
+    .start();
     cluster
         .kubectl(&["apply", "-f", "examples/example-foo.yaml"])
         .ok();
@@ -407,9 +347,9 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
             "crd/virtualmachines.cloudnative.tw",
         ])
         .ok();
-    let ops = format!("127.0.0.1:{}", free_port());
+    let ops = format!("127.0.0.1:{}", testenv::free_port().expect("a free port"));
     let kubeconfig = cluster.kubeconfig_path().to_str().unwrap().to_string();
-    let _controller = start_kubeloop(&[
+    let _controller = Kubeloop::new([
         "vm-controller",
         "--kubeconfig",
         &kubeconfig,
@@ -423,7 +363,8 @@ async fn chapter_09_the_vm_controller_adds_and_removes_its_finalizer() {
         "--metrics-secure=false",
         "--trace",
         "default/test-vm",
-    ]);
+    ])
+    .start();
     cluster
         .kubectl(&["apply", "-f", "examples/test-vm.yaml"])
         .ok();

@@ -18,13 +18,13 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube_client::api::{Api, WatchEvent, WatchParams};
 use kubeloop::controller::vm::{DEFAULT_DOCKER_HOST, Phase, VirtualMachine};
+use kubeloop::testing::{eventually, eventually_blocking, eventually_explained};
 use kubeloop_testenv::{self as testenv, Cluster, ManagedProcess};
-use kubeloop::testing::eventually;
 
-mod vm_common;
-use vm_common::{
-    ContainerCleanup, Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm,
-    wait_gone, wait_phase, wait_vm,
+use kubeloop_testenv::Kubectl;
+use kubeloop_testenv::vm::{
+    self, ContainerCleanup, TEST_VM, apply_vm, delete_vm, install_crd, vm, wait_gone, wait_phase,
+    wait_vm,
 };
 
 const RBAC: &str = concat!(
@@ -52,60 +52,57 @@ fn container_name(ns: &str, name: &str) -> String {
     format!("kubeloop-vm_{ns}_{name}")
 }
 
-impl Controller {
-    /// A `kubeloop vm-controller` process on the Docker driver (unless `extra` picks another)
-    /// at `docker_host`, with leader election in `ns` as `identity`.
-    fn spawn(
-        cluster: &Cluster,
-        ns: &str,
-        docker_host: &str,
-        identity: &str,
-        extra: &[&str],
-    ) -> Self {
-        Self::spawn_as(
-            cluster,
-            cluster.kubeconfig_path(),
-            ns,
-            docker_host,
-            identity,
-            extra,
-        )
-    }
+/// A `kubeloop vm-controller` process on the Docker driver (unless `extra` picks another) at
+/// `docker_host`, with leader election in `ns` as `identity`.
+fn spawn_controller(
+    cluster: &Cluster,
+    ns: &str,
+    docker_host: &str,
+    identity: &str,
+    extra: &[&str],
+) -> ManagedProcess {
+    spawn_controller_as(
+        cluster,
+        cluster.kubeconfig_path(),
+        ns,
+        docker_host,
+        identity,
+        extra,
+    )
+}
 
-    /// As [`Controller::spawn`], as the user of `kubeconfig`.
-    fn spawn_as(
-        cluster: &Cluster,
-        kubeconfig: &Path,
-        ns: &str,
-        docker_host: &str,
-        identity: &str,
-        extra: &[&str],
-    ) -> Self {
-        Self::start(
-            cluster,
-            kubeconfig,
-            &format!("vm-controller-{ns}-{identity}"),
-            |command| {
-                command
-                    .args([
-                        "--namespace",
-                        ns,
-                        "--lease-lock-namespace",
-                        ns,
-                        "--holder-identity",
-                        identity,
-                    ])
-                    // The docker driver unless the test picks one.
-                    .args(if extra.contains(&"--vm-driver") {
-                        &[][..]
-                    } else {
-                        &["--vm-driver", "docker"][..]
-                    })
-                    .args(extra)
-                    .env("DOCKER_HOST", docker_host);
-            },
-        )
-    }
+/// As [`spawn_controller`], as the user of `kubeconfig`.
+fn spawn_controller_as(
+    cluster: &Cluster,
+    kubeconfig: &Path,
+    ns: &str,
+    docker_host: &str,
+    identity: &str,
+    extra: &[&str],
+) -> ManagedProcess {
+    // The docker driver unless the test picks one.
+    let driver: &[&str] = if extra.contains(&"--vm-driver") {
+        &[]
+    } else {
+        &["--vm-driver", "docker"]
+    };
+    vm::controller(
+        cluster,
+        kubeconfig,
+        &format!("vm-controller-{ns}-{identity}"),
+    )
+    .args([
+        "--namespace",
+        ns,
+        "--lease-lock-namespace",
+        ns,
+        "--holder-identity",
+        identity,
+    ])
+    .args(driver)
+    .args(extra)
+    .env("DOCKER_HOST", docker_host)
+    .start()
 }
 
 /// Removes every container labelled with the namespace when dropped (through the podman CLI,
@@ -171,7 +168,7 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         _cleanup,
         ..
     } = PodmanTest::new("vm-invalid").await;
-    let mut controller = Controller::spawn(cluster, &ns, &host, "only", &["--leader-elect=false"]);
+    let mut controller = spawn_controller(cluster, &ns, &host, "only", &["--leader-elect=false"]);
 
     let cases = [
         (
@@ -236,7 +233,12 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         );
         let path = cluster.dir().join(format!("{ns}-{name}.yaml"));
         std::fs::write(&path, manifest).unwrap();
-        let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", path.to_str().unwrap()]);
+        let Kubectl {
+            success: ok,
+            stdout: out,
+            stderr: err,
+            ..
+        } = cluster.kubectl(&["apply", "-n", &ns, "-f", path.to_str().unwrap()]);
         assert!(!ok, "{name} must be refused, kubectl said: {out}");
         println!("{name}: {}", err.trim().replace('\n', " | "));
         assert!(
@@ -245,13 +247,20 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         );
     }
     // The valid example passes the same schema.
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["apply", "-n", &ns, "--dry-run=server", "-f", TEST_VM],
-    );
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-n", &ns, "--dry-run=server", "-f", TEST_VM]);
     assert!(ok, "test-vm must be accepted: {out}{err}");
 
-    let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", &ns, "-o", "name"]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["get", "vms", "-n", &ns, "-o", "name"]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "", "no VirtualMachine was stored");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -260,12 +269,17 @@ async fn invalid_specs_are_refused_by_the_crd_schema_and_nothing_is_created() {
         Vec::<String>::new(),
         "no container was created"
     );
-    assert_eq!(controller.terminate(), Some(0));
+    assert_eq!(controller.terminate(Duration::from_secs(30)), Some(0));
 }
 
 /// The usage column of `kubectl get vms` for `name`: (STATUS, CPU, MEMORY).
 fn kubectl_columns(cluster: &Cluster, ns: &str, name: &str) -> (String, Vec<String>) {
-    let (ok, out, err) = kubectl(cluster, &["get", "vms", "-n", ns]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["get", "vms", "-n", ns]);
     assert!(ok, "kubectl get vms: {err}");
     let header = out.lines().next().unwrap_or_default().to_string();
     let row = out
@@ -310,9 +324,14 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     } = PodmanTest::new("vm-life").await;
     let refresh = Duration::from_secs(3);
     let mut controller =
-        Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
+        spawn_controller(cluster, &ns, &host, "one", &["--refresh-interval", "3s"]);
 
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
     let applied_at = Instant::now();
     let active = wait_phase(&api, "test-vm", Phase::Active, START, &controller).await;
@@ -350,17 +369,18 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
         "an Event about the VM going Active",
         Duration::from_secs(20),
         || {
-            let (ok, out, _) = kubectl(
-                cluster,
-                &[
-                    "get",
-                    "events",
-                    "-n",
-                    &ns,
-                    "--field-selector",
-                    "involvedObject.name=test-vm",
-                ],
-            );
+            let Kubectl {
+                success: ok,
+                stdout: out,
+                ..
+            } = cluster.kubectl(&[
+                "get",
+                "events",
+                "-n",
+                &ns,
+                "--field-selector",
+                "involvedObject.name=test-vm",
+            ]);
             async move { (ok && out.contains("Creating -> Active")).then_some(()) }
         },
     )
@@ -426,7 +446,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
     .unwrap_or_else(|_| {
         panic!(
             "test-vm was not deleted; phases seen {phases:?}; log:\n{}",
-            tail(&controller.log(), 30)
+            controller.log_tail(30)
         )
     });
     assert!(
@@ -448,7 +468,7 @@ async fn test_vm_becomes_active_shows_usage_follows_load_and_is_cleaned_up_on_de
         "the container is gone before the object: {gone:?}"
     );
     assert!(vm(&api, "test-vm").await.is_none());
-    assert_eq!(controller.terminate(), Some(0));
+    assert_eq!(controller.terminate(Duration::from_secs(30)), Some(0));
 }
 
 async fn container_exists(docker: &Docker, name: &str) -> bool {
@@ -476,11 +496,11 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
     } = PodmanTest::new("vm-zombie").await;
     let name = container_name(&ns, "zombie");
 
-    let mut first = Controller::spawn(cluster, &ns, &host, "first", &[]);
+    let mut first = spawn_controller(cluster, &ns, &host, "first", &[]);
     apply_vm(cluster, &ns, "zombie", "1", "64Mi");
     wait_phase(&api, "zombie", Phase::Active, START, &first).await;
     assert_eq!(
-        first.terminate(),
+        first.terminate(Duration::from_secs(30)),
         Some(0),
         "SIGTERM stops the controller cleanly"
     );
@@ -497,7 +517,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
         "nothing deleted the container yet"
     );
 
-    let second = Controller::spawn(cluster, &ns, &host, "second", &[]);
+    let second = spawn_controller(cluster, &ns, &host, "second", &[]);
     wait_gone(&api, "zombie", Duration::from_secs(60), &second).await;
     assert!(
         !container_exists(&docker, &name).await,
@@ -508,7 +528,7 @@ async fn a_vm_deleted_while_the_controller_is_down_is_cleaned_up_when_it_comes_b
             .log()
             .contains("server deleted; removing the finalizer"),
         "{}",
-        tail(&second.log(), 20)
+        second.log_tail(20)
     );
 }
 
@@ -583,7 +603,7 @@ async fn an_engine_outage_fails_the_vm_naming_the_engine_and_it_is_active_again_
     let host = engine.host();
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     // Retries of a failing VM wait at most 3 s (the default is 2 min).
-    let controller = Controller::spawn(
+    let controller = spawn_controller(
         cluster,
         &ns,
         &host,
@@ -688,12 +708,12 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
         "1s",
     ];
 
-    let mut a = Controller::spawn(cluster, &ns, &host, "replica-a", &timing);
+    let mut a = spawn_controller(cluster, &ns, &host, "replica-a", &timing);
     eventually("replica-a to lead", Duration::from_secs(30), || async {
         (lease_holder(cluster, &ns).await.as_deref() == Some("replica-a")).then_some(())
     })
     .await;
-    let mut b = Controller::spawn(cluster, &ns, &host, "replica-b", &timing);
+    let mut b = spawn_controller(cluster, &ns, &host, "replica-b", &timing);
     apply_vm(cluster, &ns, "first", "1", "64Mi");
     wait_phase(&api, "first", Phase::Active, START, &a).await;
     assert!(a.log().contains("became the leader"));
@@ -738,7 +758,7 @@ async fn with_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it
     assert!(!container_exists(&docker, &container_name(&ns, "first")).await);
 
     // SIGTERM: the leader stops, releases the lease and exits 0.
-    assert_eq!(b.terminate(), Some(0));
+    assert_eq!(b.terminate(Duration::from_secs(30)), Some(0));
     assert_eq!(
         lease_holder(cluster, &ns).await,
         None,
@@ -756,7 +776,7 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
         api,
         _cleanup,
     } = PodmanTest::new("vm-vanish").await;
-    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+    let controller = spawn_controller(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
 
     apply_vm(cluster, &ns, "ghost", "500m", "64Mi");
     let active = wait_phase(&api, "ghost", Phase::Active, START, &controller).await;
@@ -799,12 +819,7 @@ async fn a_container_removed_behind_the_controllers_back_is_reported_and_recreat
         panic!("watch ended")
     })
     .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "not recreated; seen {seen:?}\n{}",
-            tail(&controller.log(), 30)
-        )
-    });
+    .unwrap_or_else(|_| panic!("not recreated; seen {seen:?}\n{}", controller.log_tail(30)));
     let vanished = seen
         .iter()
         .find(|(phase, _)| *phase == Phase::Failed)
@@ -862,33 +877,32 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
 
     // Without a binding the user can do nothing (the control for this test).
     let restricted = |args: &[&str]| {
-        let out = Command::new(cluster.bin_dir().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let out = cluster.kubectl_as(&kubeconfig, args);
+        (out.success, out.stderr)
     };
     let (ok, err) = restricted(&["get", "vms", "-n", &ns]);
     assert!(!ok && err.contains("forbidden"), "{err}");
 
-    let (ok, out, err) = kubectl(cluster, &["apply", "-f", RBAC]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-f", RBAC]);
     assert!(ok, "{out}{err}");
     let binding = format!("vm-controller-test-{ns}");
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "create",
-            "clusterrolebinding",
-            &binding,
-            "--clusterrole=kubeloop-vm-controller",
-            &format!("--user={user}"),
-        ],
-    );
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=kubeloop-vm-controller",
+        &format!("--user={user}"),
+    ]);
     assert!(ok, "{out}{err}");
     eventually(
         "the binding to take effect",
@@ -897,7 +911,7 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
     )
     .await;
 
-    let controller = Controller::spawn_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
+    let controller = spawn_controller_as(cluster, &kubeconfig, &ns, &host, "restricted", &[]);
     apply_vm(cluster, &ns, "rbac", "1", "64Mi");
     wait_phase(&api, "rbac", Phase::Active, START, &controller).await;
     assert_eq!(
@@ -910,9 +924,9 @@ async fn the_example_rbac_is_enough_to_run_the_controller_with_leader_election()
     assert!(
         !log.contains("forbidden") && !log.contains("Forbidden"),
         "no permission errors:\n{}",
-        tail(&log, 30)
+        controller.log_tail(30)
     );
-    kubectl(cluster, &["delete", "clusterrolebinding", &binding]);
+    cluster.kubectl(&["delete", "clusterrolebinding", &binding]);
 }
 
 #[tokio::test]
@@ -922,14 +936,19 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
     let ns = cluster.new_namespace("vm-fake").await.unwrap();
     let api: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     // An engine address where nothing listens: the fake driver must not need it.
-    let mut controller = Controller::spawn(
+    let mut controller = spawn_controller(
         cluster,
         &ns,
         "unix:///nonexistent/kubeloop.sock",
         "fake",
         &["--vm-driver", "fake", "--leader-elect=false"],
     );
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
     let active = wait_phase(
         &api,
@@ -955,7 +974,8 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
     );
     assert_eq!(ready.observed_generation, active.metadata.generation);
     let describe = eventually("both transition events", Duration::from_secs(30), || {
-        let (_, out, _) = kubectl(cluster, &["describe", "vm", "test-vm", "-n", &ns]);
+        let Kubectl { stdout: out, .. } =
+            cluster.kubectl(&["describe", "vm", "test-vm", "-n", &ns]);
         let ok = out.contains("(new) -> Creating") && out.contains("Creating -> Active");
         async move { ok.then_some(out) }
     })
@@ -972,13 +992,15 @@ async fn the_fake_driver_runs_vms_without_any_engine() {
             "{expected} missing from kubectl describe:\n{describe}"
         );
     }
-    let (ok, out, err) = kubectl(
-        cluster,
-        &["delete", "vm", "test-vm", "-n", &ns, "--timeout=60s"],
-    );
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["delete", "vm", "test-vm", "-n", &ns, "--timeout=60s"]);
     assert!(ok, "{out}{err}");
     assert!(vm(&api, "test-vm").await.is_none());
-    assert_eq!(controller.terminate(), Some(0));
+    assert_eq!(controller.terminate(Duration::from_secs(30)), Some(0));
 }
 
 #[tokio::test]
@@ -991,24 +1013,26 @@ async fn editing_the_resources_recreates_the_container_with_the_new_limits() {
         api,
         _cleanup,
     } = PodmanTest::new("vm-resize").await;
-    let controller = Controller::spawn(cluster, &ns, &host, "one", &[]);
+    let controller = spawn_controller(cluster, &ns, &host, "one", &[]);
     apply_vm(cluster, &ns, "grow", "500m", "64Mi");
     let active = wait_phase(&api, "grow", Phase::Active, START, &controller).await;
     let old_id = active.status.unwrap().server.unwrap().id;
 
-    let (ok, out, err) = kubectl(
-        cluster,
-        &[
-            "patch",
-            "vm",
-            "grow",
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"resource":{"cpu":"1500m","memory":"128Mi"}}}"#,
-        ],
-    );
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&[
+        "patch",
+        "vm",
+        "grow",
+        "-n",
+        &ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"resource":{"cpu":"1500m","memory":"128Mi"}}}"#,
+    ]);
     assert!(ok, "{out}{err}");
     let name = container_name(&ns, "grow");
     let new_id = eventually("a resized container", Duration::from_secs(60), || async {
@@ -1101,7 +1125,7 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
     .await;
 
     let mut controller =
-        Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
+        spawn_controller(cluster, &ns, &host, "one", &["--refresh-interval", "2s"]);
     apply_vm(cluster, &ns, "taken", "500m", "64Mi");
     let failed = wait_phase(&api, "taken", Phase::Failed, START, &controller).await;
     let uid = failed.metadata.uid.clone().unwrap();
@@ -1154,9 +1178,9 @@ async fn a_container_of_another_owner_with_the_vms_name_is_reported_and_never_ad
         container_id(&docker, &name).await,
         Some(foreign_id),
         "the other owner's container still exists\n{}",
-        tail(&controller.log(), 20)
+        controller.log_tail(20)
     );
-    assert_eq!(controller.terminate(), Some(0));
+    assert_eq!(controller.terminate(Duration::from_secs(30)), Some(0));
 }
 
 #[tokio::test]
@@ -1259,7 +1283,7 @@ async fn the_orphan_sweep_removes_a_labelled_container_whose_vm_does_not_exist()
 /// One replica process of the chaos test (each incarnation has its own identity, as the
 /// default identity would give it).
 struct Replica {
-    controller: Controller,
+    controller: ManagedProcess,
     identity: String,
     proxy: testenv::FaultProxy,
     /// When it was stopped or killed (a reconcile still open then ends there): stamped once
@@ -1281,29 +1305,23 @@ mod jiff_now {
 /// signal is not: on a loaded machine the process may start a reconcile between the stamp and
 /// the stop, and that reconcile, open until the process is resumed, would look as if it ran
 /// through the successor's first reconciles.
-fn wait_until_stopped(controller: &Controller) {
+fn wait_until_stopped(controller: &ManagedProcess) {
     let tasks = format!("/proc/{}/task", controller.pid());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let all_stopped = std::fs::read_dir(&tasks)
-            .unwrap_or_else(|e| panic!("{tasks}: {e}"))
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
-            // The state follows the command name, which ends at the last ')'.
-            .all(|stat| {
-                stat.rsplit(')')
-                    .next()
-                    .is_some_and(|rest| rest.trim_start().starts_with('T'))
-            });
-        if all_stopped {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} did not stop within 10 s of SIGSTOP",
-            controller.name()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    eventually_blocking(
+        &format!("{} to stop on SIGSTOP", controller.name()),
+        Duration::from_secs(10),
+        || {
+            std::fs::read_dir(&tasks)
+                .unwrap_or_else(|e| panic!("{tasks}: {e}"))
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+                // The state follows the command name, which ends at the last ')'.
+                .all(|stat| {
+                    stat.rsplit(')')
+                        .next()
+                        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+                })
+        },
+    );
 }
 
 /// A kubeconfig that reaches the apiserver through `proxy`.
@@ -1337,7 +1355,7 @@ async fn start_replica(cluster: &Cluster, ns: &str, host: &str, identity: String
         .await
         .unwrap();
     let kubeconfig = kubeconfig_via(cluster, &proxy, &identity);
-    let controller = Controller::spawn_as(cluster, &kubeconfig, ns, host, &identity, &CHAOS_TIMING);
+    let controller = spawn_controller_as(cluster, &kubeconfig, ns, host, &identity, &CHAOS_TIMING);
     Replica {
         controller,
         identity,
@@ -1486,10 +1504,7 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
             wanted.insert(name.clone(), cpu);
         }
         let victim = names[names.len() - 1 - round].clone();
-        kubectl(
-            cluster,
-            &["delete", "vm", &victim, "-n", &ns, "--wait=false"],
-        );
+        cluster.kubectl(&["delete", "vm", &victim, "-n", &ns, "--wait=false"]);
         wanted.remove(&victim);
         deleted.push(victim);
         // One new VM per round, after the 30 first ones.
@@ -1566,21 +1581,23 @@ async fn chaos_three_replicas_converge_without_overlap_or_orphans() {
 
     // Convergence: every wanted VM Active on a running container with its CPU; no other
     // labelled container; every deleted VM gone.
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let problem = chaos_problem(&vms, &wanted, &docker, &ns).await;
-        let Some(problem) = problem else { break };
-        if Instant::now() > deadline {
-            let leader = lease_holder(cluster, &ns).await.unwrap_or_default();
-            let log = replicas
+    eventually_explained(
+        "convergence",
+        Duration::from_secs(240),
+        || {
+            replicas
                 .iter()
-                .find(|r| r.identity == leader)
-                .map(|r| tail(&r.controller.log(), 40))
-                .unwrap_or_default();
-            panic!("no convergence in 240 s: {problem}; leader {leader:?}, its log:\n{log}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+                .map(|r| format!("{}'s log:\n{}\n", r.identity, r.controller.log_tail(40)))
+                .collect()
+        },
+        || async {
+            match chaos_problem(&vms, &wanted, &docker, &ns).await {
+                Some(problem) => Err(problem),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
     for name in &deleted {
         assert!(
             vms.get_opt(name).await.unwrap().is_none(),
@@ -1695,7 +1712,12 @@ fn apply_vms(cluster: &Cluster, ns: &str, n: usize) {
         .collect();
     let path = cluster.dir().join(format!("{ns}-vms.yaml"));
     std::fs::write(&path, manifest).unwrap();
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", ns, "-f", path.to_str().unwrap()]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-n", ns, "-f", path.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
 }
 
@@ -1718,7 +1740,7 @@ async fn active_vms(vms: &Api<VirtualMachine>) -> usize {
 /// when it resumes). Returns (reconciles, reconciles per replica, overlapping pairs).
 #[allow(clippy::type_complexity)]
 fn per_key_overlaps(
-    replicas: &[(String, Controller, Option<jiff_now::Stamp>)],
+    replicas: &[(String, ManagedProcess, Option<jiff_now::Stamp>)],
 ) -> (
     usize,
     Vec<(String, usize)>,
@@ -1764,12 +1786,12 @@ async fn sharded_replicas_share_300_vms_and_no_key_is_reconciled_by_two_at_once(
     let ns = cluster.new_namespace("shards").await.unwrap();
     let vms: Api<VirtualMachine> = Api::namespaced(cluster.client().await.unwrap(), &ns);
     let spawn = |identity: &str| {
-        Controller::spawn(cluster, &ns, "unix:///nonexistent", identity, &SHARD_TIMING)
+        spawn_controller(cluster, &ns, "unix:///nonexistent", identity, &SHARD_TIMING)
     };
     let started = Instant::now();
 
     // Two replicas, 300 VMs: all Active, the shards split 3/3.
-    let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = vec![
+    let mut replicas: Vec<(String, ManagedProcess, Option<jiff_now::Stamp>)> = vec![
         ("a".into(), spawn("a"), None),
         ("b".into(), spawn("b"), None),
     ];
@@ -1898,12 +1920,12 @@ async fn sharded_replicas_on_podman_converge_without_overlap_or_orphans() {
     } = PodmanTest::new("shards-podman").await;
     // The chaos test's timing, sharded.
     let args: Vec<&str> = ["--shards", "4"].into_iter().chain(CHAOS_TIMING).collect();
-    let mut replicas: Vec<(String, Controller, Option<jiff_now::Stamp>)> = ["a", "b", "c"]
+    let mut replicas: Vec<(String, ManagedProcess, Option<jiff_now::Stamp>)> = ["a", "b", "c"]
         .iter()
         .map(|id| {
             (
                 id.to_string(),
-                Controller::spawn(cluster, &ns, &host, id, &args),
+                spawn_controller(cluster, &ns, &host, id, &args),
                 None,
             )
         })
@@ -2010,7 +2032,7 @@ async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_
         _cleanup,
         ..
     } = PodmanTest::new("vm-killed").await;
-    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
+    let controller = spawn_controller(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     apply_vm(cluster, &ns, "victim", "500m", "64Mi");
     let active = wait_phase(&api, "victim", Phase::Active, START, &controller).await;
@@ -2083,7 +2105,12 @@ async fn a_container_killed_behind_the_controllers_back_is_failed_with_its_exit_
             && failed_event.2.contains("code 137"),
         "{failed_event:?}"
     );
-    let (ok, described, err) = kubectl(cluster, &["describe", "vm", "-n", &ns, "victim"]);
+    let Kubectl {
+        success: ok,
+        stdout: described,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["describe", "vm", "-n", &ns, "victim"]);
     assert!(ok, "{err}");
     for wanted in [
         "Conditions:",
@@ -2140,7 +2167,7 @@ async fn a_server_that_keeps_exiting_is_restarted_with_a_growing_backoff_and_goe
         ..
     } = PodmanTest::new("vm-crashloop").await;
     let image = exiting_image();
-    let controller = Controller::spawn(
+    let controller = spawn_controller(
         cluster,
         &ns,
         &host,
@@ -2198,7 +2225,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
         _cleanup,
         ..
     } = PodmanTest::new("vm-refused").await;
-    let controller = Controller::spawn(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
+    let controller = spawn_controller(cluster, &ns, &host, "one", &["--refresh-interval", "1s"]);
 
     // 1 MiB is less than the container's init already uses: the OCI runtime refuses to start.
     apply_vm(cluster, &ns, "tiny", "100m", "1Mi");
@@ -2247,7 +2274,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
         attempts(),
         before,
         "tried again within 10 s:\n{}",
-        tail(&controller.log(), 20)
+        controller.log_tail(20)
     );
 
     // An edit of the spec is tried at once and recreates the container with the new limit.
@@ -2266,7 +2293,7 @@ async fn limits_the_engine_refuses_give_a_failed_vm_that_is_not_retried_hot_and_
 /// A VM campaign on `engine`: the first generated plan of each kind must pass.
 async fn vm_campaign_passes(engine: kubeloop_testenv::perturb::VmEngine) {
     let cluster = testenv::shared().await;
-    vm_common::install_crd(cluster).await;
+    install_crd(cluster).await;
     let (workload, controller) = kubeloop_testenv::perturb::vm(engine);
     let campaign = kubeloop_testenv::perturb::Campaign::new(
         cluster.client_config(),

@@ -18,10 +18,10 @@ use kubeloop::controller::vm::{
 };
 use kubeloop_testenv::{self as testenv, Cluster};
 
-mod vm_common;
-use vm_common::{
-    Controller, TEST_VM, apply_vm, delete_vm, install_crd, kubectl, tail, vm, wait_gone, wait_vm,
+use kubeloop_testenv::vm::{
+    self, TEST_VM, apply_vm, delete_vm, install_crd, vm, wait_gone, wait_vm,
 };
+use kubeloop_testenv::{Kubectl, ManagedProcess};
 
 /// TCG boots take ~7 s alone on this project's 2-core machines, more with parallel tests.
 const BOOT: Duration = Duration::from_secs(150);
@@ -46,22 +46,18 @@ fn require_qemu() {
     );
 }
 
-impl Controller {
-    /// A `kubeloop vm-controller --vm-driver qemu` process keeping its VMs in `state`.
-    fn spawn(cluster: &Cluster, ns: &str, state: &Path, identity: &str) -> Self {
-        Self::start(
-            cluster,
-            cluster.kubeconfig_path(),
-            &format!("vm-qemu-controller-{ns}-{identity}"),
-            |command| {
-                command
-                    .args(["--namespace", ns, "--leader-elect=false"])
-                    .args(["--vm-driver", "qemu", "--refresh-interval", "2s"])
-                    .arg("--qemu-state-dir")
-                    .arg(state);
-            },
-        )
-    }
+/// A `kubeloop vm-controller --vm-driver qemu` process keeping its VMs in `state`.
+fn spawn_controller(cluster: &Cluster, ns: &str, state: &Path, identity: &str) -> ManagedProcess {
+    vm::controller(
+        cluster,
+        cluster.kubeconfig_path(),
+        &format!("vm-qemu-controller-{ns}-{identity}"),
+    )
+    .args(["--namespace", ns, "--leader-elect=false"])
+    .args(["--vm-driver", "qemu", "--refresh-interval", "2s"])
+    .arg("--qemu-state-dir")
+    .arg(state)
+    .start()
 }
 
 /// The test's state directory; on drop, SIGKILLs every QEMU still holding a pidfile in it
@@ -172,10 +168,15 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
         state,
         api,
     } = QemuTest::new("vm-qemu").await;
-    let controller = Controller::spawn(cluster, &ns, &state.path, "a");
+    let controller = spawn_controller(cluster, &ns, &state.path, "a");
 
     let applied = Instant::now();
-    let (ok, out, err) = kubectl(cluster, &["apply", "-n", &ns, "-f", TEST_VM]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["apply", "-n", &ns, "-f", TEST_VM]);
     assert!(ok, "{out}{err}");
     let creating = wait_vm(&api, "test-vm", "Creating", BOOT, &controller, |v| {
         v.phase() == Phase::Creating || v.phase() == Phase::Active
@@ -264,7 +265,11 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
         |v| cpu_of(v) > 80.0,
     )
     .await;
-    let (ok, out, _) = kubectl(cluster, &["get", "vm", "test-vm", "-n", &ns]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        ..
+    } = cluster.kubectl(&["get", "vm", "test-vm", "-n", &ns]);
     assert!(ok);
     eprintln!(
         "CPU idle {} -> busy {}; kubectl get vm:\n{out}",
@@ -277,7 +282,12 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
         "MEMORY% = RSS / 3815 MiB: {memory_percent}"
     );
 
-    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "test-vm", "-n", &ns]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["delete", "vm", "test-vm", "-n", &ns]);
     assert!(ok, "{out}{err}");
     wait_gone(&api, "test-vm", Duration::from_secs(60), &controller).await;
     assert!(!process_alive(pid), "qemu {pid} is gone");
@@ -286,7 +296,7 @@ async fn test_vm_boots_to_active_with_2_vcpus_and_4g_shows_load_and_is_removed_o
     assert!(
         log.contains("qemu stopped after system_powerdown"),
         "{}",
-        tail(&log, 30)
+        controller.log_tail(30)
     );
 }
 
@@ -298,7 +308,7 @@ async fn a_sigkilled_qemu_is_detected_and_booted_again_and_a_restarted_controlle
         state,
         api,
     } = QemuTest::new("vm-qemu-kill").await;
-    let mut first = Controller::spawn(cluster, &ns, &state.path, "a");
+    let mut first = spawn_controller(cluster, &ns, &state.path, "a");
     apply_vm(cluster, &ns, "victim", "1", "256Mi");
     wait_vm(&api, "victim", "Active", BOOT, &first, |v| {
         v.phase() == Phase::Active
@@ -310,7 +320,7 @@ async fn a_sigkilled_qemu_is_detected_and_booted_again_and_a_restarted_controlle
     // The VM outlives its controller, and the next one adopts it without a reboot.
     first.kill();
     assert!(process_alive(pid), "qemu survived the controller's SIGKILL");
-    let second = Controller::spawn(cluster, &ns, &state.path, "b");
+    let second = spawn_controller(cluster, &ns, &state.path, "b");
     tokio::time::sleep(Duration::from_secs(6)).await;
     let adopted = vm(&api, "victim").await.unwrap();
     assert_eq!(adopted.phase(), Phase::Active);
@@ -346,7 +356,12 @@ async fn a_sigkilled_qemu_is_detected_and_booted_again_and_a_restarted_controlle
             .contains(READY_LINE),
         "the killed boot's console is kept"
     );
-    let (ok, out, err) = kubectl(cluster, &["delete", "vm", "victim", "-n", &ns]);
+    let Kubectl {
+        success: ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = cluster.kubectl(&["delete", "vm", "victim", "-n", &ns]);
     assert!(ok, "{out}{err}");
     wait_gone(&api, "victim", Duration::from_secs(60), &second).await;
     assert!(!process_alive(new_pid));
@@ -361,7 +376,7 @@ async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
         state,
         api,
     } = QemuTest::new("vm-qemu-del").await;
-    let mut first = Controller::spawn(cluster, &ns, &state.path, "a");
+    let mut first = spawn_controller(cluster, &ns, &state.path, "a");
     apply_vm(cluster, &ns, "doomed", "1", "256Mi");
     wait_vm(&api, "doomed", "Active", BOOT, &first, |v| {
         v.phase() == Phase::Active
@@ -396,7 +411,7 @@ async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
         "the finalizer holds the object"
     );
 
-    let second = Controller::spawn(cluster, &ns, &state.path, "b");
+    let second = spawn_controller(cluster, &ns, &state.path, "b");
     wait_gone(&api, "doomed", Duration::from_secs(90), &second).await;
     assert!(!process_alive(pid), "no qemu left");
     assert!(!dir.path.exists(), "no state directory left");
@@ -405,6 +420,6 @@ async fn a_controller_killed_while_deleting_a_vm_finalizes_it_on_restart() {
     assert!(
         log.contains("server deleted; removing the finalizer"),
         "{}",
-        tail(&log, 20)
+        second.log_tail(20)
     );
 }

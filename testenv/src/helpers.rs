@@ -1,11 +1,13 @@
 //! The helpers every real-cluster test uses besides [`eventually`] (which lives in
 //! [`kubeloop::testing`], for unit tests too): [`Cluster::kubectl`] (the cluster's own kubectl
-//! with its admin kubeconfig) and [`ensure_crd`] (a CRD created once and served).
+//! with its admin kubeconfig), [`ensure_crd`] (a CRD created once and served) and
+//! [`scrape_metrics`] (the status of a scrape of an ops server's HTTPS /metrics).
 //!
 //! They panic instead of returning errors: they are for tests, where a panic with a message is
 //! the failure report.
 
 use std::io::Write as _;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -103,9 +105,19 @@ impl Cluster {
 
     /// [`Cluster::kubectl`] with `stdin` fed to kubectl (`apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Kubectl {
+        self.run_kubectl(self.kubeconfig_path(), args, stdin)
+    }
+
+    /// [`Cluster::kubectl`] as the user of `kubeconfig` (a ServiceAccount's token, say)
+    /// instead of the admin.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Kubectl {
+        self.run_kubectl(kubeconfig, args, None)
+    }
+
+    fn run_kubectl(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Kubectl {
         let mut child = Command::new(self.bin_dir().join("kubectl"))
             .arg("--kubeconfig")
-            .arg(self.kubeconfig_path())
+            .arg(kubeconfig)
             .args(args)
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .stdin(Stdio::piped())
@@ -126,4 +138,27 @@ impl Cluster {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
+}
+
+/// `curl` of `https://<addr>/metrics` (a kubeloop ops server's self-signed certificate, so
+/// `-k`), with `token` as a Bearer token if given: the HTTP status (0 if none came back).
+pub fn scrape_metrics(addr: &str, token: Option<&str>) -> u16 {
+    let mut curl = Command::new("curl");
+    curl.args([
+        "-sk",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ]);
+    if let Some(token) = token {
+        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = curl
+        .arg(format!("https://{addr}/metrics"))
+        .output()
+        .expect("running curl");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
 }

@@ -22,10 +22,22 @@
 //! [`FaultProxy`] sits between a client and the apiserver to cut connections or refuse them;
 //! [`HttpFaultProxy`] does that too, and speaks HTTP to answer watches with 429 and
 //! `Retry-After`, corrupt watch events and count LISTs and WATCHes.
-//! [`eventually`](kubeloop::testing::eventually) (in `kubeloop::testing`, with the unit tests'
-//! helpers) and [`Cluster::kubectl`] are the waiting and kubectl helpers of every
-//! real-cluster test; [`ManagedProcess`] runs the programs a test starts beside the cluster
-//! (the `kubeloop` binary, a podman service), under the same never-outlive-the-test rule.
+//!
+//! The one way kubeloop's tests do each thing (cargo's `cargo-test-support`, controller-runtime's
+//! envtest):
+//! - run the `kubeloop` binary: [`Kubeloop`] (`Kubeloop::new(["sample-controller", ..])
+//!   .kubeconfig(..).start()`), a [`ManagedProcess`] that never outlives the test, with its log,
+//!   [`ManagedProcess::log_tail`], [`ManagedProcess::wait_for_line`] and signals; the examples
+//!   through [`example`];
+//! - wait: [`eventually`](kubeloop::testing::eventually) (in `kubeloop::testing`, which the
+//!   library's unit tests use too), or [`ManagedProcess::eventually`], which adds the program's
+//!   log tail to the failure;
+//! - run kubectl: [`Cluster::kubectl`] (admin), [`Cluster::kubectl_as`] (another user),
+//!   answering a [`Kubectl`];
+//! - pick a port: [`free_port`];
+//! - check an informer against the server ([`informer`]) and drive the VM controller ([`vm`]).
+//!
+//! [`perturb`] runs perturbation campaigns against a controller.
 
 mod certs;
 mod cluster;
@@ -33,6 +45,7 @@ mod components;
 mod error;
 mod etcd;
 mod helpers;
+pub mod informer;
 mod kubeconfig;
 mod node;
 mod options;
@@ -42,15 +55,17 @@ mod process;
 mod programs;
 mod proxy;
 mod versions;
+pub mod vm;
 
 pub use cluster::{Cluster, shared, shared_full};
 pub use components::KWOK_NODE;
 pub use error::TestEnvError;
 pub(crate) use error::{create_dir, write_file};
-pub use helpers::{Kubectl, ensure_crd};
+pub use helpers::{Kubectl, ensure_crd, scrape_metrics};
 pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
 pub use options::ClusterOptions;
+pub use ports::free_port;
 pub use process::ManagedProcess;
-pub use programs::{example, kubeloop_binary};
+pub use programs::{Kubeloop, example, kubeloop_binary};
 pub use proxy::{FaultProxy, HttpFaultProxy, ProxiedRequest, RequestKind, UNDECODABLE_EVENT_LINE};
 pub use versions::{bin_dir, etcd_version, kubernetes_version, kwok_version};

@@ -1,6 +1,8 @@
-//! Child processes that never outlive the test binary: the control plane's components and
-//! every program a test runs in the background (the `kubeloop` binary, `le_candidate`, a
-//! podman service, `hack/demo`).
+//! Child processes that never outlive the test binary: the control plane's components
+//! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and on a node
+//! cluster containerd, the kubelet and kube-proxy) and every program a test runs in the
+//! background (the `kubeloop` binary through [`crate::Kubeloop`], the `le_candidate` example,
+//! `podman system service`, a shell client).
 //!
 //! Every child is started with `PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when
 //! its parent goes away, even if the test binary panics, aborts or is SIGKILLed. The death
@@ -9,7 +11,8 @@
 //! long as the process. [`ManagedProcess`] also kills its child on drop.
 //!
 //! A child's stdout and stderr go to one log file, which the test reads: whole
-//! ([`ManagedProcess::log`]), or waiting for a line ([`ManagedProcess::wait_for_line`]). The
+//! ([`ManagedProcess::log`]), waiting for a line ([`ManagedProcess::wait_for_line`]), or in a
+//! failure message while it waits for something else ([`ManagedProcess::eventually`]). The
 //! waiting methods panic with the log's last lines instead of returning errors: they are for
 //! tests, where a panic with a message is the failure report.
 //!
@@ -17,6 +20,7 @@
 //! process, so [`ManagedProcess::signal`] refuses to send anything to it.
 
 use std::fs::File;
+use std::future::Future;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -24,6 +28,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use kubeloop::testing::Ready;
 
 use super::TestEnvError;
 
@@ -231,6 +237,13 @@ impl ManagedProcess {
         self.reaped.store(true, Ordering::SeqCst);
     }
 
+    /// SIGTERM, and wait (at most `timeout`) for it to exit; returns its exit code (`None` if
+    /// a signal ended it). Panics with the log's tail if it is still running after `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        self.wait_blocking(timeout).code()
+    }
+
     /// SIGTERM, then SIGKILL if it has not exited within `grace`. Blocks until it is gone.
     pub fn stop(&mut self, grace: Duration) {
         if self.exited().is_some() {
@@ -304,6 +317,43 @@ impl ManagedProcess {
             }
             std::thread::sleep(PROCESS_POLL);
         }
+    }
+
+    /// [`kubeloop::testing::eventually`] whose failure message ends with the last lines of this
+    /// process's log: what the program said while the test waited for it.
+    pub async fn eventually<R, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> R::Output
+    where
+        R: Ready,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = R>,
+    {
+        kubeloop::testing::eventually_explained(what, timeout, || self.tail_for_failure(), check)
+            .await
+    }
+
+    /// [`ManagedProcess::eventually`] for code outside an async context.
+    pub fn eventually_blocking<R: Ready>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl FnMut() -> R,
+    ) -> R::Output {
+        kubeloop::testing::eventually_explained_blocking(
+            what,
+            timeout,
+            || self.tail_for_failure(),
+            check,
+        )
+    }
+
+    /// The log's last lines, introduced, for a failure message.
+    fn tail_for_failure(&self) -> String {
+        format!(
+            "last lines of {} ({}):\n{}",
+            self.name,
+            self.log_path.display(),
+            self.log_tail(TAIL_LINES)
+        )
     }
 
     /// The line if it is there; a panic if it is not and the process has exited (it will
@@ -398,6 +448,25 @@ mod tests {
         let status = process.wait(Duration::from_secs(10)).await;
         assert_eq!(status.code(), Some(3), "{}", process.log());
         assert!(process.log().contains("got TERM"));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "waiting for a line that never comes: still nothing\nlast lines of sh"
+    )]
+    fn eventually_fails_with_the_log_tail() {
+        let mut process = sh("echo 'the reason it is not coming'; sleep 30");
+        process.wait_for_line_blocking(&["reason"], Duration::from_secs(10));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            process.eventually_blocking(
+                "a line that never comes",
+                Duration::from_millis(300),
+                || process.find_line(&["never"]),
+            )
+        }));
+        let message = *result.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("the reason it is not coming"), "{message}");
+        std::panic::resume_unwind(Box::new(message));
     }
 
     #[test]

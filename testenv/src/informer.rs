@@ -1,6 +1,8 @@
-//! Helpers shared by the cache's real-apiserver tests: a handler that checks the event
-//! sequence per key, convergence against the server's own LIST, and a small CRD.
-#![allow(dead_code)]
+//! Checking an informer against the real apiserver (kubeloop's cache tests use these): a
+//! handler that checks the event sequence per key ([`Checker`]), convergence of the cache to
+//! the server's own LIST ([`assert_converges`]), a lister-watcher that records every request
+//! and its answer ([`Recording`]), a workload that creates, changes and deletes ConfigMaps
+//! while faults happen ([`churn`]), and a small CRD ([`ensure_widget_crd`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use kube_client::{Client, Resource};
 use kubeloop::cache::{DeletedObject, Indexer, ResourceEventHandler, meta_namespace_key};
 use parking_lot::Mutex;
 
-pub use kubeloop::testing::eventually;
+use kubeloop::testing::eventually;
 
 /// What a handler saw, checked as it arrives: no add of a key already present, no update
 /// or delete of a key not present.
@@ -196,7 +198,7 @@ pub async fn ensure_widget_crd(client: &Client) {
         }
     }))
     .unwrap();
-    kubeloop_testenv::ensure_crd(client, &crd).await;
+    crate::ensure_crd(client, &crd).await;
 }
 
 /// The process's peak resident set size in KiB (VmHWM).
