@@ -22,8 +22,11 @@
 //! kube-client does the HTTP, kubeconfig and authentication; everything that turns a watch
 //! stream into work for a controller is in this crate. The test harness (a real local control
 //! plane, fault proxies, perturbation testing) is the crate `kubeloop-testenv`, a
-//! dev-dependency as controller-runtime's envtest is; the command line is `kubeloop-cli`. `docs/` in the repository is a guided
-//! tour through these layers, one runnable chapter each.
+//! dev-dependency as controller-runtime's envtest is; the command line is `kubeloop-cli`. The
+//! repository's README.md is the front page (a controller on the runtime, what is inside, the
+//! headline figures); `docs/README.md` lists a guided tour through these layers, one runnable
+//! chapter each, and the reference chapters (running and deploying the controllers, metrics,
+//! sharding, the harness, the features); `benches/README.md` has every benchmark.
 //!
 //! # Features
 //!
@@ -174,3 +177,14 @@ pub mod workqueue;
 #[cfg(all(doctest, feature = "runtime"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of the reference chapters in `docs/` that came from the README, compiled
+/// as doc tests for the same reason.
+#[cfg(all(doctest, feature = "runtime"))]
+#[doc = include_str!("../docs/runtime.md")]
+pub struct DocsRuntimeDoctests;
+
+/// `docs/harness.md`'s example: a test on the harness crate `kubeloop-testenv`.
+#[cfg(all(doctest, feature = "runtime"))]
+#[doc = include_str!("../docs/harness.md")]
+pub struct DocsHarnessDoctests;
