@@ -2,7 +2,7 @@
 //! scheduler, kwok), podman serving the Docker API (hack/setup-podman), both controllers, the
 //! VM controller as two replicas under leader election.
 //!
-//! The tests read what a person would see and check that it shows every step the README's
+//! The tests read what a person would see and check that it shows every step docs/demo.md
 //! "The two commands" describes (Deployment available and scaled, VM Creating -> Active with CPU and MEMORY, deletion
 //! through Terminating, a failover to the other replica), then that nothing is left behind:
 //! no controller, no control-plane component, no VM container, after `--once` and after

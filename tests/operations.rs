@@ -708,7 +708,7 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         },
     );
     // The leader's probes and series: ready once its informer synced, healthy while it renews,
-    // and every family the README's "Metrics and health endpoints" names present for the VM
+    // and every family docs/metrics.md names present for the VM
     // controller too.
     assert_eq!(
         http_get(&addr, "/readyz").0,

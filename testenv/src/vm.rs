@@ -15,7 +15,7 @@ use crate::{Cluster, Kubeloop, ManagedProcess};
 
 /// The VirtualMachine CRD as committed (crds/virtualmachine.yaml of the repository).
 pub const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/virtualmachine.yaml");
-/// The README's example VM (examples/test-vm.yaml of the repository).
+/// The example VM of docs/running.md and hack/demo (examples/test-vm.yaml of the repository).
 pub const TEST_VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/test-vm.yaml");
 
 /// `kubeloop vm-controller --kubeconfig <kubeconfig>` at `RUST_LOG=info,kubeloop=debug`, its
