@@ -10,7 +10,7 @@
 //! pops) are what both FIFOs build on; neither FIFO imports the other. Two choices are
 //! independent, each behind its own seam: how objects arrive (`wire/`: JSON or protobuf) and
 //! how the store keeps them (`stored.rs`'s codec: typed, or `compact.rs`'s frames, which only
-//! `thread_safe_store.rs` names). `tests/layering.rs` checks that no two files import each
+//! `thread_safe_store.rs` names). `tests/local/layering.rs` checks that no two files import each
 //! other.
 //!
 //! | file                   | what                                                      | client-go                                          |

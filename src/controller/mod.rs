@@ -3,7 +3,7 @@
 //! the Docker API, or real VMs through QEMU).
 //!
 //! Each is an application with a public module of its own, the one exception below the top
-//! level to "modules are private" (`tests/layering.rs` lists it): their names would clash in
+//! level to "modules are private" (`tests/local/layering.rs` lists it): their names would clash in
 //! one (`run`, `CONTROLLER_NAME`, their configs and errors). Inside each, the files are private
 //! and re-exported, so an item has one path, `kubeloop::controller::sample::Item` or
 //! `kubeloop::controller::vm::Item`.

@@ -207,7 +207,7 @@ where
         return hand_back();
     }
     // The start and end of every reconcile, for tests that check that no two replicas'
-    // reconciles ever overlap (tests/vm_controller.rs, the chaos test).
+    // reconciles ever overlap (tests/vm_controller/chaos.rs).
     debug!(controller = name, key = %key, "reconcile started");
     let span = tracing::info_span!("reconcile", controller = %name, key = %key);
     let started = std::time::Instant::now();

@@ -20,7 +20,7 @@
 //! ready items and at most that many others. Keys are looked up by (parent, text) in one hash
 //! table.
 //!
-//! This module is a leaf (std and hashbrown only), so `tests/workqueue_loom.rs` compiles it
+//! This module is a leaf (std and hashbrown only), so `tests/local/workqueue_loom.rs` compiles it
 //! with `priority_state.rs`.
 
 use std::collections::VecDeque;

@@ -1,4 +1,4 @@
-//! Tests of `fair.rs`'s lines (kept apart so that `tests/workqueue_loom.rs`, which compiles
+//! Tests of `fair.rs`'s lines (kept apart so that `tests/local/workqueue_loom.rs`, which compiles
 //! `fair.rs`, does not run them again).
 
 use super::fair::{FairLine, FairnessKeys};

@@ -7,7 +7,7 @@
 //!
 //! This module is a leaf like `state.rs`: it imports only the lock shim (`sync.rs`),
 //! `state.rs`'s time stamps, heap entries and wake-up list, and `fair.rs`'s fair lines, so
-//! `tests/workqueue_loom.rs` compiles it against loom's `Mutex` next to those and
+//! `tests/local/workqueue_loom.rs` compiles it against loom's `Mutex` next to those and
 //! model-checks its hand-offs.
 //!
 //! Layout:

@@ -5,7 +5,7 @@
 //! faces over it.
 //!
 //! This module is a leaf: it imports nothing from its siblings but the lock shim
-//! (`sync.rs`), so `tests/workqueue_loom.rs` compiles this very file against loom's `Mutex`
+//! (`sync.rs`), so `tests/local/workqueue_loom.rs` compiles this very file against loom's `Mutex`
 //! and model-checks the hand-off protocol. Metrics reach it through the [`Hooks`] trait, which
 //! `metrics.rs` implements; the delaying queue's timer task reaches it through
 //! [`Shared::promote_ready`] and [`Shared::next_ready_at`], and starts only from the delaying

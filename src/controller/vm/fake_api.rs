@@ -2,7 +2,7 @@
 //! keeps what matters to the controller: resourceVersion preconditions (409), the status
 //! subresource writing only the status, and deletion with finalizers (a deleting object goes
 //! away when its last finalizer is removed). The real apiserver is exercised in
-//! tests/vm_controller.rs.
+//! tests/vm_controller/.
 
 use crate::runtime::ObjectKey;
 use std::collections::BTreeMap;

@@ -24,8 +24,8 @@ use kubeloop::controller::sample::{Foo, FooSpec};
 use kubeloop::controller::vm::{Phase, VirtualMachine};
 use kubeloop_testenv::{self as testenv, Cluster, Kubeloop, ManagedProcess};
 
-const FOO_CRD: &str = include_str!("../crds/foo.yaml");
-const VM_CRD: &str = include_str!("../crds/virtualmachine.yaml");
+const FOO_CRD: &str = include_str!("../../crds/foo.yaml");
+const VM_CRD: &str = include_str!("../../crds/virtualmachine.yaml");
 /// Objects waiting when the controller starts: with one worker and two or three API calls
 /// each, seconds of draining, against the tens of milliseconds the test takes to send its
 /// second signal.

@@ -34,7 +34,7 @@
 //! only (STYLE.md, "Thin module roots"). An inline `mod x { .. }` that is not a test module is
 //! read as part of its file (the library has none).
 //!
-//! Run it alone with `cargo test --all-features --test layering -- --nocapture` to see the
+//! Run it alone with `cargo test --all-features --test local layering -- --nocapture` to see the
 //! graph's circles printed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -101,7 +101,7 @@ fn the_library_has_no_import_circles_but_the_allowed_ones() {
         if !cycles.iter().any(|cycle| same_files(files, cycle)) {
             failures.push(format!(
                 "the allowed circle {files:?} ({owner}) is gone or has changed: \
-                 trim ALLOWED_CYCLES in tests/layering.rs"
+                 trim ALLOWED_CYCLES in tests/local/layering.rs"
             ));
         }
     }
@@ -139,7 +139,7 @@ fn modules_are_public_only_at_the_top_level() {
         if !found.iter().any(|m| m.file == *file && m.name == *name) {
             failures.push(format!(
                 "the allowed public module {name} in {file} ({reason}) is no longer public: \
-                 trim ALLOWED_PUBLIC_MODULES in tests/layering.rs"
+                 trim ALLOWED_PUBLIC_MODULES in tests/local/layering.rs"
             ));
         }
     }
@@ -167,7 +167,7 @@ fn every_public_item_has_one_path_but_the_listed_ones() {
         if !found.iter().any(|p| p.as_slice() == *paths) {
             failures.push(format!(
                 "the allowed second path of {paths:?} ({owner}) is gone or has changed: \
-                 trim ALLOWED_SECOND_PATHS in tests/layering.rs"
+                 trim ALLOWED_SECOND_PATHS in tests/local/layering.rs"
             ));
         }
     }

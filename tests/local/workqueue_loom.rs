@@ -4,7 +4,7 @@
 //! test target compiles that very file next to a shim of the same shape that hands out loom's
 //! `Mutex`, so loom runs every interleaving of the queue's transitions, its parked-`get` list
 //! and its wake-ups (at most three preemptions per execution, loom's usual bound). No
-//! `--cfg loom` is needed: `cargo test --test workqueue_loom` (and so `hack/test` and
+//! `--cfg loom` is needed: `cargo test --test local workqueue_loom` (and so `hack/test` and
 //! `cargo test --all-targets`) runs the models.
 //!
 //! What must hold in every interleaving:
@@ -45,19 +45,19 @@ mod sync {
     }
 }
 
-#[path = "../src/workqueue/parked.rs"]
+#[path = "../../src/workqueue/parked.rs"]
 #[allow(dead_code)]
 mod parked;
 
-#[path = "../src/workqueue/state.rs"]
+#[path = "../../src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;
 
-#[path = "../src/workqueue/fair.rs"]
+#[path = "../../src/workqueue/fair.rs"]
 #[allow(dead_code)]
 mod fair;
 
-#[path = "../src/workqueue/priority_state.rs"]
+#[path = "../../src/workqueue/priority_state.rs"]
 #[allow(dead_code)]
 mod priority_state;
 

@@ -360,7 +360,7 @@ async fn setup() -> (Client, String) {
 /// Creates the sample controller's CRD (once per cluster) and waits until it is served.
 async fn ensure_foo_crd(client: &Client) {
     let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../crds/foo.yaml")).expect("the CRD parses");
+        serde_saphyr::from_str(include_str!("../../crds/foo.yaml")).expect("the CRD parses");
     testenv::ensure_crd(client, &crd).await;
 }
 
