@@ -12,6 +12,7 @@
 //! | [`workqueue`]: dedup, delaying and rate-limiting queues | `util/workqueue` | always |
 //! | [`leaderelection`]: Lease-based leader election | `tools/leaderelection` | always |
 //! | [`record`]: Events | `tools/record` | always |
+//! | [`backoff`]: backoff and jitter, for every wait between attempts | apimachinery `pkg/util/wait` (`Backoff`, `Jitter`) | always |
 //! | [`protobuf`]: Kubernetes protobuf decoded into k8s-openapi's types | apimachinery `runtime/serializer/protobuf`, the types' `generated.pb.go` | always |
 //! | [`trace`]: one object's journey, stage by stage | (none) | always |
 //! | [`testing`]: in-memory sources and locks for unit tests | `tools/cache/testing`, fake clientsets | always |
@@ -157,6 +158,7 @@
 // never sees the attribute.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backoff;
 pub mod cache;
 #[cfg(any(feature = "sample-controller", feature = "vm-controller"))]
 pub mod controller;

@@ -1,8 +1,8 @@
 //! The reflector's backoff: apimachinery's `wait.Backoff{...}.DelayWithReset(clock, 2 min)`
-//! (its backoff manager) as client-go 1.36's reflector configures it: 800 ms initial,
-//! factor 2, cap 30 s, jitter 1.0, reset every 2 min.
+//! (its backoff manager, `crate::backoff::DelayWithReset`) as client-go 1.36's reflector
+//! configures it: 800 ms initial, factor 2, cap 30 s, jitter 1.0, reset every 2 min.
 //!
-//! The rules, as apimachinery's `delay` and `backoffManager.Step` have them:
+//! What that means for the reflector (the rules themselves are `crate::backoff`'s):
 //! - Each delay is the current base plus jitter: a random extra in `[0, jitter x base)`.
 //!   The base doubles per delay until doubling would pass the cap; from then on the base is
 //!   the cap, and jitter is still added *after* capping, so capped delays spread over
@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::backoff::{Backoff, DelayWithReset};
 
 /// Backoff parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,56 +46,21 @@ impl Default for BackoffConfig {
     }
 }
 
-/// The running state of an exponential backoff.
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    config: BackoffConfig,
-    /// The un-jittered delay the next failure gets.
-    base: Duration,
-    /// The base has reached the cap: it stays there until the next reset (apimachinery's
-    /// `steps = 0`).
-    capped: bool,
-    /// When the base was last reset (or the backoff made).
-    last_reset: Instant,
-}
-
-impl Backoff {
-    /// A fresh backoff; its reset clock starts now.
-    pub fn new(config: BackoffConfig) -> Self {
-        Self {
-            base: config.initial,
-            capped: false,
-            last_reset: Instant::now(),
-            config,
-        }
-    }
-
-    /// The delay for a failure now; moves the base on.
-    pub fn next_delay(&mut self) -> Duration {
-        let now = Instant::now();
-        if now.duration_since(self.last_reset) > self.config.reset_after
-            || self.config.reset_after.is_zero()
-        {
-            self.base = self.config.initial;
-            self.capped = false;
-            self.last_reset = now;
-        }
-        let base = self.base;
-        if !self.capped && self.config.factor > 0.0 {
-            let next = base.mul_f64(self.config.factor);
-            if next > self.config.max {
-                self.base = self.config.max;
-                self.capped = true;
-            } else {
-                self.base = next;
-            }
-        }
-        // Jitter on top of the (possibly capped) base, as apimachinery's `Jitter`.
-        if self.config.jitter > 0.0 {
-            base + base.mul_f64(self.config.jitter * rand::random::<f64>())
-        } else {
-            base
-        }
+impl BackoffConfig {
+    /// The running backoff: apimachinery's `Backoff{Duration: initial, Cap: max, Factor,
+    /// Jitter}.DelayWithReset(clock, reset_after)`. Its steps never run out before the cap
+    /// (client-go's reflector sets `Steps` to `ceil(max / initial)` for the same end), so the
+    /// delays grow until they reach the cap, however slowly they grow; its reset clock starts
+    /// now.
+    pub(crate) fn delay_with_reset(&self) -> DelayWithReset {
+        let backoff = Backoff {
+            duration: self.initial,
+            factor: self.factor,
+            jitter: self.jitter,
+            steps: u32::MAX,
+            cap: Some(self.max),
+        };
+        DelayWithReset::new(backoff, self.reset_after)
     }
 }
 
@@ -114,18 +79,19 @@ mod tests {
         assert_eq!(c.reset_after, Duration::from_secs(120));
     }
 
-    fn unit(reset_after: u64) -> Backoff {
-        Backoff::new(BackoffConfig {
+    fn unit(reset_after: u64) -> DelayWithReset {
+        (BackoffConfig {
             initial: Duration::from_secs(1),
             max: Duration::from_secs(10),
             factor: 2.0,
             jitter: 0.0,
             reset_after: Duration::from_secs(reset_after),
         })
+        .delay_with_reset()
     }
 
-    fn secs(b: &mut Backoff, n: usize) -> Vec<u64> {
-        (0..n).map(|_| b.next_delay().as_secs()).collect()
+    fn secs(b: &mut DelayWithReset, n: usize) -> Vec<u64> {
+        (0..n).map(|_| b.step().as_secs()).collect()
     }
 
     // apimachinery wait: TestBackoffDelayWithResetExponential
@@ -134,7 +100,7 @@ mod tests {
         let mut b = unit(10);
         assert_eq!(secs(&mut b, 7), [1, 2, 4, 8, 10, 10, 10]);
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(b.next_delay(), Duration::from_secs(1), "reset after 11 s");
+        assert_eq!(b.step(), Duration::from_secs(1), "reset after 11 s");
     }
 
     // apimachinery wait: TestBackoffDelayWithResetEmpty
@@ -143,43 +109,46 @@ mod tests {
         let mut b = unit(0);
         assert_eq!(secs(&mut b, 7), [1, 1, 1, 1, 1, 1, 1]);
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(b.next_delay(), Duration::from_secs(1));
+        assert_eq!(b.step(), Duration::from_secs(1));
     }
 
     // apimachinery wait: TestBackoffDelayWithResetJitter
     #[tokio::test(start_paused = true)]
     async fn backoff_delay_with_reset_jitter() {
-        let mut b = Backoff::new(BackoffConfig {
+        let mut b = BackoffConfig {
             initial: Duration::from_secs(1),
             factor: 0.0,
             jitter: 1.0,
             reset_after: Duration::ZERO,
             ..Default::default()
-        });
+        }
+        .delay_with_reset();
         for _ in 0..5 {
-            let d = b.next_delay();
+            let d = b.step();
             assert!(
                 d >= Duration::from_secs(1) && d < Duration::from_secs(2),
                 "{d:?}"
             );
         }
-        let mut fixed = Backoff::new(BackoffConfig {
+        let mut fixed = BackoffConfig {
             initial: Duration::from_secs(1),
             factor: 0.0,
             jitter: -1.0,
             reset_after: Duration::ZERO,
             ..Default::default()
-        });
-        assert_eq!(fixed.next_delay(), Duration::from_secs(1));
+        }
+        .delay_with_reset();
+        assert_eq!(fixed.step(), Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn client_go_sequence_grows_to_the_cap() {
-        let mut b = Backoff::new(BackoffConfig {
+        let mut b = BackoffConfig {
             jitter: 0.0,
             ..Default::default()
-        });
-        let ms: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+        }
+        .delay_with_reset();
+        let ms: Vec<u128> = (0..8).map(|_| b.step().as_millis()).collect();
         assert_eq!(ms, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
     }
 
@@ -187,14 +156,15 @@ mod tests {
     // not on quiet periods, so a LIST failing without pause still gets short delays again.
     #[tokio::test(start_paused = true)]
     async fn failing_without_pause_resets_every_two_minutes() {
-        let mut b = Backoff::new(BackoffConfig {
+        let mut b = BackoffConfig {
             jitter: 0.0,
             ..Default::default()
-        });
+        }
+        .delay_with_reset();
         let mut elapsed = Duration::ZERO;
         let mut delays = Vec::new();
         while elapsed <= Duration::from_secs(250) {
-            let d = b.next_delay();
+            let d = b.step();
             delays.push((elapsed.as_secs(), d.as_millis()));
             tokio::time::advance(d).await;
             elapsed += d;
@@ -214,13 +184,13 @@ mod tests {
     // capped delays spread over [cap, 2 x cap) instead of all being the cap.
     #[tokio::test(start_paused = true)]
     async fn jitter_is_applied_after_the_cap() {
-        let mut b = Backoff::new(BackoffConfig::default());
-        let first = b.next_delay();
+        let mut b = BackoffConfig::default().delay_with_reset();
+        let first = b.step();
         assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1600));
         for _ in 0..6 {
-            b.next_delay();
+            b.step();
         }
-        let capped: Vec<Duration> = (0..20).map(|_| b.next_delay()).collect();
+        let capped: Vec<Duration> = (0..20).map(|_| b.step()).collect();
         assert!(
             capped
                 .iter()

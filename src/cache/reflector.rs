@@ -14,8 +14,8 @@
 //!   version, after backoff. Connection refused / 429 opening a watch: back off, re-watch.
 //!   A watch that closes in under a second with no events, and any other failure: back off,
 //!   relist.
-//! - One [`Backoff`] for everything (apimachinery's `DelayWithReset`: jitter after the cap,
-//!   reset every two minutes). A failure whose answer named a delay (`Retry-After`, or a
+//! - One backoff for everything ([`DelayWithReset`], as `BackoffConfig` sets it: jitter after
+//!   the cap, reset every two minutes). A failure whose answer named a delay (`Retry-After`, or a
 //!   Status's `retryAfterSeconds`) waits at least that long (see `Core::back_off`).
 //! - A watch line that is not an event ends the watch like an error from the server: back
 //!   off, relist (client-go's `StreamWatcher` reports it as an error event and stops).
@@ -45,7 +45,7 @@ use kube_client::core::WatchEvent;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::{Backoff, BackoffConfig};
+use super::backoff::BackoffConfig;
 use super::keys::{meta_namespace_key, resource_version};
 use super::list_watch::{CacheObject, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
@@ -54,6 +54,7 @@ use super::store::{ReflectorStore, StoreError, TransformFunc};
 use super::stored::{ListBuilder, ListedObjects, SentBytes};
 use super::undecodable::{UndecodableObject, WatchEventType};
 use super::wire::INITIAL_EVENTS_END_ANNOTATION;
+use crate::backoff::DelayWithReset;
 
 /// The smallest `min_watch_timeout` honoured (client-go `defaultMinWatchTimeout`).
 const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -222,7 +223,7 @@ struct Core<K, L> {
     type_name: String,
     metrics: ReflectorMetrics,
     on_error: WatchErrorHandler,
-    backoff: Backoff,
+    backoff: DelayWithReset,
     /// The version the store is known to be in sync with ("" before the first list).
     last_sync_rv: String,
     /// A copy of `last_sync_rv` readers can see (client-go `LastSyncResourceVersion`).
@@ -262,7 +263,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
             core: Core {
                 lw,
                 store,
-                backoff: Backoff::new(config.backoff.clone()),
+                backoff: config.backoff.delay_with_reset(),
                 config,
                 metrics,
                 type_name,
@@ -411,7 +412,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     /// grows when the server names no delay or a shorter one.
     /// `tests/cache_fault_throttle.rs` shows both against the real apiserver.
     fn back_off(&mut self, then: AfterBackoff, server_delay: Option<Duration>) -> State<K> {
-        let backoff = self.backoff.next_delay();
+        let backoff = self.backoff.step();
         let delay = server_delay.map_or(backoff, |d| d.max(backoff));
         tracing::debug!(type_name = %self.type_name, ?delay, ?server_delay, ?then, "backing off");
         State::Backoff {
@@ -607,10 +608,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     /// Random in [min, 2 x min), where min is never below client-go's 5 minutes
     /// (`NewReflectorWithOptions` ignores a smaller `MinWatchTimeout`).
     fn watch_timeout(&self) -> Duration {
-        self.config
-            .min_watch_timeout
-            .max(DEFAULT_MIN_WATCH_TIMEOUT)
-            .mul_f64(1.0 + rand::random::<f64>())
+        crate::backoff::jitter(
+            self.config.min_watch_timeout.max(DEFAULT_MIN_WATCH_TIMEOUT),
+            1.0,
+        )
     }
 
     async fn start_watch(&mut self) -> State<K> {

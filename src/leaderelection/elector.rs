@@ -67,6 +67,7 @@ use super::clock::{Clock, SystemClock};
 use super::config::{ConfigError, JITTER_FACTOR, LeaderElectionConfig, validate_identity};
 use super::metrics::{ElectionMetrics, LeaderMetricsProvider};
 use super::resource_lock::{LeaderElectionRecord, LockError, ResourceLock};
+use crate::backoff::jitter;
 use crate::record::{AnyEventRecorder, EventType};
 
 /// Contends for one lock. Cheap to clone: clones share the same state, so one clone can run
@@ -430,7 +431,7 @@ impl<L: ResourceLock> LeaderElector<L> {
             // lease_duration of our last observation of it, not up to 2.2 retry periods later.
             // Only a future expiry counts: a failing lock must never turn this into a hot loop.
             let now = Instant::now();
-            let mut wake = now + jittered(config.retry_period, JITTER_FACTOR);
+            let mut wake = now + jitter(config.retry_period, JITTER_FACTOR);
             if let Some(expiry) = self.shared.state.lock().expiry().filter(|e| *e > now) {
                 wake = wake.min(expiry);
             }
@@ -864,11 +865,6 @@ fn carry_over(record: &mut LeaderElectionRecord, old: &LeaderElectionRecord, alr
     }
     record.strategy = old.strategy.clone();
     record.preferred_holder = old.preferred_holder.clone();
-}
-
-/// client-go `wait.Jitter`: `period + rand[0,1) * factor * period`.
-fn jittered(period: Duration, factor: f64) -> Duration {
-    period + period.mul_f64(rand::random::<f64>() * factor)
 }
 
 impl LeaderCallbacks {

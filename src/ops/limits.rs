@@ -31,6 +31,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
+
 /// The bounds of one ops server. `Default` is controller-runtime's metrics server plus the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
@@ -62,29 +64,38 @@ impl Default for ServerLimits {
 }
 
 /// The accept loop's wait after an error (EMFILE, ENFILE, ENOBUFS...): 5 ms, doubling up to
-/// 1 s, back to nothing after a successful accept; as `net/http.(*Server).Serve`.
-#[derive(Debug, Default, Clone)]
+/// 1 s, back to 5 ms after a successful accept; as `net/http.(*Server).Serve`. A
+/// [`Backoff`] with no jitter whose steps never run out before the cap.
+#[derive(Debug, Clone)]
 pub struct AcceptBackoff {
-    delay: Option<Duration>,
+    backoff: Backoff,
 }
 
 impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(5);
-    const MAX: Duration = Duration::from_secs(1);
+    const FIRST: Backoff = Backoff {
+        duration: Duration::from_millis(5),
+        factor: 2.0,
+        jitter: 0.0,
+        steps: u32::MAX,
+        cap: Some(Duration::from_secs(1)),
+    };
 
     /// The wait after one more consecutive error.
     pub fn next_delay(&mut self) -> Duration {
-        let delay = match self.delay {
-            None => Self::FIRST,
-            Some(d) => (d * 2).min(Self::MAX),
-        };
-        self.delay = Some(delay);
-        delay
+        self.backoff.step()
     }
 
     /// An accept succeeded: the next error starts again at 5 ms.
     pub fn reset(&mut self) {
-        self.delay = None;
+        self.backoff = Self::FIRST;
+    }
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        Self {
+            backoff: Self::FIRST,
+        }
     }
 }
 

@@ -23,7 +23,7 @@
 //! | `action.rs` | [`Action`], [`ErrorAction`], [`default_error_policy`] | controller-runtime `reconcile.Result`; kube-runtime `Action`, `error_policy` |
 //! | `context.rs` | [`ReconcileContext`], [`NotEntitled`] | the `context.Context` handed to `Reconcile` |
 //! | `freshness.rs` | read-your-writes: no reconcile on a cache older than its key's last write | (none: controller-runtime #3320 is open) |
-//! | `retry.rs` | [`retry_on_conflict`], [`on_error`], [`RetryBackoff`] | client-go `util/retry` |
+//! | `retry.rs` | [`retry_on_conflict`], [`on_error`], [`DEFAULT_RETRY`], [`DEFAULT_BACKOFF`] (a [`crate::backoff::Backoff`] each) | client-go `util/retry` |
 //! | `reconcile_metrics.rs`, `shard_metrics.rs` | [`ReconcileMetrics`], [`ShardMetrics`] | controller-runtime `pkg/internal/controller/metrics` |
 //! | `leadership.rs` | [`Term`] and the gate between leadership and workers | `leaderelection.RunOrDie` + the manager's leader-only runnables, with a fence |
 //! | `queue.rs` | [`ControllerQueue`]: the priority queue (default) or the plain one | controller-runtime `priorityqueue.PriorityQueue`, client-go `TypedRateLimitingInterface` |
@@ -125,9 +125,7 @@ pub use key::{ObjectKey, shard_of};
 pub use leadership::Term;
 pub use queue::{ControllerQueue, QueueFairness};
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
-pub use retry::{
-    Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, RetryBackoff, on_error, retry_on_conflict,
-};
+pub use retry::{Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, on_error, retry_on_conflict};
 pub use run::ControllerError;
 pub use shard_metrics::{ShardMetrics, ShardMetricsHandle};
 pub use sharding::{

@@ -15,38 +15,26 @@
 use std::future::Future;
 use std::time::Duration;
 
-use rand::Rng;
-
-/// How often and how far apart attempts run. client-go: `wait.Backoff` as `util/retry` uses it
-/// (no cap).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RetryBackoff {
-    /// How many attempts at most (at least 1 runs).
-    pub steps: u32,
-    /// The pause before the second attempt.
-    pub duration: Duration,
-    /// Each pause is the previous one times this.
-    pub factor: f64,
-    /// Each pause is lengthened by up to this fraction of itself, at random.
-    pub jitter: f64,
-}
+use crate::backoff::Backoff;
 
 /// client-go `retry.DefaultRetry`: 5 attempts, 10 ms apart (plus up to 10% jitter). For
 /// conflicts, which a fresh read resolves at once unless another writer is busy.
-pub const DEFAULT_RETRY: RetryBackoff = RetryBackoff {
+pub const DEFAULT_RETRY: Backoff = Backoff {
     steps: 5,
     duration: Duration::from_millis(10),
     factor: 1.0,
     jitter: 0.1,
+    cap: None,
 };
 
 /// client-go `retry.DefaultBackoff`: 4 attempts, 10 ms then 50 ms then 250 ms apart. For errors
 /// that take time to clear.
-pub const DEFAULT_BACKOFF: RetryBackoff = RetryBackoff {
+pub const DEFAULT_BACKOFF: Backoff = Backoff {
     steps: 4,
     duration: Duration::from_millis(10),
     factor: 5.0,
     jitter: 0.1,
+    cap: None,
 };
 
 /// An error that may be a 409 Conflict. client-go: `errors.IsConflict`.
@@ -64,10 +52,11 @@ impl Conflict for kube_client::Error {
 }
 
 /// Runs `attempt(0)`, then `attempt(1)`, ... while it fails with an error `retriable` accepts,
-/// pausing as `backoff` says, at most `backoff.steps` times; returns the first success, the
-/// first other error, or the last retriable error. client-go: `retry.OnError`.
+/// pausing as `backoff` says (`backoff.step()` before each retry), at most `backoff.steps`
+/// times (at least once); returns the first success, the first other error, or the last
+/// retriable error. client-go: `retry.OnError` (`wait.ExponentialBackoff`).
 pub async fn on_error<T, E, F, Fut>(
-    backoff: RetryBackoff,
+    backoff: Backoff,
     retriable: impl Fn(&E) -> bool,
     mut attempt: F,
 ) -> Result<T, E>
@@ -75,7 +64,7 @@ where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let mut pause = backoff.duration;
+    let mut pauses = backoff;
     let mut n = 0;
     loop {
         match attempt(n).await {
@@ -83,13 +72,7 @@ where
             done => return done,
         }
         n += 1;
-        let jitter = if backoff.jitter > 0.0 {
-            pause.mul_f64(rand::rng().random_range(0.0..backoff.jitter))
-        } else {
-            Duration::ZERO
-        };
-        tokio::time::sleep(pause + jitter).await;
-        pause = pause.mul_f64(backoff.factor);
+        tokio::time::sleep(pauses.step()).await;
     }
 }
 
@@ -113,7 +96,7 @@ where
 /// assert_eq!(written.unwrap(), 2);
 /// # });
 /// ```
-pub async fn retry_on_conflict<T, E, F, Fut>(backoff: RetryBackoff, attempt: F) -> Result<T, E>
+pub async fn retry_on_conflict<T, E, F, Fut>(backoff: Backoff, attempt: F) -> Result<T, E>
 where
     E: Conflict,
     F: FnMut(u32) -> Fut,
@@ -145,7 +128,7 @@ mod tests {
     /// Runs `retry_on_conflict` over `outcomes` (one per attempt); returns its result and the
     /// paused-clock instants of the attempts, relative to the first.
     async fn run(
-        backoff: RetryBackoff,
+        backoff: Backoff,
         outcomes: Vec<Result<u32, Failure>>,
     ) -> (Result<u32, Failure>, Vec<Duration>) {
         let started = Instant::now();
@@ -163,7 +146,7 @@ mod tests {
         (result, at.into_inner().unwrap())
     }
 
-    const NO_JITTER: RetryBackoff = RetryBackoff {
+    const NO_JITTER: Backoff = Backoff {
         jitter: 0.0,
         ..DEFAULT_RETRY
     };
@@ -204,7 +187,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn pauses_grow_by_the_factor_and_jitter_only_lengthens_them() {
-        let backoff = RetryBackoff {
+        let backoff = Backoff {
             jitter: 0.0,
             ..DEFAULT_BACKOFF
         };

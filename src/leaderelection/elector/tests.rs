@@ -791,7 +791,7 @@ fn empty_identity_is_rejected_by_the_constructor() {
 #[test]
 fn jitter_stays_within_one_plus_factor() {
     for _ in 0..1000 {
-        let d = jittered(RETRY, JITTER_FACTOR);
+        let d = jitter(RETRY, JITTER_FACTOR);
         assert!(
             d >= RETRY && d < RETRY.mul_f64(1.0 + JITTER_FACTOR),
             "{d:?}"
