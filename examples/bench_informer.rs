@@ -271,8 +271,9 @@ fn pct(sorted: &[f64], p: usize) -> f64 {
 }
 
 fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass.
+    // SAFETY: rusage is plain integers, for which all zeroes is a value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we pass.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)

@@ -153,6 +153,10 @@
 
 
 #![warn(missing_docs)]
+// `unsafe` only where a module allows it (protobuf's `made.rs`, the QEMU driver's libc calls),
+// each block with a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, denied in the
+// workspace's lints). `forbid` would not let those modules allow it.
+#![deny(unsafe_code)]
 // docs.rs (`--cfg docsrs`, nightly rustdoc): each item behind a feature is shown with the
 // features it needs. `doc_cfg` reads the `#[cfg]`s itself (it took in `doc_auto_cfg`); stable
 // never sees the attribute.

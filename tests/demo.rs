@@ -229,6 +229,7 @@ fn ctrl_c_stops_a_running_demo_and_leaves_nothing_behind() {
     // The restarted standby is the fourth controller pid; wait for its announcement.
     std::thread::sleep(Duration::from_secs(2));
     // Ctrl-C: SIGINT to the script, as a terminal sends it.
+    // SAFETY: kill(2) of our own child, not yet waited for, so its pid is still its own.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     for line in lines {
         seen.push_str(&line.unwrap());

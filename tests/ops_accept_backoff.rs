@@ -43,10 +43,8 @@ fn nofile() -> libc::rlimit {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the struct it is given.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
-        0
-    );
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(rc, 0);
     limit
 }
 

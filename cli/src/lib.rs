@@ -3,6 +3,10 @@
 //! ([`OpsArgs`]), which the tests start servers with. The binary (`src/main.rs`) sets the
 //! allocator and calls [`main`]. The machinery itself is the `kubeloop` crate.
 
+// No `unsafe` but the tests' environment writes (`std::env::set_var` is unsafe in edition
+// 2024), which their modules allow.
+#![deny(unsafe_code)]
+
 pub mod cmd;
 
 pub use cmd::ops_flags::{OpsArgs, OpsFlagError, Serving};

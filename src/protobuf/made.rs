@@ -16,13 +16,21 @@ use serde_json::{Map, Value};
 
 use super::error::DecodeError as Error;
 
-/// The types [`made_as`] makes: types with no lifetime parameter, so that one `TypeId` with
-/// lifetimes erased means one type.
-pub(super) trait Made: 'static {}
+/// The types [`made_as`] makes.
+///
+/// # Safety
+///
+/// The type has no lifetime parameter (not even one that `'static` fixes), so that one
+/// `TypeId` with lifetimes erased (`typeid::of`) means one type: [`made_as`] transmutes a
+/// `T: Made` into a visitor's `Value` when their erased `TypeId`s match, which is sound only
+/// if they are then the very same type, not the same type with other lifetimes.
+pub(super) unsafe trait Made: 'static {}
 
-impl Made for Value {}
+// SAFETY: `serde_json::Value` has no lifetime parameter.
+unsafe impl Made for Value {}
 
-impl Made for jiff::Timestamp {}
+// SAFETY: `jiff::Timestamp` has no lifetime parameter.
+unsafe impl Made for jiff::Timestamp {}
 
 /// `make()` as what `V` makes, when `V` makes exactly a `T`; `None` (and `make` not called)
 /// otherwise.
@@ -35,7 +43,7 @@ pub(super) fn made_as<'de, V: Visitor<'de>, T: Made>(
     Some(make().map(|value| {
         let value = std::mem::ManuallyDrop::new(value);
         // SAFETY: `V::Value` and `T` have one `TypeId` with lifetimes erased, and `T` has no
-        // lifetime parameter to differ in (`Made`): they are one type. `value` is not dropped
+        // lifetime parameter to differ in (`Made`'s contract): they are one type. `value` is not dropped
         // here; the copy owns it.
         unsafe { std::mem::transmute_copy::<T, V::Value>(&value) }
     }))

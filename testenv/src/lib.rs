@@ -39,7 +39,13 @@
 //!
 //! [`perturb`] runs perturbation campaigns against a controller.
 
+// `unsafe` (libc, each call with its SAFETY comment) only in the modules that allow it: the
+// shared clusters' exit hook (cluster.rs), the node host's lock, kills and unmounts
+// (node/host.rs), the processes' parent-death signal and signals (process.rs).
+#![deny(unsafe_code)]
+
 mod certs;
+#[allow(unsafe_code)]
 mod cluster;
 mod components;
 mod error;
@@ -51,6 +57,7 @@ mod node;
 mod options;
 pub mod perturb;
 mod ports;
+#[allow(unsafe_code)]
 mod process;
 mod programs;
 mod proxy;

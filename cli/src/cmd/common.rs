@@ -97,6 +97,7 @@ pub async fn serve_controller_ops(
 pub static ENV_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[cfg(test)]
+#[allow(unsafe_code)] // `std::env::set_var`, under ENV_LOCK.
 mod tests {
     use super::*;
 

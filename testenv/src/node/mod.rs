@@ -33,6 +33,7 @@
 mod addresses;
 mod configs;
 mod daemons;
+#[allow(unsafe_code)] // libc: the host lock, kills and unmounts.
 mod host;
 
 pub use addresses::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};

@@ -263,6 +263,7 @@ fn describe(error: &KubeError) -> String {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)] // `std::env::set_var`, under ENV_LOCK.
 mod tests {
     use super::*;
 

@@ -29,10 +29,16 @@
 //! - Usage: see `usage.rs` (CPU% 100 = one host core, over the QEMU process's CPU time between
 //!   refreshes; MEMORY% = QEMU's RSS over the guest's memory).
 
+// libc for what std does not wrap (each call with its SAFETY comment): the effective uid,
+// signals to QEMU's process group, the state lock's owner, the clock tick, setsid in the child.
+#[allow(unsafe_code)]
 mod driver;
+#[allow(unsafe_code)]
 mod launch;
 mod qmp;
+#[allow(unsafe_code)]
 mod state;
+#[allow(unsafe_code)]
 mod usage;
 
 pub use driver::{

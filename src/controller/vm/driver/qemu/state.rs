@@ -651,9 +651,10 @@ mod tests {
         let theirs = tmp.path().join("theirs");
         fs::create_dir(&theirs).unwrap();
         fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
-        // SAFETY: geteuid has no preconditions; chown(2) of a directory this test made.
+        // SAFETY: geteuid has no preconditions.
         let other = if unsafe { libc::geteuid() } == 0 {
             let path = std::ffi::CString::new(theirs.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: chown(2) of a directory this test made, by a NUL-terminated path.
             assert_eq!(unsafe { libc::chown(path.as_ptr(), 4242, 4242) }, 0);
             theirs.clone()
         } else {
