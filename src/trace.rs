@@ -346,17 +346,34 @@ fn duration(micros: u64) -> String {
     }
 }
 
-/// How an item type other than a string shows itself as a key ([`key_type`]).
-type KeyView = fn(&dyn std::any::Any) -> Option<&str>;
+/// How an item type other than a string shows itself as a key ([`key_type`]): `Some(key)`
+/// for an item of that type, `None` for any other.
+pub type KeyView = fn(&dyn std::any::Any) -> Option<&str>;
 
 /// Item types registered with [`key_type`], looked at only while some key is followed.
 static KEY_TYPES: Mutex<Vec<KeyView>> = Mutex::new(Vec::new());
 
-/// Lets the workqueue trace items of a type of a higher layer (the runtime's `ObjectKey`)
-/// without this module knowing it: `view` downcasts an item and hands out its key text.
+/// Lets the workqueue trace items of a type other than a string without this module knowing
+/// the type: `view` downcasts an item and hands out its key text. The runtime's `ObjectKey`
+/// registers itself so; a program whose queues hold a key type of its own does the same.
 /// Registering the same view again changes nothing.
-#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
-pub(crate) fn key_type(view: KeyView) {
+///
+/// # Examples
+/// ```
+/// use kubeloop::trace;
+/// use kubeloop::workqueue::Queue;
+///
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct Key(String);
+///
+/// trace::key_type(|any| any.downcast_ref::<Key>().map(|k| k.0.as_str()));
+/// trace::follow(["default/db"]).unwrap();
+/// let queue = Queue::new();
+/// queue.add(Key("default/db".to_string()));
+/// let steps = trace::timeline("default/db").unwrap();
+/// assert_eq!(steps[0].stage, trace::Stage::QueueAdded);
+/// ```
+pub fn key_type(view: KeyView) {
     let mut views = KEY_TYPES.lock();
     if !views.iter().any(|v| std::ptr::fn_addr_eq(*v, view)) {
         views.push(view);

@@ -82,14 +82,12 @@ impl InformerKey {
     }
 }
 
-/// What the factory (and the controller runtime) needs from an informer of any type.
-pub(crate) trait ErasedInformer: Send + Sync {
+/// What the factory needs from an informer of any type. (The controller runtime keeps a view
+/// of its own, `runtime/builder.rs`'s `RunInformer`.)
+trait ErasedInformer: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn start(&self);
     fn type_name(&self) -> String;
-    /// Used by the controller runtime.
-    #[cfg_attr(not(feature = "controllers"), allow(dead_code))]
-    fn has_synced(&self) -> bool;
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
     fn shutdown(&self) -> BoxFuture<'static, ()>;
 }
@@ -103,9 +101,6 @@ impl<K: CacheObject> ErasedInformer for SharedIndexInformer<K> {
     }
     fn type_name(&self) -> String {
         SharedIndexInformer::type_name(self).to_string()
-    }
-    fn has_synced(&self) -> bool {
-        SharedIndexInformer::has_synced(self)
     }
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool> {
         let me = self.clone();

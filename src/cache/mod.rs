@@ -117,8 +117,6 @@ mod wire;
 pub use backoff::BackoffConfig;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
-#[cfg(feature = "runtime")]
-pub(crate) use factory::ErasedInformer;
 pub use factory::{FactoryOptions, SharedInformerFactory};
 pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,

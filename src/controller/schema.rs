@@ -4,7 +4,6 @@
 //!
 //! - [`conditions`]: a `Vec<Condition>` is a list keyed by `type` (server-side apply merges its
 //!   items by type instead of replacing the list) whose `status` is one of three strings.
-//! - [`date_time`]: a `Time` is an RFC 3339 string.
 //! - [`plain_fields`]: what serde's attributes make schemars say about a struct's fields, but
 //!   the CRD must not.
 //!
@@ -34,11 +33,6 @@ pub(crate) fn conditions(_: &mut SchemaGenerator) -> Schema {
             }
         }
     })
-}
-
-/// A `metav1.Time`: an RFC 3339 timestamp.
-pub(crate) fn date_time(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": "string", "format": "date-time"})
 }
 
 /// Takes out of each property of a struct's schema what serde's attributes make schemars add

@@ -38,7 +38,7 @@ use super::queue::{ControllerQueue, QueueFairness};
 use super::sharding::{RingStore, ShardRing, Sharding};
 use super::terms::LeaderTask;
 use crate::cache::{
-    CacheObject, DeletedObject, ErasedInformer, InformerError, Lister, ResourceEventHandlerFuncs,
+    CacheObject, DeletedObject, InformerError, Lister, ResourceEventHandlerFuncs,
     SharedIndexInformer,
 };
 use crate::leaderelection::{LeaderCallbacks, LeaderElector, ResourceLock, StopReason};
@@ -53,7 +53,7 @@ pub struct Controller<K: CacheObject> {
     pub(super) enqueue_deletes: bool,
     pub(super) update_filter: Option<UpdateFilter<K>>,
     /// Every informer the runtime starts, waits for and stops (the primary's first).
-    pub(super) informers: Vec<Box<dyn ErasedInformer>>,
+    pub(super) informers: Vec<Box<dyn RunInformer>>,
     /// Handler registrations for the secondary informers, run once the queue exists.
     pub(super) registrations: Vec<Registration>,
     pub(super) options: ControllerOptions,
@@ -99,6 +99,36 @@ impl std::fmt::Debug for ControllerOptions {
             .field("requeue_workers", &self.requeue_workers)
             .field("freshness_wait", &self.freshness_wait)
             .finish()
+    }
+}
+
+/// What the runtime does with each of a controller's informers, whatever its object type:
+/// start it, wait for its cache (or ask whether it synced, on a shutdown), name it, stop it.
+pub(super) trait RunInformer: Send + Sync {
+    fn start(&self);
+    fn type_name(&self) -> String;
+    fn has_synced(&self) -> bool;
+    fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
+    fn shutdown(&self) -> BoxFuture<'static, ()>;
+}
+
+impl<K: CacheObject> RunInformer for SharedIndexInformer<K> {
+    fn start(&self) {
+        SharedIndexInformer::start(self)
+    }
+    fn type_name(&self) -> String {
+        SharedIndexInformer::type_name(self).to_string()
+    }
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+    fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool> {
+        let me = self.clone();
+        Box::pin(async move { me.wait_for_cache_sync().await })
+    }
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        let me = self.clone();
+        Box::pin(async move { me.shutdown().await })
     }
 }
 

@@ -132,8 +132,8 @@ pub use sharding::{
     LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL, ShardRing,
     ShardingConfig, ShardingError, assign, member_lease_name, shard_lease_name,
 };
-// The key-only worker loop, without informers or leadership, for the VM controller's unit
-// tests (and the worker's own, in worker.rs); a controller runs its workers through
-// `Controller::run`.
-#[cfg(all(test, feature = "vm-controller"))]
+// The key-only worker loop, without informers or leadership, for the crate's unit tests (the
+// worker's own, in worker.rs, and the controllers'; a test build has every feature on, through
+// the dev-dependencies); a controller runs its workers through `Controller::run`.
+#[cfg(test)]
 pub(crate) use worker::{WorkerConfig, run_workers};

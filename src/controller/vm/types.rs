@@ -20,7 +20,7 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use crate::controller::schema::{conditions, date_time, plain_fields};
+use crate::controller::schema::{conditions, plain_fields};
 
 /// The finalizer that keeps a VM until its server is deleted (controller101's string).
 pub const FINALIZER: &str = "finalizer.cloudnative.tw";
@@ -104,6 +104,11 @@ fn cpu_schema(_: &mut SchemaGenerator) -> Schema {
             }
         ]
     })
+}
+
+/// A `metav1.Time`: an RFC 3339 timestamp.
+fn date_time(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "format": "date-time"})
 }
 
 /// `spec.resource.memory`: as cpu, with the binary suffixes too.
