@@ -18,8 +18,8 @@ use kubeloop::leaderelection::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kubeloop::runtime::{
     Action, Controller, ErrorAction, NotEntitled, ObjectKey, ReconcileContext,
 };
-use kubeloop_testenv::{self as testenv, FaultProxy};
 use kubeloop::testing::eventually;
+use kubeloop_testenv::{self as testenv, FaultProxy};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
