@@ -1,12 +1,15 @@
-//! The in-memory driver (controller101's `fake` driver), for unit tests and for running the
-//! controller without an engine (`--vm-driver fake`).
+//! The in-memory driver (controller101's `fake` driver): servers that exist only in this
+//! process, for running the controller without an engine (`kubeloop vm-controller --vm-driver
+//! fake`, the perturbation workloads, the sharding benchmark), as client-go's fake clientset
+//! stands in for an apiserver. Public: [`FakeDriver::new`], [`FakeDriver::with_status_latency`]
+//! and the [`Driver`] it implements.
 //!
-//! Failure injection: [`FakeDriver::fail_creates`] makes the next creates fail,
-//! [`FakeDriver::set_unreachable`] makes every call fail as an unreachable engine,
-//! [`FakeDriver::vanish`] removes a server behind the controller's back, and
-//! [`FakeDriver::hold_creates`] keeps creates in flight until [`FakeDriver::release_creates`].
-//! Servers carry labels like the Docker driver's ([`super::labels_for`]); a server with other
-//! labels (another owner's) is added with [`FakeDriver::insert_with_labels`].
+//! The library's unit tests also steer it (compiled in tests only, so not part of the public
+//! surface): `fail_creates` makes the next creates fail, `set_unreachable` makes every call fail
+//! as an unreachable engine, `vanish` removes a server behind the controller's back, and
+//! `hold_creates` keeps creates in flight until `release_creates`. Servers carry labels like
+//! the Docker driver's (`super::labels_for`); a server with other labels (another owner's) is
+//! added with `insert_with_labels`.
 //!
 //! Invariant: all state sits in one `Inner` behind one lock, never held across an `.await`
 //! (only a held create awaits, with the lock released).
@@ -60,7 +63,7 @@ struct Inner {
 
 /// One server of the fake engine.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FakeServer {
+pub(crate) struct FakeServer {
     /// The server's id (`fake-0001`, ...).
     pub id: String,
     /// What it was created for.
@@ -96,32 +99,38 @@ impl FakeDriver {
     }
 
     /// The next `n` creates fail with an engine error.
-    pub fn fail_creates(&self, n: u32) {
+    #[cfg(test)]
+    pub(crate) fn fail_creates(&self, n: u32) {
         self.inner.lock().failing_creates = n;
     }
 
     /// While true, every call fails with [`DriverError::Unreachable`].
-    pub fn set_unreachable(&self, unreachable: bool) {
+    #[cfg(test)]
+    pub(crate) fn set_unreachable(&self, unreachable: bool) {
         self.inner.lock().unreachable = unreachable;
     }
 
     /// Removes a server without going through the controller; returns whether it existed.
-    pub fn vanish(&self, name: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn vanish(&self, name: &str) -> bool {
         self.inner.lock().servers.remove(name).is_some()
     }
 
     /// Stops a server (it stays, in state `exited`, exit code 0).
-    pub fn stop(&self, name: &str) {
+    #[cfg(test)]
+    pub(crate) fn stop(&self, name: &str) {
         self.exit(name, 0);
     }
 
     /// The server's process exits with `code` now (it stays, in state `exited`).
-    pub fn exit(&self, name: &str, code: i64) {
+    #[cfg(test)]
+    pub(crate) fn exit(&self, name: &str, code: i64) {
         self.exit_at(name, code, Timestamp::now());
     }
 
     /// As [`Self::exit`], the engine reporting `at` as the time it stopped.
-    pub fn exit_at(&self, name: &str, code: i64, at: Timestamp) {
+    #[cfg(test)]
+    pub(crate) fn exit_at(&self, name: &str, code: i64, at: Timestamp) {
         if let Some(server) = self.inner.lock().servers.get_mut(name) {
             server.running = false;
             server.exit = Some((code, at));
@@ -129,7 +138,8 @@ impl FakeDriver {
     }
 
     /// The engine reports the server as started at `at`.
-    pub fn set_started_at(&self, name: &str, at: Timestamp) {
+    #[cfg(test)]
+    pub(crate) fn set_started_at(&self, name: &str, at: Timestamp) {
         if let Some(server) = self.inner.lock().servers.get_mut(name) {
             server.started_at = Some(at);
         }
@@ -137,19 +147,26 @@ impl FakeDriver {
 
     /// The next `n` creates are refused as an engine refuses a spec it cannot run
     /// ([`DriverError::Refused`]).
-    pub fn refuse_creates(&self, n: u32) {
+    #[cfg(test)]
+    pub(crate) fn refuse_creates(&self, n: u32) {
         self.inner.lock().refused_creates = n;
     }
 
     /// Adds a server as if an earlier controller had created it for `spec`'s VM (labelled as
     /// this driver labels them).
-    pub fn insert(&self, spec: ServerSpec) -> String {
+    #[cfg(test)]
+    pub(crate) fn insert(&self, spec: ServerSpec) -> String {
         let labels = labels_for(&spec, DEFAULT_MANAGED_BY);
         self.insert_with_labels(spec, labels)
     }
 
     /// Adds a server with exactly `labels` (another owner's server, or an unlabelled one).
-    pub fn insert_with_labels(&self, spec: ServerSpec, labels: BTreeMap<String, String>) -> String {
+    #[cfg(test)]
+    pub(crate) fn insert_with_labels(
+        &self,
+        spec: ServerSpec,
+        labels: BTreeMap<String, String>,
+    ) -> String {
         let mut inner = self.inner.lock();
         let id = inner.new_id();
         inner.servers.insert(
@@ -170,17 +187,20 @@ impl FakeDriver {
 
     /// Creates from now on stay in flight (recorded as calls, not yet done) until
     /// [`Self::release_creates`].
-    pub fn hold_creates(&self) {
+    #[cfg(test)]
+    pub(crate) fn hold_creates(&self) {
         self.creates_held.send_replace(true);
     }
 
     /// Lets held creates complete.
-    pub fn release_creates(&self) {
+    #[cfg(test)]
+    pub(crate) fn release_creates(&self) {
         self.creates_held.send_replace(false);
     }
 
     /// Sets the usage the next status calls report.
-    pub fn set_usage(&self, name: &str, cpu_percent: f64, memory_percent: f64) {
+    #[cfg(test)]
+    pub(crate) fn set_usage(&self, name: &str, cpu_percent: f64, memory_percent: f64) {
         if let Some(server) = self.inner.lock().servers.get_mut(name) {
             server.cpu_percent = cpu_percent;
             server.memory_percent = memory_percent;
@@ -188,17 +208,20 @@ impl FakeDriver {
     }
 
     /// A copy of the server named `name`.
-    pub fn server(&self, name: &str) -> Option<FakeServer> {
+    #[cfg(test)]
+    pub(crate) fn server(&self, name: &str) -> Option<FakeServer> {
         self.inner.lock().servers.get(name).cloned()
     }
 
     /// Names of all servers.
-    pub fn server_names(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn server_names(&self) -> Vec<String> {
         self.inner.lock().servers.keys().cloned().collect()
     }
 
     /// How many calls of `kind` ("create", "delete", "exists", "status", "list") were made.
-    pub fn calls(&self, kind: &str) -> usize {
+    #[cfg(test)]
+    pub(crate) fn calls(&self, kind: &str) -> usize {
         self.inner
             .lock()
             .calls

@@ -26,7 +26,7 @@ mod interface;
 mod qemu;
 
 pub use docker::{DEFAULT_DOCKER_HOST, DEFAULT_IMAGE, DockerDriver, DockerDriverConfig};
-pub use fake::{FakeDriver, FakeServer};
+pub use fake::FakeDriver;
 pub use interface::{
     Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
     LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID, ManagedServer, ServerSpec,
