@@ -5,77 +5,36 @@
 //! informers keep decoded Go objects; Kubernetes' work-in-progress "bytecache" store
 //! (kubernetes#141683) and argo-cd's compressed cache (argo-cd#28600) keep bytes, as this does.
 //!
-//! Why this encoding: a throwaway program (not kept) encoded 10,000 ConfigMaps shaped as the
-//! apiserver sends them (1 KiB of random data each, one managedFields entry; 1,516 bytes of
-//! JSON) every way below, 2026-11-24, idle machine; bytes per object, then the time per object
-//! to encode from the typed object and to decode back to it:
+//! Why zstd with a trained dictionary: a binary encoding (MessagePack, CBOR) of one object
+//! saves only JSON's punctuation, and a compressor working on one object at a time finds
+//! little to share inside it. A dictionary trained on a hundred of the type's objects holds
+//! what they all repeat (the keys, managedFields' field sets, the manager names, the
+//! namespace), so each frame carries mostly its own data (for random payloads, their base64
+//! entropy-coded). The dictionary is trained once, on the first list with at least
+//! [`TRAIN_MIN_OBJECTS`] objects, and kept for the informer's life; objects encoded before it
+//! exists are frames without one, and every frame says which it is (zstd writes the
+//! dictionary's id into the frame header).
 //!
-//! | encoding                              | bytes | encode | decode |
-//! |---------------------------------------|-------|--------|--------|
-//! | JSON (minified, as sent)              | 1,516 | 3.2 us | 1.8 us |
-//! | MessagePack (`rmp-serde`, named)      | 1,422 | 2.8 us | 1.3 us |
-//! | CBOR (`ciborium`)                     | 1,422 | 2.8 us | 3.4 us |
-//! | JSON + lz4 (`lz4_flex`)               | 1,411 | 4.7 us | 1.9 us |
-//! | JSON + zstd level 1, no dictionary    | 1,126 |        |        |
-//! | JSON + zstd level 1, 4 KiB dictionary |   863 | 7.5 us | 3.3 us |
+//! Which bytes: a frame of the protobuf the apiserver sent is as small as a frame of the
+//! decoded object's JSON (the dictionary holds what either form repeats) and skips
+//! serializing the JSON, so a store keeps the sent bytes wherever it has them. Watch events
+//! after the sync reach the store through the queue as decoded objects, and are framed as
+//! JSON (with their own dictionary, trained on the same first list). zstd's negative levels
+//! would encode faster but leave literals raw, and the frames larger.
 //!
-//! (The no-dictionary row's times came from a fresh zstd context per object, which costs more
-//! than the work, so they say nothing; contexts are reused here.) On the bench's real objects
-//! (`hack/bench-informer`, 1,485 bytes of JSON each) the frames are 878 bytes, 1.69x smaller;
-//! a metadata-only object's 62 bytes. A read through the lister costs about 4.5 us (p99) at
-//! 10k objects against client-go's 0.4 us, and a full list of 10k about 65 ms against 0.4 ms:
-//! a cache of decoded objects would hold back what the store saves, and a controller that lists
-//! everything often should keep the typed store.
+//! How it compresses ([`compression_parameters`]): level 1, in blocks of at most 1 KiB, with a
+//! faster-skipping match search. Most of an encode at plain level 1 went to building a Huffman
+//! table for each frame's literals (the random data) and to searching for matches in data
+//! that has none; in blocks of at most 1 KiB zstd takes the dictionary's Huffman table for
+//! literals instead of building one. Encoding, the sync's cost, becomes several times cheaper
+//! for frames a little larger and a slower decode (literals coded with the dictionary's table
+//! come as one stream): the store is for memory, and sync is where its cost was over
+//! client-go's.
 //!
-//! Random data is the hard case: binary encodings save only the punctuation, and a compressor
-//! working on one object at a time finds little to share inside it. A dictionary trained on a
-//! hundred of the type's objects holds what they all repeat (the keys, managedFields' field
-//! sets, the manager names, the namespace), so each frame carries mostly its own data (the
-//! base64 payload, entropy-coded to 6 bits a character). The dictionary is trained once, on
-//! the first list with at least [`TRAIN_MIN_OBJECTS`] objects (about 12 ms), and kept for the
-//! informer's life; objects encoded before it exists are frames without one, and every frame
-//! says which it is (zstd writes the dictionary's id into the frame header).
-//!
-//! Which bytes: the apiserver's or the JSON of the decoded object. A throwaway program (not
-//! kept) read 3,000 of the bench's ConfigMaps from the local apiserver (1 KiB of random data,
-//! one label, one managedFields entry) as one protobuf LIST, and framed each both ways with
-//! a dictionary trained on the first 128; per object, 2026-11-26 21:3x, commit 1419eb6, with
-//! two compiles running beside it (load 3 on 2 cores, so the times are high, the ratios fair):
-//!
-//! | frame of                                   | bytes (before zstd) | encode  | read    |
-//! |--------------------------------------------|---------------------|---------|---------|
-//! | the JSON of the decoded object             | 875 (1,504)         | 18-25 us | 8.6-13.5 us |
-//! | the protobuf the apiserver sent            | 873 (1,270)         | 13.3 us | 8.0 us  |
-//!
-//! The sizes are the same (the dictionary holds what either form repeats); the protobuf
-//! frame skips the JSON serializing (encode) and reads no slower, so a store keeps the sent
-//! bytes wherever it has them. Watch events after the sync reach the store through the queue
-//! as decoded objects, and are framed as JSON (with their own dictionary, trained on the same
-//! first list). zstd's negative levels would halve the encode but leave literals raw: 1,102
-//! bytes a frame.
-//!
-//! How it compresses. With zstd's level 1 as a dictionary gets it, two things took most of
-//! an encoding (perf): building a Huffman table for each frame's literals (the random data;
-//! a quarter of the time) and the match search through data that has no matches (a third).
-//! The same kind of throwaway program (not kept) framed the protobuf that 5,000 of the
-//! bench's ConfigMaps were sent as (one LIST from the local apiserver, a dictionary trained on
-//! the first 128) under each setting below; per object, best of 5 passes, 2026-11-27 12:5x,
-//! commit 508aa01, the apiserver idle beside it:
-//!
-//! | parameters                                         | frame | encode | decode |
-//! |----------------------------------------------------|-------|--------|--------|
-//! | level 1, as before                                 | 876 B | 7.9 us | 2.2 us |
-//! | level 1, `targetLength` 16, literals still coded   | 892 B | 5.9 us | 2.1 us |
-//! | the same in blocks of at most 1 KiB (kept)         | 891 B | 1.4 us | 6.0 us |
-//!
-//! The last row is [`compression_parameters`]: zstd takes the dictionary's Huffman table for
-//! literals of at most 1 KiB instead of building one, and a faster-skipping search does the
-//! rest. Reads pay part of it back: literals coded with the dictionary's table come as one
-//! stream, which zstd decodes about three times slower. In `hack/bench-informer`'s compact
-//! sync of 100k ConfigMaps (one build with the two settings switchable, three rounds each,
-//! alternating, same cluster, 2026-11-27 12:58-13:02 UTC) the CPU to synced
-//! went from 1.97-2.44 s to 1.46-1.72 s, and a full list through the lister from 0.88-0.92 s
-//! to 1.34-1.49 s: the store is for memory, and sync is where its cost was over client-go's.
+//! What it costs: every read decodes a frame, so a lister read and a full list cost more than
+//! the typed store's (no cache of decoded objects: it would hold back what the store saves),
+//! and a controller that lists everything often should keep the typed store.
+//! benches/README.md ("Informer") has the measurements.
 //!
 //! Contexts are reused: each thread keeps a decompression context, a compression context for
 //! frames without a dictionary and the buffer it compresses into; a dictionary keeps its own
@@ -97,7 +56,8 @@ use super::stored::{Arrived, Codec, CodecError, Encoded, ObjectCodec, SentBytes}
 pub const TRAIN_MIN_OBJECTS: usize = 64;
 /// How many of that list's objects the dictionary is trained on.
 const TRAIN_SAMPLES: usize = 128;
-/// The dictionary's size: 4 KiB did as well as 16 KiB in the measurement above.
+/// The dictionary's size: on the bench's ConfigMaps a 4 KiB dictionary compressed as well as
+/// a 16 KiB one.
 const DICT_BYTES: usize = 4096;
 /// zstd's fastest level with entropy-coded literals: higher levels saved under 0.1% here and
 /// cost a third more time; the negative ones leave the literals raw (a frame 1.26x bigger).

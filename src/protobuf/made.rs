@@ -43,8 +43,8 @@ pub(super) fn made_as<'de, V: Visitor<'de>, T: Made>(
     Some(make().map(|value| {
         let value = std::mem::ManuallyDrop::new(value);
         // SAFETY: `V::Value` and `T` have one `TypeId` with lifetimes erased, and `T` has no
-        // lifetime parameter to differ in (`Made`'s contract): they are one type. `value` is not dropped
-        // here; the copy owns it.
+        // lifetime parameter to differ in (`Made`'s contract): they are one type. `value` is
+        // not dropped here; the copy owns it.
         unsafe { std::mem::transmute_copy::<T, V::Value>(&value) }
     }))
 }

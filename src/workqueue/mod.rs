@@ -21,9 +21,16 @@
 //! Every queue type keeps its state behind one lock, including the waiting heap of
 //! not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. The dedup,
 //! delaying and rate-limiting queues' state and every transition on it live in `state.rs`,
-//! the priority queue's in `priority_state.rs`: leaf modules (they import only the lock shim
-//! `sync.rs`, and `priority_state.rs` `state.rs`'s time stamps); the other files are faces
-//! over them.
+//! the priority queue's in `priority_state.rs`. Imports run one way, from the faces down:
+//! - leaves, importing no other file here: `sync.rs` (the lock shim, so loom can model-check
+//!   the state), `parked.rs` (the parked `get` calls), `fair.rs`, `low_priority.rs`,
+//!   `rate_limiters.rs`;
+//! - `state.rs` imports `sync.rs` and `parked.rs`; `priority_state.rs` those two, `fair.rs`
+//!   and `state.rs`'s time stamps and waiting heap;
+//! - `metrics.rs` reads both states; the faces (`queue.rs`, `delaying_queue.rs`,
+//!   `rate_limiting_queue.rs`, `priority_queue.rs`) import the states, the metrics and each
+//!   other downwards (the rate-limiting queue over the delaying queue over the queue's config;
+//!   the priority queue over the delaying queue's timer and the rate limiters).
 
 mod delaying_queue;
 mod fair;
