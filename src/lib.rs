@@ -151,7 +151,6 @@
 //! print!("{}", trace::render("default/web", &steps));
 //! ```
 
-
 #![warn(missing_docs)]
 // `unsafe` only where a module allows it (protobuf's `made.rs`, the QEMU driver's libc calls),
 // each block with a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, denied in the
