@@ -13,15 +13,27 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_client::api::Api;
-use kubeloop::controller::vm::{
-    Phase, Qmp, READY_LINE, ServerDir, StateRoot, VirtualMachine, default_cache_dir,
-};
+use kubeloop::controller::vm::{Phase, VirtualMachine, default_cache_dir};
 use kubeloop_testenv::{self as testenv, Cluster};
 
 use kubeloop_testenv::vm::{
     self, TEST_VM, apply_vm, delete_vm, install_crd, vm, wait_gone, wait_vm,
 };
 use kubeloop_testenv::{Kubectl, ManagedProcess};
+
+// The QEMU driver's state directories and its QMP client are the driver's internals, not the
+// library's API: this test compiles their files into itself (as tests/local/workqueue_loom.rs
+// does with the queue's state), so it finds a VM's directory and asks QEMU the way the driver
+// does. It uses part of each.
+#[path = "../src/controller/vm/driver/qemu/qmp.rs"]
+#[allow(dead_code)]
+mod qmp;
+#[path = "../src/controller/vm/driver/qemu/state.rs"]
+#[allow(dead_code, unsafe_code)]
+mod state;
+
+use qmp::Qmp;
+use state::{READY_LINE, ServerDir, StateRoot};
 
 /// TCG boots take ~7 s alone on this project's 2-core machines, more with parallel tests.
 const BOOT: Duration = Duration::from_secs(150);

@@ -21,9 +21,8 @@
 //! path, `kubeloop::controller::vm::Item`: the controller and its settings, the CRD types, the
 //! driver interface and its three drivers, and the orphan sweep. [`FakeDriver`] is public as a
 //! driver (`--vm-driver fake`); the controls the unit tests steer it with are compiled in tests
-//! only. For tests that look inside a running QEMU VM (`tests/vm_qemu.rs`), its state
-//! directory ([`StateRoot`], [`ServerDir`], [`VmRecord`]), its QMP socket ([`Qmp`]) and the
-//! guest's readiness line ([`READY_LINE`]) are public too.
+//! only. The QEMU driver's state directories and QMP client are its internals: the test that
+//! looks inside a running QEMU VM (`tests/vm_qemu.rs`) compiles their files into itself.
 //!
 //! The binary is `kubeloop vm-controller` (`cli/src/cmd/vm_controller.rs`); the CRD is
 //! `VirtualMachine::crd()` (kube's `CustomResourceExt`), committed as
@@ -53,8 +52,8 @@ pub use driver::{
     Accel, Created, DEFAULT_DOCKER_HOST, DEFAULT_IMAGE, DEFAULT_MANAGED_BY, DeleteOutcome,
     DockerDriver, DockerDriverConfig, Driver, DriverError, DriverServerStatus, FakeDriver,
     LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE, LABEL_UID, MAX_VCPUS, MIN_MEMORY_MIB,
-    ManagedServer, QemuDriver, QemuDriverConfig, Qmp, QmpError, READY_LINE, ServerDir, ServerSpec,
-    StateRoot, VmRecord, default_cache_dir, default_state_dir, server_name,
+    ManagedServer, QemuDriver, QemuDriverConfig, ServerSpec, default_cache_dir, default_state_dir,
+    server_name,
 };
 pub use reconcile::DEFAULT_REFRESH_INTERVAL;
 pub use sweep::{DEFAULT_SWEEP_INTERVAL, SweepError, SweepReport, sweep_orphans};

@@ -34,6 +34,6 @@ pub use interface::{
 };
 pub(crate) use interface::{labels_for, uid_label_text};
 pub use qemu::{
-    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, Qmp, QmpError, READY_LINE,
-    ServerDir, StateRoot, VmRecord, default_cache_dir, default_state_dir,
+    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, default_cache_dir,
+    default_state_dir,
 };

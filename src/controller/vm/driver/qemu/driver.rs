@@ -11,16 +11,12 @@ use tracing::{info, warn};
 
 use super::launch::{LaunchSpec, probe_kvm, spawn_detached};
 use super::qmp::{Qmp, QmpError, query_accelerator, query_status};
-use super::state::{ServerDir, StateRoot, VmRecord, valid_uid};
+use super::state::{READY_LINE, ServerDir, StateRoot, VmRecord, valid_uid};
 use super::usage::{self, CpuSample};
 use crate::controller::vm::driver::{
     Created, DEFAULT_MANAGED_BY, DeleteOutcome, Driver, DriverError, DriverServerStatus,
     ManagedServer, ServerSpec,
 };
-
-/// The line the guest's init prints on the serial console once httpd answers
-/// (hack/setup-qemu's `/etc/rc`).
-pub const READY_LINE: &str = "kubeloop-vm ready";
 
 /// The least memory a VM may have: the guest kernel and the unpacked initramfs need about
 /// 96 MiB (64 MiB panics at boot); with a margin.

@@ -12,7 +12,7 @@
 //!   choice is in each VM's `vm.json` and QMP's `query-kvm`.
 //! - Lifetime: QEMU runs detached under a monitor shell and outlives the controller; the
 //!   driver finds, adopts (by uid only), inspects and deletes VMs through their state
-//!   directories ([`StateRoot`], `state.rs`) and QMP ([`Qmp`], `qmp.rs`), never by scanning
+//!   directories (`state.rs`) and QMP (`qmp.rs`), never by scanning
 //!   process names.
 //! - Phases: a create launches QEMU and waits (up to `boot_timeout`) for the guest's
 //!   readiness line on the serial console, so the reconcile's phase stays `Creating` until the
@@ -42,8 +42,6 @@ mod state;
 mod usage;
 
 pub use driver::{
-    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, READY_LINE, default_cache_dir,
+    Accel, MAX_VCPUS, MIN_MEMORY_MIB, QemuDriver, QemuDriverConfig, default_cache_dir,
     default_state_dir,
 };
-pub use qmp::{Qmp, QmpError};
-pub use state::{ServerDir, StateRoot, VmRecord};

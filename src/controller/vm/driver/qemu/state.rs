@@ -45,6 +45,10 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+/// The line the guest's init prints on the serial console once httpd answers
+/// (hack/setup-qemu's `/etc/rc`): [`ServerDir::ready`] looks for it in `serial.log`.
+pub const READY_LINE: &str = "kubeloop-vm ready";
+
 /// The longest path a unix socket may have (`sun_path` is 108 bytes with its NUL).
 const SOCKET_PATH_MAX: usize = 107;
 /// The longest file name inside a server directory that is a socket.
@@ -64,7 +68,7 @@ pub struct VmRecord {
     pub name: String,
     /// The VM's uid.
     pub uid: String,
-    /// The server name ([`crate::controller::vm::driver::server_name`]).
+    /// The server name (`driver::server_name`).
     pub server: String,
     /// What the spec asked for.
     pub cpu_millis: u64,
@@ -80,9 +84,9 @@ pub struct VmRecord {
 }
 
 /// The root holding every server directory of one QEMU driver
-/// ([`QemuDriverConfig::state_dir`](super::QemuDriverConfig::state_dir)). Public so that a test
-/// or a tool can find a VM's directory ([`Self::of_vm`]) and look inside it; the driver is its
-/// only writer.
+/// ([`QemuDriverConfig::state_dir`](super::QemuDriverConfig::state_dir)). The driver is its
+/// only writer. Crate-private: tests/vm_qemu.rs compiles this file into itself to find a VM's
+/// directory ([`Self::of_vm`]) and look inside it, as the driver does.
 #[derive(Clone, Debug)]
 pub struct StateRoot {
     root: PathBuf,
@@ -91,7 +95,7 @@ pub struct StateRoot {
 }
 
 /// One server directory, `<root>/<namespace>_<name>_<uid>/`: `vm.json` ([`VmRecord`]),
-/// `qemu.pid`, `qmp.sock` ([`Qmp`](super::Qmp)), `console.sock` (the guest's serial console),
+/// `qemu.pid`, `qmp.sock` (QMP, `qmp.rs`), `console.sock` (the guest's serial console),
 /// `serial.log`, `qemu.log`, `cmdline` (QEMU's argv, one argument a line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerDir {
