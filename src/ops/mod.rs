@@ -6,7 +6,7 @@
 //! `pkg/certwatcher`) and its manager's health probe server; component-base's
 //! `metrics/legacyregistry` and k8s.io/apiserver's `pkg/server/healthz`. The flags that start
 //! these servers (kubebuilder scaffold's `--metrics-bind-address` and the rest) are the
-//! command line's: `kubeloop_cli::OpsArgs` in the workspace's root package.
+//! command line's: `kubeloop_cli::OpsArgs` in the package `kubeloop-cli` (`cli/`).
 //!
 //! | File | Holds | Counterpart |
 //! |---|---|---|
