@@ -19,11 +19,7 @@ macro_rules! fixture {
         (
             $name,
             &include_bytes!(concat!("../src/protobuf/testdata/", $name, ".pb"))[..],
-            &include_bytes!(concat!(
-                "../src/protobuf/testdata/",
-                $name,
-                ".json"
-            ))[..],
+            &include_bytes!(concat!("../src/protobuf/testdata/", $name, ".json"))[..],
         )
     };
 }

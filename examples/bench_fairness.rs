@@ -58,9 +58,9 @@ use kube_client::api::{
 };
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
 use kubeloop::runtime::{Action, Controller, ObjectKey, QueueFairness, ReconcileContext};
-use kubeloop_testenv::{Cluster, ClusterOptions};
 use kubeloop::trace::{self, Stage};
 use kubeloop::workqueue::MetricsProvider;
+use kubeloop_testenv::{Cluster, ClusterOptions};
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;

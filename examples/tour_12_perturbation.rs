@@ -13,10 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube_client::api::{Api, ApiResource, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_client::{Client, Config, ResourceExt};
 use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
-use kubeloop_testenv::perturb::{Action, Campaign, ControllerFn, Perturbation, Settings, Workload};
 use kubeloop::runtime::{
     Action as Next, Controller, ObjectKey, ReconcileContext, default_error_policy,
 };
+use kubeloop_testenv::perturb::{Action, Campaign, ControllerFn, Perturbation, Settings, Workload};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -14,7 +14,7 @@
 //!
 //! The files are private; what a controller author needs is re-exported here, so each item
 //! has one path, `kubeloop::runtime::Item`. No two files import each other, directly or round
-//! a longer circle, and none imports `ops`, `controller` or `testenv` (`tests/layering.rs`
+//! a longer circle, and none imports `ops`, `controller` or `testenv` (`tests/local/layering.rs`
 //! checks all three).
 //!
 //! | file | what | client-go / controller-runtime / kube-runtime |

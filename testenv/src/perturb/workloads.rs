@@ -14,8 +14,8 @@ use super::campaign::{Action, Audit, ControllerFn, Workload};
 /// status and the garbage collector's orphaning are part of each checkpoint). The controller
 /// is the sample controller with its defaults, watching the run's namespace only.
 pub fn sample() -> (Workload, ControllerFn) {
-    use kubeloop::controller::sample::{ControllerConfig, Foo, run};
     use k8s_openapi::api::apps::v1::Deployment;
+    use kubeloop::controller::sample::{ControllerConfig, Foo, run};
 
     let foos = ApiResource::erase::<Foo>(&());
     let deployment = ApiResource::erase::<Deployment>(&());
