@@ -5,7 +5,6 @@
 //! |----------------------------|-------------------------------------------------------------|
 //! | [`FakeControllerSource`]   | `tools/cache/testing` `FakeControllerSource`                |
 //! | [`FakeLockStore`], [`FakeLock`] | the fake clientset with reactors, for a Lease lock     |
-//! | [`FakeRing`](struct.FakeRing.html) | (none: a sharded controller's Leases, see [`crate::runtime::ShardRing`]) |
 //! | [`settle`]                 | (none: Go tests sleep or poll)                               |
 //! | [`eventually`], [`eventually_blocking`], [`eventually_explained`] | `wait.PollUntilContextTimeout`, gomega's `Eventually` |
 //!
@@ -13,6 +12,9 @@
 //! fails naming what it waited for and why it was not there yet. [`eventually_explained`] is
 //! the same loop with more to say on failure; the harness (`kubeloop_testenv`) builds on it to
 //! add the last lines of a program's log (`ManagedProcess::eventually`).
+//!
+//! A sharded controller's Leases in memory are the runtime's own (`kubeloop::runtime::FakeRing`,
+//! feature `runtime`): this module is below the runtime and never names it.
 //!
 //! Claims about real apiserver behaviour are never tested with these; `kubeloop_testenv` runs
 //! a real control plane for that.
@@ -56,15 +58,6 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::time::{Duration, Instant};
-
-#[cfg(feature = "runtime")]
-use {
-    crate::leaderelection::LockError,
-    crate::runtime::{RingLease, RingRole, RingStore},
-    parking_lot::Mutex,
-    std::collections::BTreeMap,
-    std::sync::Arc,
-};
 
 pub use crate::cache::fake_source::FakeControllerSource;
 pub use crate::leaderelection::fake_lock::{FakeLock, FakeLockStore, Reach};
@@ -183,101 +176,6 @@ fn timed_out(what: &str, timeout: Duration, why: &str, explanation: String) -> !
         panic!("timed out after {timeout:?} waiting for {what}: {why}")
     }
     panic!("timed out after {timeout:?} waiting for {what}: {why}\n{explanation}")
-}
-
-#[cfg(feature = "runtime")]
-/// The Leases of shard rings, in memory: one [`FakeLockStore`] per Lease name, with its
-/// labels, listed and deleted as [`crate::runtime::LeaseRing`] does on the apiserver.
-/// Cheap to clone; clones share the Leases. [`FakeRing::set_reach`] cuts one identity off
-/// every Lease of the ring, present and future (a replica whose renewals hang or fail).
-#[derive(Clone, Default)]
-pub struct FakeRing {
-    inner: Arc<Mutex<FakeRingInner>>,
-}
-
-#[cfg(feature = "runtime")]
-#[derive(Default)]
-struct FakeRingInner {
-    leases: BTreeMap<String, (FakeLockStore, BTreeMap<String, String>)>,
-    reach: BTreeMap<String, Reach>,
-}
-
-#[cfg(feature = "runtime")]
-impl FakeRing {
-    /// A ring with no Leases.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// How every Lease answers `identity` from now on.
-    pub fn set_reach(&self, identity: &str, reach: Reach) {
-        let mut inner = self.inner.lock();
-        inner.reach.insert(identity.to_string(), reach);
-        for (store, _) in inner.leases.values() {
-            store.set_reach(identity, reach);
-        }
-    }
-
-    /// The holder of the Lease `name` ("" if none or no such Lease).
-    pub fn holder(&self, name: &str) -> String {
-        self.inner
-            .lock()
-            .leases
-            .get(name)
-            .map(|(store, _)| store.holder())
-            .unwrap_or_default()
-    }
-}
-
-#[cfg(feature = "runtime")]
-impl RingStore for FakeRing {
-    type Lock = FakeLock;
-
-    fn lock(&self, name: &str, identity: &str, labels: BTreeMap<String, String>) -> FakeLock {
-        let mut inner = self.inner.lock();
-        let reach = inner.reach.clone();
-        let (store, _) = inner.leases.entry(name.to_string()).or_insert_with(|| {
-            let store = FakeLockStore::new();
-            for (id, r) in &reach {
-                store.set_reach(id, *r);
-            }
-            (store, labels)
-        });
-        store.lock_for(identity)
-    }
-
-    async fn list(&self, ring: &str) -> Result<Vec<RingLease>, LockError> {
-        let inner = self.inner.lock();
-        Ok(inner
-            .leases
-            .iter()
-            .filter_map(|(name, (store, labels))| {
-                let role = RingRole::of(labels, ring)?;
-                Some(RingLease {
-                    name: name.clone(),
-                    role,
-                    record: store.record()?,
-                    version: store.version()?.to_string(),
-                })
-            })
-            .collect())
-    }
-
-    async fn delete(&self, name: &str, version: &str) -> Result<(), LockError> {
-        let inner = self.inner.lock();
-        let deleted = inner
-            .leases
-            .get(name)
-            .zip(version.parse().ok())
-            .is_some_and(|((store, _), v)| store.delete_if_version(v));
-        if deleted {
-            Ok(())
-        } else {
-            Err(LockError::Conflict {
-                lock: name.to_string(),
-            })
-        }
-    }
 }
 
 #[cfg(test)]

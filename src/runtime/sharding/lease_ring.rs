@@ -71,7 +71,7 @@ impl RingRole {
 }
 
 /// Where a ring's Leases live: the apiserver ([`LeaseRing`]) or, in unit tests,
-/// [`crate::testing::FakeRing`].
+/// [`FakeRing`](super::FakeRing).
 pub trait RingStore: Send + Sync + 'static {
     /// The lock type of one Lease.
     type Lock: ResourceLock;

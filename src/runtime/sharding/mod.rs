@@ -50,11 +50,13 @@
 
 mod assign;
 mod config;
+mod fake_ring;
 mod lease_ring;
 mod ring;
 
 pub use assign::{assign, member_lease_name, shard_lease_name};
 pub use config::{ShardRing, ShardingConfig, ShardingError};
+pub use fake_ring::FakeRing;
 pub use lease_ring::{
     LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,
 };

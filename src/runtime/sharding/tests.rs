@@ -117,8 +117,9 @@ mod ring {
 
     use super::*;
     use crate::cache::{InformerConfig, SharedIndexInformer};
+    use crate::runtime::FakeRing;
     use crate::runtime::{Action, Controller, ObjectKey, ReconcileContext, default_error_policy};
-    use crate::testing::{FakeControllerSource, FakeRing, Reach, eventually, settle};
+    use crate::testing::{FakeControllerSource, Reach, eventually, settle};
 
     /// (replica, key, start, end) of every reconcile.
     type Entry = (String, String, Instant, Option<Instant>);
