@@ -66,8 +66,8 @@ pub struct QemuDriverConfig {
 
 /// `$KUBELOOP_QEMU_STATE_DIR`, else `/var/lib/kubeloop/qemu` for root, else
 /// `$XDG_STATE_HOME/kubeloop/qemu` (`~/.local/state/kubeloop/qemu`). Empty when none of these
-/// is set ([`StateRoot::new`] then says so): never a fixed place under `/tmp`, which another
-/// local user could create first.
+/// is set ([`QemuDriver::new`] then refuses, saying so): never a fixed place under `/tmp`,
+/// which another local user could create first.
 pub fn default_state_dir() -> PathBuf {
     if let Some(dir) = env_path("KUBELOOP_QEMU_STATE_DIR") {
         return dir;
