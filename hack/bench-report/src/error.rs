@@ -28,6 +28,8 @@ pub enum ReportError {
         /// Its value.
         value: String,
     },
+    /// A bench's printed output lacks a line the chart needs (named).
+    MissingLine(String),
     /// A line of a results file is not what its report expects.
     BadLine {
         /// The line's number (from 1).
@@ -57,6 +59,7 @@ impl fmt::Display for ReportError {
             ReportError::BadMeta { key, value } => {
                 write!(f, "the results' `# {key}: {value}` is not a number")
             }
+            ReportError::MissingLine(what) => write!(f, "the bench's output has no {what}"),
             ReportError::BadLine { line, detail } => write!(f, "results line {line}: {detail}"),
             ReportError::Marker { path, detail } => write!(f, "{}: {detail}", path.display()),
             ReportError::Git(detail) => write!(f, "git rev-parse --short HEAD: {detail}"),

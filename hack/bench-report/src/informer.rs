@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use crate::chart::{Bar, Figure, Group, Panel, Scale};
 use crate::error::ReportError;
 use crate::results::Results;
 use crate::stats::Samples;
@@ -47,29 +48,61 @@ const fn row(label: &'static str, key: &'static str, scale: f64, decimals: usize
 /// A table's cell: one side's samples of one figure, for one N and configuration.
 type Key<'a> = (&'a str, &'a str, &'a str, &'a str);
 
+/// The sides of a run, in the tables' order, with the names the tables give them.
+const SIDES: [(&str, &str); 4] = [
+    ("client-go", "client-go"),
+    ("kube-runtime", "kube-runtime"),
+    ("kubeloop", "kubeloop"),
+    ("kubeloop-json", "kubeloop JSON"),
+];
+
+/// A run's samples by cell, and its tables (N, configuration) in the order first seen.
+struct Run<'a> {
+    tables: Vec<(&'a str, &'a str)>,
+    samples: HashMap<Key<'a>, Samples>,
+    none: Samples,
+}
+
+impl<'a> Run<'a> {
+    fn read(results: &'a Results) -> Result<Self, ReportError> {
+        let mut tables: Vec<(&str, &str)> = Vec::new();
+        let mut samples: HashMap<Key, Samples> = HashMap::new();
+        for line in results.lines() {
+            let [n, config, side, ..] = line.fields.as_slice() else {
+                return Err(
+                    line.error("expected `<N> <data/transform/store> <side> key=value...`".into())
+                );
+            };
+            if !tables.contains(&(n.as_str(), config.as_str())) {
+                tables.push((n, config));
+            }
+            for (key, value) in line.pairs(3)? {
+                samples
+                    .entry((n, config, side, key))
+                    .or_default()
+                    .add(value)
+                    .map_err(|e| line.error(format!("{key}: {e}")))?;
+            }
+        }
+        Ok(Run {
+            tables,
+            samples,
+            none: Samples::default(),
+        })
+    }
+
+    fn get(&self, n: &'a str, config: &'a str, side: &'a str, key: &'a str) -> &Samples {
+        self.samples
+            .get(&(n, config, side, key))
+            .unwrap_or(&self.none)
+    }
+}
+
 /// Renders the report of `results`.
 pub fn render(results: &Results) -> Result<String, ReportError> {
-    let mut tables: Vec<(&str, &str)> = Vec::new();
-    let mut samples: HashMap<Key, Samples> = HashMap::new();
-    for line in results.lines() {
-        let [n, config, side, ..] = line.fields.as_slice() else {
-            return Err(
-                line.error("expected `<N> <data/transform/store> <side> key=value...`".into())
-            );
-        };
-        if !tables.contains(&(n.as_str(), config.as_str())) {
-            tables.push((n, config));
-        }
-        for (key, value) in line.pairs(3)? {
-            samples
-                .entry((n, config, side, key))
-                .or_default()
-                .add(value)
-                .map_err(|e| line.error(format!("{key}: {e}")))?;
-        }
-    }
-    let none = Samples::default();
-    let get = |n, config, side, key| samples.get(&(n, config, side, key)).unwrap_or(&none);
+    let run = Run::read(results)?;
+    let tables = run.tables.clone();
+    let get = |n, config, side, key| run.get(n, config, side, key);
 
     let mut out = format!(
         "client-go {} vs kube-runtime vs kubeloop (protobuf; and JSON): {} alternating rounds, median per cell, {}, {}\n",
@@ -154,9 +187,107 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
     Ok(out)
 }
 
+/// The figures the charts draw: time to synced, and peak RSS.
+const CHARTED: [&str; 2] = ["synced_ms", "peak_rss_kib"];
+
+/// One chart per N: time to synced and peak RSS per data/transform/store, every side that ran
+/// at that N against client-go, the median round with the min-max of the rounds; file
+/// `informer-<N>.svg`.
+pub fn charts(results: &Results) -> Result<Vec<(String, Figure)>, ReportError> {
+    let run = Run::read(results)?;
+    let mut sizes: Vec<&str> = Vec::new();
+    for (n, _) in &run.tables {
+        if !sizes.contains(n) {
+            sizes.push(n);
+        }
+    }
+    let mut figures = Vec::new();
+    for n in sizes {
+        let configs: Vec<&str> = run
+            .tables
+            .iter()
+            .filter(|(t, _)| *t == n)
+            .map(|(_, c)| *c)
+            .collect();
+        let sides: Vec<(&str, &str)> = SIDES
+            .into_iter()
+            .filter(|(side, _)| {
+                configs
+                    .iter()
+                    .any(|c| run.get(n, c, side, "synced_ms").median().is_some())
+            })
+            .collect();
+        let panels = CHARTED
+            .iter()
+            .map(|key| {
+                let row = ROWS.iter().find(|r| r.key == *key).expect("a charted row");
+                let groups = configs
+                    .iter()
+                    .map(|config| {
+                        let go = run.get(n, config, "client-go", key).median();
+                        let bars = sides
+                            .iter()
+                            .enumerate()
+                            .map(|(series, (side, _))| {
+                                let samples = run.get(n, config, side, key);
+                                let scaled = |v: Option<f64>| v.map(|v| v / row.scale);
+                                let value = scaled(samples.median());
+                                let text = match (value, go) {
+                                    (None, _) => "did not run".to_owned(),
+                                    (Some(v), Some(g)) if *side != "client-go" && g > 0.0 => {
+                                        format!(
+                                            "{v:.*} ({:.2}x client-go)",
+                                            row.decimals,
+                                            v * row.scale / g
+                                        )
+                                    }
+                                    (Some(v), _) => format!("{v:.*}", row.decimals),
+                                };
+                                Bar {
+                                    series,
+                                    value,
+                                    spread: scaled(samples.min()).zip(scaled(samples.max())),
+                                    text,
+                                }
+                            })
+                            .collect();
+                        Group {
+                            label: config.to_string(),
+                            bars,
+                        }
+                    })
+                    .collect();
+                Panel {
+                    title: row.label.to_owned(),
+                    scale: Scale::Linear,
+                    series: sides.iter().map(|(_, name)| name.to_string()).collect(),
+                    reference: None,
+                    groups,
+                }
+            })
+            .collect();
+        figures.push((
+            format!("informer-{n}.svg"),
+            Figure {
+                title: format!("Informer, N={n}: client-go {} against kubeloop", results.meta("client-go")?),
+                notes: vec![
+                    format!(
+                        "{}; {} alternating rounds; bar: the median round, whisker: min-max over the rounds (rows: data/transform/store)",
+                        results.stamp()?,
+                        results.meta("rounds")?
+                    ),
+                ],
+                panels,
+            },
+        ));
+    }
+    Ok(figures)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chart::read::{assert_drawn_at_their_values, elements, of_class};
 
     const RESULTS: &str = "\
 # client-go: v0.36.3
@@ -207,6 +338,80 @@ N=10000, data/transform/store=random/none/metadata (objects seen: 10001)
 LIST body: protobuf 5.0 MB (500 B/object); kubeloop RSS before start: 10.2 MB
 ";
         assert_eq!(report, expected);
+    }
+
+    #[test]
+    fn a_chart_per_n_draws_every_sides_time_to_synced_and_peak_rss_per_store() {
+        let charts = charts(&Results::parse(RESULTS)).unwrap();
+        assert_eq!(charts.len(), 1);
+        assert_eq!(charts[0].0, "informer-10000.svg");
+        let svg = charts[0].1.to_svg();
+        let all = elements(&svg);
+        let bars: Vec<(String, &str, &str, f64)> = of_class(&all, "bar")
+            .iter()
+            .map(|b| {
+                (
+                    b.panel["data-title"].clone(),
+                    b.attr("data-group"),
+                    b.attr("data-series"),
+                    b.number("data-value"),
+                )
+            })
+            .collect();
+        let mb = |kib: f64| kib / KIB_PER_MB;
+        let (typed, metadata) = ("random/none/typed", "random/none/metadata");
+        let (time, rss) = ("time to synced (ms)".to_owned(), "peak RSS (MB)".to_owned());
+        assert_eq!(
+            bars,
+            [
+                (time.clone(), typed, "client-go", 165.0),
+                (time.clone(), typed, "kube-runtime", 232.0),
+                (time.clone(), typed, "kubeloop", 220.0),
+                (time.clone(), typed, "kubeloop JSON", 300.0),
+                (time.clone(), metadata, "client-go", 100.0),
+                (time.clone(), metadata, "kubeloop", 120.0),
+                (rss.clone(), typed, "client-go", mb(69727.0)),
+                (rss.clone(), typed, "kube-runtime", mb(72949.0)),
+                (rss.clone(), typed, "kubeloop", mb(57715.0)),
+                (rss.clone(), typed, "kubeloop JSON", mb(60000.0)),
+                (rss.clone(), metadata, "client-go", mb(30000.0)),
+                (rss.clone(), metadata, "kubeloop", mb(20000.0)),
+            ]
+        );
+        assert_drawn_at_their_values(&all);
+        // The rounds' spread: client-go 165-175 and kubeloop 220-228 for the typed sync.
+        let spreads: Vec<(&str, f64, f64)> = of_class(&all, "spread")
+            .iter()
+            .map(|s| {
+                (
+                    s.attr("data-series"),
+                    s.number("data-min"),
+                    s.number("data-max"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            spreads,
+            [("client-go", 165.0, 175.0), ("kubeloop", 220.0, 228.0)]
+        );
+        // A side that sat a store out keeps its place and says so.
+        let missing: Vec<(&str, &str, &str)> = of_class(&all, "missing")
+            .iter()
+            .map(|m| (m.attr("data-group"), m.attr("data-series"), m.text.as_str()))
+            .collect();
+        assert_eq!(
+            missing,
+            [
+                (metadata, "kube-runtime", "kube-runtime: did not run"),
+                (metadata, "kubeloop JSON", "kubeloop JSON: did not run"),
+            ]
+            .repeat(2)
+        );
+        let kubeloop = of_class(&all, "value")
+            .into_iter()
+            .find(|v| v.attr("data-series") == "kubeloop")
+            .unwrap();
+        assert_eq!(kubeloop.text, "220 (1.33x client-go)");
     }
 
     #[test]

@@ -4,9 +4,13 @@
 //! Each script writes its run's measurements to a results file, starting with the lines of
 //! `bench-report stamp` (the run's date and commit), and renders its report from the file, so
 //! `REPORT_FROM=FILE hack/bench-...` renders a saved run again without running anything.
-//! One module per report; `results.rs` reads the files, `stats.rs` holds the statistics.
+//! One module per report; `results.rs` reads the files, `stats.rs` holds the statistics, and
+//! `chart.rs` draws a report's tables as SVG (`--charts DIR`; `fairness.rs` charts the table
+//! `hack/bench-fairness` prints itself).
 
+mod chart;
 mod error;
+mod fairness;
 mod informer;
 mod results;
 mod sharding;
@@ -19,18 +23,22 @@ mod workqueue;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use chart::Figure;
 use error::ReportError;
 use results::Results;
 use stamp::Stamp;
 
 const USAGE: &str = "usage: bench-report COMMAND ...
   stamp [--line]                  the run's `# date:` and `# commit:` lines (--line: `DATE at COMMIT`)
-  informer RESULTS                hack/bench-informer's tables
-  vs-client-go RESULTS            hack/bench-vs-client-go's tables
+  informer RESULTS [--charts DIR]      hack/bench-informer's tables
+  vs-client-go RESULTS [--charts DIR]  hack/bench-vs-client-go's tables
+  fairness OUTPUT --charts DIR    the chart of hack/bench-fairness's table (OUTPUT: what it printed)
   sharding RESULTS                hack/bench-sharding's table
   vm-controller RESULTS           hack/bench-vm-controller's table
   splice DOCUMENT NAME REPORT     REPORT's text, fenced, between DOCUMENT's
-                                  `<!-- NAME:start -->` and `<!-- NAME:end -->` lines";
+                                  `<!-- NAME:start -->` and `<!-- NAME:end -->` lines
+--charts DIR also writes an SVG chart of each table into DIR (made if missing) and names
+each file on stderr.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,7 +64,23 @@ fn run(args: &[String]) -> Result<String, ReportError> {
             Ok(format!("{} at {}\n", stamp.date, stamp.commit))
         }
         ["informer", file] => informer::render(&Results::read(Path::new(file))?),
+        ["informer", file, "--charts", dir] => {
+            let results = Results::read(Path::new(file))?;
+            write_charts(Path::new(dir), informer::charts(&results)?)?;
+            informer::render(&results)
+        }
         ["vs-client-go", file] => workqueue::render(&Results::read(Path::new(file))?),
+        ["vs-client-go", file, "--charts", dir] => {
+            let results = Results::read(Path::new(file))?;
+            write_charts(Path::new(dir), workqueue::charts(&results)?)?;
+            workqueue::render(&results)
+        }
+        ["fairness", file, "--charts", dir] => {
+            let text = read(Path::new(file))?;
+            let chart = fairness::chart(&text)?;
+            write_charts(Path::new(dir), vec![chart])?;
+            Ok(String::new())
+        }
         ["sharding", file] => sharding::render(&Results::read(Path::new(file))?),
         ["vm-controller", file] => vm_controller::render(&Results::read(Path::new(file))?),
         ["splice", document, name, report] => {
@@ -70,15 +94,32 @@ fn run(args: &[String]) -> Result<String, ReportError> {
     }
 }
 
+/// Writes each `(file name, figure)` into `dir` as SVG, naming each file on stderr.
+fn write_charts(dir: &Path, charts: Vec<(String, Figure)>) -> Result<(), ReportError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ReportError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    for (name, figure) in charts {
+        let path = dir.join(name);
+        std::fs::write(&path, figure.to_svg()).map_err(io(&path))?;
+        eprintln!("bench-report: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The text of the file at `path`.
+fn read(path: &Path) -> Result<String, ReportError> {
+    std::fs::read_to_string(path).map_err(|source| ReportError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// Splices the report at `report` into the document at `document`, which is written only if
 /// its markers are right.
 fn splice_file(document: &Path, name: &str, report: &Path) -> Result<(), ReportError> {
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| ReportError::Io {
-            path: path.to_owned(),
-            source,
-        })
-    };
     let text = splice::splice(&read(document)?, name, &read(report)?).map_err(|detail| {
         ReportError::Marker {
             path: document.to_owned(),
@@ -115,6 +156,33 @@ mod tests {
             error.starts_with("`vs-client-go` with these arguments is not a command"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn charts_are_written_into_the_directory_named_and_the_report_is_still_printed() {
+        let dir = std::env::temp_dir().join(format!("bench-report-charts-{}", std::process::id()));
+        let results = dir.join("results");
+        let charts = dir.join("charts");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            &results,
+            "# date: d\n# commit: c\n# client-go: v0\n# rounds: 1\n# load: l\n10 random/none/typed client-go objects=10 synced_ms=5 peak_rss_kib=100\n",
+        )
+        .unwrap();
+        let report = run(&[
+            "informer".into(),
+            results.display().to_string(),
+            "--charts".into(),
+            charts.display().to_string(),
+        ])
+        .unwrap();
+        assert!(
+            report.contains("N=10, data/transform/store=random/none/typed"),
+            "{report}"
+        );
+        let svg = std::fs::read_to_string(charts.join("informer-10.svg")).unwrap();
+        assert!(svg.starts_with("<svg "), "{svg}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use crate::chart::{Bar, Figure, Group, Panel, Scale};
 use crate::error::ReportError;
 use crate::results::Results;
 use crate::stats::Samples;
@@ -29,6 +30,8 @@ struct KeyType {
     title: &'static str,
     result: &'static str,
     floor: &'static str,
+    /// Its chart's file is `vs-client-go-<slug>.svg`.
+    slug: &'static str,
     /// Whether the table has the `named/...` rows (run with this key type only).
     named_rows: bool,
 }
@@ -37,24 +40,28 @@ const KEY_TYPES: [KeyType; 4] = [
     KeyType {
         title: "kubeloop with ObjectKey keys, as its controller runtime queues them (Go: string keys)",
         result: "RESULT_KEY",
+        slug: "objectkey",
         floor: "FLOOR_KEY",
         named_rows: true,
     },
     KeyType {
         title: "kubeloop with String keys (Go: string keys)",
         result: "RESULT_STRING",
+        slug: "string",
         floor: "FLOOR_STRING",
         named_rows: false,
     },
     KeyType {
         title: "kubeloop with Arc<str> keys (Go: string keys)",
         result: "RESULT_ARC",
+        slug: "arc",
         floor: "FLOOR_ARC",
         named_rows: false,
     },
     KeyType {
         title: "kubeloop with &'static str keys (Go: string keys)",
         result: "RESULT",
+        slug: "static",
         floor: "FLOOR",
         named_rows: false,
     },
@@ -426,9 +433,162 @@ fn ratio_of_medians(a: &Samples, b: &Samples) -> String {
     }
 }
 
+/// One chart per table, each row its ratio of medians (log axis, 1x marked) with a whisker
+/// over the rounds' extremes; a row the table gives no ratio keeps its label and says why.
+pub fn charts(results: &Results) -> Result<Vec<(String, Figure)>, ReportError> {
+    let run = Run::read(results)?;
+    let stamp = format!(
+        "{}; {} alternating rounds",
+        results.stamp()?,
+        results.meta("rounds")?
+    );
+    let whisker = "whisker: the Go side's fastest round over kubeloop's slowest to its slowest over kubeloop's fastest";
+    let mut charts = Vec::new();
+    for key_type in &KEY_TYPES {
+        let workloads: Vec<&String> = run
+            .workloads
+            .iter()
+            .filter(|w| key_type.named_rows || !w.starts_with("named/"))
+            .collect();
+        charts.push((
+            format!("vs-client-go-{}.svg", key_type.slug),
+            Figure {
+                title: format!("client-go {} against {}", results.meta("client-go")?, key_type.title),
+                notes: vec![
+                    stamp.clone(),
+                    format!("bar: client-go's median / kubeloop's (right of 1x: kubeloop is faster); {whisker}"),
+                ],
+                panels: vec![ratio_panel(
+                    &run,
+                    "client-go / kubeloop",
+                    &workloads,
+                    &[("GO", key_type.result, "client-go / kubeloop")],
+                )],
+            },
+        ));
+    }
+    if !run.pq_workloads.is_empty() || !run.fair_workloads.is_empty() {
+        let controller_runtime = results.meta("controller-runtime")?;
+        if !run.pq_workloads.is_empty() {
+            let workloads: Vec<&String> = run.pq_workloads.iter().collect();
+            charts.push((
+                "vs-client-go-pq.svg".to_owned(),
+                Figure {
+                    title: format!("controller-runtime {controller_runtime} priorityqueue against kubeloop PriorityQueue<ObjectKey>"),
+                    notes: vec![
+                        stamp.clone(),
+                        format!("bar: controller-runtime's median / kubeloop's (right of 1x: kubeloop is faster); {whisker}"),
+                    ],
+                    panels: vec![ratio_panel(
+                        &run,
+                        "controller-runtime / kubeloop",
+                        &workloads,
+                        &[("GO_PQ", "RESULT_PQ_KEY", "controller-runtime / kubeloop")],
+                    )],
+                },
+            ));
+        }
+        if !run.fair_workloads.is_empty() {
+            let workloads: Vec<&String> = run.fair_workloads.iter().collect();
+            charts.push((
+                "vs-client-go-fair.svg".to_owned(),
+                Figure {
+                    title: format!("Fairness: controller-runtime {controller_runtime} priorityqueue (no fairness) against kubeloop without and with namespace fairness"),
+                    notes: vec![
+                        stamp,
+                        "c-r / kubeloop: right of 1x, kubeloop is faster; fair / unfair: the cost of fairness (right of 1x: fairness is slower)".to_owned(),
+                        "whisker: the numerator's fastest round over the denominator's slowest to its slowest over the denominator's fastest".to_owned(),
+                    ],
+                    panels: vec![ratio_panel(
+                        &run,
+                        "ratios of medians",
+                        &workloads,
+                        &[
+                            ("GO_FAIR", "RESULT_FAIR_OFF", "c-r / kubeloop unfair"),
+                            ("GO_FAIR", "RESULT_FAIR_ON", "c-r / kubeloop fair"),
+                            ("RESULT_FAIR_ON", "RESULT_FAIR_OFF", "kubeloop fair / unfair"),
+                        ],
+                    )],
+                },
+            ));
+        }
+    }
+    Ok(charts)
+}
+
+/// A panel of ratios: per workload, one bar per `(numerator, denominator, name)`. A ratio is
+/// drawn only when every label of the row did the same work, as in the tables.
+fn ratio_panel(
+    run: &Run,
+    title: &str,
+    workloads: &[&String],
+    ratios: &[(&str, &str, &str)],
+) -> Panel {
+    let mut labels: Vec<&str> = Vec::new();
+    for (a, b, _) in ratios {
+        for label in [a, b] {
+            if !labels.contains(label) {
+                labels.push(label);
+            }
+        }
+    }
+    let groups = workloads
+        .iter()
+        .map(|workload| {
+            let same = run.same_work(&labels, workload).is_some();
+            let bars = ratios
+                .iter()
+                .enumerate()
+                .map(|(series, (a, b, _))| {
+                    let (a, b) = (run.get(a, workload), run.get(b, workload));
+                    let medians = a.and_then(Samples::median).zip(b.and_then(Samples::median));
+                    match (medians, same) {
+                        (Some((ma, mb)), true) => {
+                            let (a, b) = (a.unwrap(), b.unwrap());
+                            let spread = a.min().zip(b.max()).zip(a.max().zip(b.min()));
+                            Bar {
+                                series,
+                                value: Some(ma / mb),
+                                spread: spread.map(|((a_min, b_max), (a_max, b_min))| {
+                                    (a_min / b_max, a_max / b_min)
+                                }),
+                                text: crate::stats::ratio(ma, mb),
+                            }
+                        }
+                        (Some(_), false) => Bar {
+                            series,
+                            value: None,
+                            spread: None,
+                            text: "no ratio: the sides did different work".to_owned(),
+                        },
+                        (None, _) => Bar {
+                            series,
+                            value: None,
+                            spread: None,
+                            text: "no ratio: a side is missing".to_owned(),
+                        },
+                    }
+                })
+                .collect();
+            Group {
+                label: workload.to_string(),
+                bars,
+            }
+        })
+        .collect();
+    Panel {
+        title: title.to_owned(),
+        scale: Scale::Log,
+        series: ratios.iter().map(|(_, _, name)| name.to_string()).collect(),
+        reference: Some(1.0),
+        groups,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chart::read::{assert_drawn_at_their_values, elements, of_class};
 
     /// Three rounds: ObjectKey and `&'static str` keys only (the other key types' lines are
     /// missing), a named row, a dedup row, a row whose sides did different work, a
@@ -605,6 +765,96 @@ kubeloop with ObjectKey keys, as its controller runtime queues them (Go: string 
         assert!(table[2].starts_with(&format!("| {long} | ")), "{report}");
         assert_eq!(table[0].len(), table[1].len(), "{report}");
         assert_eq!(table[1].len(), table[2].len(), "{report}");
+    }
+
+    #[test]
+    fn a_chart_per_table_draws_every_rows_ratio_with_its_spread() {
+        let charts = charts(&Results::parse(RESULTS)).unwrap();
+        let names: Vec<&str> = charts.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "vs-client-go-objectkey.svg",
+                "vs-client-go-string.svg",
+                "vs-client-go-arc.svg",
+                "vs-client-go-static.svg",
+                "vs-client-go-pq.svg",
+                "vs-client-go-fair.svg",
+            ]
+        );
+        let read = |i: usize| elements(&charts[i].1.to_svg());
+        let objectkey = read(0);
+        assert_drawn_at_their_values(&objectkey);
+        // (row, ratio of medians, spread: Go's min / kubeloop's max to Go's max / kubeloop's min)
+        let bars: Vec<(&str, f64, f64, f64)> = of_class(&objectkey, "bar")
+            .iter()
+            .map(|b| {
+                (
+                    b.attr("data-group"),
+                    b.number("data-value"),
+                    b.number("data-min"),
+                    b.number("data-max"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            bars,
+            [
+                (
+                    "single/add-get-done",
+                    400.0 / 125.0,
+                    380.0 / 130.0,
+                    420.0 / 120.0
+                ),
+                (
+                    "dedup/4x100k-adds-100-keys-then-4-workers",
+                    28.5 / 11.0,
+                    25.0 / 12.0,
+                    30.0 / 10.0
+                ),
+                (
+                    "named/single/add-get-done",
+                    1500.0 / 200.0,
+                    1400.0 / 210.0,
+                    1600.0 / 190.0
+                ),
+            ]
+        );
+        // The row whose sides did different work keeps its label and gets no bar.
+        let missing = of_class(&objectkey, "missing");
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].attr("data-group"), "uneven");
+        assert_eq!(
+            missing[0].text,
+            "client-go / kubeloop: no ratio: the sides did different work"
+        );
+        assert_eq!(
+            of_class(&objectkey, "reference")[0].number("data-value"),
+            1.0
+        );
+        // No String lines in the run: every row says a side is missing.
+        let string = read(1);
+        assert!(of_class(&string, "bar").is_empty());
+        assert_eq!(of_class(&string, "missing").len(), 3);
+        let pq: Vec<f64> = of_class(&read(4), "bar")
+            .iter()
+            .map(|b| b.number("data-value"))
+            .collect();
+        assert_eq!(pq, [5100.0 / 150.0]);
+        let fair = read(5);
+        assert_drawn_at_their_values(&fair);
+        let fair: Vec<(&str, f64)> = of_class(&fair, "bar")
+            .iter()
+            .map(|b| (b.attr("data-series"), b.number("data-value")))
+            .collect();
+        assert_eq!(
+            fair,
+            [
+                ("c-r / kubeloop unfair", 1450.0 / 95.0),
+                ("c-r / kubeloop fair", 1450.0 / 110.0),
+                ("kubeloop fair / unfair", 110.0 / 95.0),
+            ]
+        );
     }
 
     #[test]
