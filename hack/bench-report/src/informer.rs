@@ -91,6 +91,31 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// Whether `side` saw, in every round, the one number of objects client-go saw in every
+    /// round: a ratio compares two sides only if they synced the same objects.
+    fn saw_what_client_go_saw(&self, n: &'a str, config: &'a str, side: &'a str) -> bool {
+        let (go, this) = (
+            self.get(n, config, "client-go", "objects"),
+            self.get(n, config, side, "objects"),
+        );
+        go.distinct_texts().len() == 1
+            && this.distinct_texts().len() == 1
+            && go.median() == this.median()
+    }
+
+    /// `client-go 10001, kubeloop 10001`: the objects each side that ran saw (every distinct
+    /// number over the rounds, `/` between them).
+    fn objects_seen(&self, n: &'a str, config: &'a str) -> String {
+        SIDES
+            .iter()
+            .filter_map(|(side, name)| {
+                let seen = self.get(n, config, side, "objects").distinct_texts();
+                (!seen.is_empty()).then(|| format!("{name} {}", seen.join("/")))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn get(&self, n: &'a str, config: &'a str, side: &'a str, key: &'a str) -> &Samples {
         self.samples
             .get(&(n, config, side, key))
@@ -117,7 +142,7 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
         let _ = writeln!(
             out,
             "\nN={n}, data/transform/store={config} (objects seen: {})",
-            objects.median_text().unwrap_or("")
+            run.objects_seen(n, config)
         );
         let _ = writeln!(
             out,
@@ -133,9 +158,12 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
                 Some(v) => format!("{:12.*}", row.decimals, v / row.scale),
                 None => format!("{:>12}", "-"),
             };
-            // A side with no sample, or a missing client-go, has no ratio.
-            let to_go = |v: Option<f64>| match (v, go) {
-                (Some(v), Some(g)) if g > 0.0 => format!("{:5.2}x", v / g),
+            // A side with no sample, a missing client-go, or a side that saw other objects
+            // than client-go has no ratio.
+            let to_go = |side, v: Option<f64>| match (v, go) {
+                (Some(v), Some(g)) if g > 0.0 && run.saw_what_client_go_saw(n, config, side) => {
+                    format!("{:5.2}x", v / g)
+                }
                 _ => format!("{:>6}", "-"),
             };
             let _ = writeln!(
@@ -145,10 +173,23 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
                 cell(go),
                 cell(kube_runtime),
                 cell(kubeloop),
-                to_go(kubeloop),
+                to_go("kubeloop", kubeloop),
                 cell(json),
-                to_go(json)
+                to_go("kubeloop-json", json)
             );
+        }
+        for (side, name) in &SIDES[1..] {
+            let seen = get(n, config, side, "objects");
+            if seen.median().is_some() && !run.saw_what_client_go_saw(n, config, side) {
+                let _ = writeln!(
+                    out,
+                    "{name} saw {} objects where client-go saw {}: no ratio",
+                    seen.distinct_texts().join("/"),
+                    get(n, config, "client-go", "objects")
+                        .distinct_texts()
+                        .join("/")
+                );
+            }
         }
         let objects = objects.median().unwrap_or(0.0);
         let per_object = |bytes: f64| if objects > 0.0 { bytes / objects } else { 0.0 };
@@ -234,7 +275,11 @@ pub fn charts(results: &Results) -> Result<Vec<(String, Figure)>, ReportError> {
                                 let value = scaled(samples.median());
                                 let text = match (value, go) {
                                     (None, _) => "did not run".to_owned(),
-                                    (Some(v), Some(g)) if *side != "client-go" && g > 0.0 => {
+                                    (Some(v), Some(g))
+                                        if *side != "client-go"
+                                            && g > 0.0
+                                            && run.saw_what_client_go_saw(n, config, side) =>
+                                    {
                                         format!(
                                             "{v:.*} ({:.2}x client-go)",
                                             row.decimals,
@@ -311,7 +356,7 @@ mod tests {
         let expected = "\
 client-go v0.36.3 vs kube-runtime vs kubeloop (protobuf; and JSON): 2 alternating rounds, median per cell, load average: 1.39, 1.19, 1.14, 2026-11-26 at abc1234
 
-N=10000, data/transform/store=random/none/typed (objects seen: 10001)
+N=10000, data/transform/store=random/none/typed (objects seen: client-go 10001, kube-runtime 10001, kubeloop 10001, kubeloop JSON 10001)
 |                            |    client-go | kube-runtime |     kubeloop |  kl/cg | kubeloop JSON |    /cg |
 |----------------------------|--------------|--------------|--------------|--------|--------------|--------|
 | time to synced (ms)        |          165 |          232 |          220 |  1.33x |          300 |  1.82x |
@@ -324,7 +369,7 @@ N=10000, data/transform/store=random/none/typed (objects seen: 10001)
 | full list (ms)             |          0.6 |          0.1 |          0.7 |  1.17x |          0.7 |  1.17x |
 LIST body: protobuf 12.0 MB (1200 B/object), JSON 14.8 MB (1485 B/object); kubeloop RSS before start: 10.3 MB
 
-N=10000, data/transform/store=random/none/metadata (objects seen: 10001)
+N=10000, data/transform/store=random/none/metadata (objects seen: client-go 10001, kubeloop 10001)
 |                            |    client-go | kube-runtime |     kubeloop |  kl/cg | kubeloop JSON |    /cg |
 |----------------------------|--------------|--------------|--------------|--------|--------------|--------|
 | time to synced (ms)        |          100 |            - |          120 |  1.20x |            - |      - |
@@ -412,6 +457,33 @@ LIST body: protobuf 5.0 MB (500 B/object); kubeloop RSS before start: 10.2 MB
             .find(|v| v.attr("data-series") == "kubeloop")
             .unwrap();
         assert_eq!(kubeloop.text, "220 (1.33x client-go)");
+    }
+
+    #[test]
+    fn a_side_that_saw_other_objects_than_client_go_has_no_ratio_and_says_so() {
+        // kubeloop saw 10000 in one round; client-go 10001 in both.
+        let text = RESULTS.replacen(
+            "10000 random/none/typed kubeloop objects=10001 synced_ms=220",
+            "10000 random/none/typed kubeloop objects=10000 synced_ms=220",
+            1,
+        );
+        let report = render(&Results::parse(&text)).unwrap();
+        assert!(
+            report.contains("(objects seen: client-go 10001, kube-runtime 10001, kubeloop 10000/10001, kubeloop JSON 10001)"),
+            "{report}"
+        );
+        assert!(
+            report.contains("| time to synced (ms)        |          165 |          232 |          220 |      - |          300 |  1.82x |"),
+            "{report}"
+        );
+        assert!(
+            report.contains(
+                "\nkubeloop saw 10000/10001 objects where client-go saw 10001: no ratio\nLIST body"
+            ),
+            "{report}"
+        );
+        // The metadata table's sides agree: its ratios stay.
+        assert!(report.contains("| time to synced (ms)        |          100 |            - |          120 |  1.20x |"), "{report}");
     }
 
     #[test]

@@ -54,6 +54,19 @@ impl Samples {
         self.values.last().map(|(v, _)| *v)
     }
 
+    /// The distinct values, smallest first, as the run printed each first.
+    pub fn distinct_texts(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        let mut last = None;
+        for (v, text) in &self.values {
+            if last != Some(*v) {
+                out.push(text);
+                last = Some(*v);
+            }
+        }
+        out
+    }
+
     fn median_index(&self) -> usize {
         // The (n + 1) / 2-th smallest, counting from 1.
         self.values.len().div_ceil(2) - 1
@@ -97,6 +110,13 @@ mod tests {
             Some("10000")
         );
         assert_eq!(Samples::of(&["1.50"]).median_text(), Some("1.50"));
+    }
+
+    #[test]
+    fn distinct_values_are_listed_once_smallest_first() {
+        let samples = Samples::of(&["10001", "10000", "10001.0", "9999"]);
+        assert_eq!(samples.distinct_texts(), ["9999", "10000", "10001"]);
+        assert!(Samples::default().distinct_texts().is_empty());
     }
 
     #[test]
