@@ -37,6 +37,7 @@
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
 //! | `keys.rs`              | [`meta_namespace_key`], [`KeyFunc`], [`split_meta_namespace_key`] | `store.go` (keys)                              |
+//! | `resourceversion.rs`   | [`compare_resource_version`]: which of two resourceVersions is newer | apimachinery `util/resourceversion` (KEP-5504) |
 //! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types,
@@ -107,6 +108,7 @@ mod processor;
 mod queue;
 mod real_fifo;
 mod reflector;
+mod resourceversion;
 mod shared_informer;
 mod store;
 mod stored;
@@ -141,6 +143,10 @@ pub use real_fifo::{DEFAULT_BATCH_SIZE, RealFIFO, RealFifoOptions, RealFifoOptio
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
     default_watch_error_handler,
+};
+pub use resourceversion::{
+    InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
+    newest_resource_version,
 };
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
