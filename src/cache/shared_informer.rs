@@ -52,7 +52,9 @@ use super::processor::{
 };
 use super::queue::{InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
-use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
+use super::reflector::{
+    Reflector, ReflectorConfig, WatchErrorHandler, default_watch_error_handler,
+};
 use super::store::{ReflectorStore, TransformFunc, kept_decoded};
 use super::stored::{Listed, StoreKind, Stored};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -159,6 +161,8 @@ struct Shared<K> {
     stop: CancellationToken,
     /// The reflector's last synced resourceVersion.
     last_sync_rv: Arc<parking_lot::RwLock<String>>,
+    /// The last failure the reflector reported (what a sync that never comes is blamed on).
+    last_error: Arc<Mutex<Option<String>>>,
     inner: Mutex<Inner<K>>,
 }
 
@@ -260,6 +264,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 progressed: Notify::new(),
                 stop: CancellationToken::new(),
                 last_sync_rv: Default::default(),
+                last_error: Default::default(),
                 inner: Mutex::new(Inner {
                     listeners: Vec::new(),
                     next_id: 0,
@@ -535,7 +540,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             config,
             metrics: self.shared.metrics.clone(),
             should_resync: should,
-            on_error: inner.on_error.clone(),
+            on_error: Some(recording_error_handler(
+                self.shared.last_error.clone(),
+                inner.on_error.clone(),
+            )),
             cancel: self.shared.stop.clone(),
         });
         let processing = tokio::spawn(process_loop(self.shared.clone()));
@@ -549,6 +557,13 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// (client-go `LastSyncResourceVersion`); "" before the first list.
     pub fn last_sync_resource_version(&self) -> String {
         self.shared.last_sync_rv.read().clone()
+    }
+
+    /// The last list or watch failure the reflector reported, if any (kept after a later
+    /// success: it says why a cache that never synced did not). client-go has no getter;
+    /// its `WatchErrorHandler` sees the same errors.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.last_error.lock().clone()
     }
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
@@ -595,6 +610,19 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             }
         }
     }
+}
+
+/// The reflector's error handler: records the error's text for
+/// [`SharedIndexInformer::last_error`], then calls `handler` (client-go's default if `None`).
+fn recording_error_handler(
+    last_error: Arc<Mutex<Option<String>>>,
+    handler: Option<WatchErrorHandler>,
+) -> WatchErrorHandler {
+    let handler = handler.unwrap_or_else(|| Arc::new(default_watch_error_handler));
+    Arc::new(move |err| {
+        *last_error.lock() = Some(err.to_string());
+        handler(err)
+    })
 }
 
 impl<K> std::fmt::Debug for HandlerRegistration<K> {

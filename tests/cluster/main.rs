@@ -19,3 +19,4 @@ mod cli;
 mod foundation;
 mod leaderelection_lease_lock;
 mod protobuf_wire;
+mod runtime_cache_sync;

@@ -151,6 +151,7 @@ pub async fn run(
         Err(RuntimeError::CacheSync { not_synced }) => {
             Err(ControllerError::CacheSync { not_synced })
         }
+        Err(e @ RuntimeError::CacheSyncTimeout { .. }) => Err(ControllerError::CacheSyncTimeout(e)),
         Err(RuntimeError::Handler(e)) => Err(e.into()),
         // Only a controller under leader election can lose it; this one runs without (shard
         // electors contend again after a loss).

@@ -93,6 +93,9 @@ pub enum VmControllerError {
     #[error("the VirtualMachine informer did not sync before shutdown")]
     /// Shutdown came before the informer synced.
     CacheNotSynced,
+    /// The informer did not sync within the runtime's cache-sync timeout.
+    #[error(transparent)]
+    CacheSyncTimeout(ControllerError),
     #[error("registering the VirtualMachine event handler: {0}")]
     /// The event handler could not be registered.
     Handler(#[from] crate::cache::InformerError),
@@ -210,6 +213,7 @@ async fn run_as<D: Driver>(
     result.map_err(|e| match e {
         ControllerError::Handler(e) => VmControllerError::Handler(e),
         ControllerError::CacheSync { .. } => VmControllerError::CacheNotSynced,
+        e @ ControllerError::CacheSyncTimeout { .. } => VmControllerError::CacheSyncTimeout(e),
         ControllerError::LeadershipLost(reason) => VmControllerError::LeadershipLost(reason),
     })
 }
