@@ -119,7 +119,9 @@ mod wire;
 pub use backoff::BackoffConfig;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
-pub use factory::{FactoryOptions, SharedInformerFactory};
+pub use factory::{
+    FactoryOptions, ListSelectors, MetadataTransform, SharedInformerFactory, TweakListOptions,
+};
 pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
 };
