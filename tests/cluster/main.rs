@@ -21,3 +21,4 @@ mod foundation;
 mod leaderelection_lease_lock;
 mod protobuf_wire;
 mod runtime_cache_sync;
+mod watch_tools;
