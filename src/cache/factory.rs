@@ -24,6 +24,7 @@ use kube_client::core::{ApiResource, DynamicObject, ObjectMeta, PartialObjectMet
 use kube_client::{Client, Resource};
 use parking_lot::Mutex;
 
+use super::identity::InformerName;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
@@ -82,6 +83,7 @@ pub struct SharedInformerFactory {
     transform: Option<MetadataTransform>,
     /// Per type: a `TransformFunc<K>` for the `K` of the key.
     type_transforms: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    informer_name: Option<InformerName>,
     inner: Arc<Mutex<FactoryInner>>,
 }
 
@@ -152,6 +154,7 @@ impl SharedInformerFactory {
             tweak: None,
             transform: None,
             type_transforms: HashMap::new(),
+            informer_name: None,
             inner: Default::default(),
         }
     }
@@ -176,6 +179,15 @@ impl SharedInformerFactory {
         tweak: impl Fn(&mut ListSelectors) + Send + Sync + 'static,
     ) -> Self {
         self.tweak = Some(Arc::new(tweak));
+        self
+    }
+
+    /// client-go `WithInformerName`: each informer created from now on registers its
+    /// resource under `name` and publishes client-go's `informer_*` series into
+    /// [`FactoryOptions::metrics`] with that name (the first informer of a resource only).
+    /// [`shutdown`](Self::shutdown) releases the name, as client-go's does.
+    pub fn with_informer_name(mut self, name: InformerName) -> Self {
+        self.informer_name = Some(name);
         self
     }
 
@@ -279,6 +291,16 @@ impl SharedInformerFactory {
                 reflector: self.options.reflector.clone(),
                 metrics: self.options.metrics.clone(),
                 store: self.options.store,
+                identity: self
+                    .informer_name
+                    .as_ref()
+                    .map_or_else(Default::default, |name| {
+                        name.with_resource(
+                            &K::group(dyntype),
+                            &K::version(dyntype),
+                            &K::plural(dyntype),
+                        )
+                    }),
                 ..Default::default()
             },
         );
@@ -348,6 +370,9 @@ impl SharedInformerFactory {
             inner.informers.values().map(|i| i.shutdown()).collect()
         };
         futures::future::join_all(stops).await;
+        if let Some(name) = &self.informer_name {
+            name.release();
+        }
     }
 }
 

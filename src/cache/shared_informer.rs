@@ -41,11 +41,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 use super::delta_fifo::DeltaFIFO;
+use super::identity::InformerIdentity;
 use super::index::{IndexError, Indexers, namespace_indexers};
 use super::keys::{KeyFunc, default_key_func, resource_version};
 use super::list_watch::{CacheObject, ListerWatcher};
 use super::lister::Lister;
-use super::metrics::CacheMetrics;
+use super::metrics::{CacheMetrics, InformerSeries};
 use super::processor::{
     EncodedPut, Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, Queued,
     ResourceEventHandler, determine_resync_period, distribute, run_listener, should_resync,
@@ -78,6 +79,10 @@ pub struct InformerConfig {
     /// How the cache holds its objects: typed (client-go's) or compact (encoded, decoded on
     /// every read; see [`StoreKind`]).
     pub store: StoreKind,
+    /// Who the informer is in client-go's `informer_*` series (client-go
+    /// `SharedIndexInformerOptions.Identifier`); they are published into `metrics` only for
+    /// a reserved identity. Default: none.
+    pub identity: InformerIdentity,
 }
 
 /// Per-handler options.
@@ -156,6 +161,8 @@ struct Shared<K> {
     track_rv: bool,
     key_func: KeyFunc<K>,
     metrics: CacheMetrics,
+    /// client-go's `informer_*` series, for a reserved identity.
+    series: Option<InformerSeries>,
     /// Woken after each processed key (for `wait_for_cache_sync`).
     progressed: Notify,
     stop: CancellationToken,
@@ -260,6 +267,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 rebuild_fields,
                 track_rv,
                 key_func,
+                series: config.metrics.informer(&config.identity),
                 metrics: config.metrics,
                 progressed: Notify::new(),
                 stop: CancellationToken::new(),
@@ -943,7 +951,13 @@ fn trace_popped<K>(key: &str, delta_type: DeltaType, store: &str, handlers: usiz
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).
 async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
     let process_shared = shared.clone();
-    let mut process = move |popped, initial| process_shared.process(popped, initial);
+    let mut process = move |popped, initial| {
+        let started = Instant::now();
+        process_shared.process(popped, initial);
+        if let Some(series) = &process_shared.series {
+            series.processed(started.elapsed());
+        }
+    };
     loop {
         let popped = tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -951,6 +965,12 @@ async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
         };
         if popped.is_err() {
             return;
+        }
+        // Read here, not in `process`: the queue may still be locked there.
+        if let Some(series) = &shared.series {
+            series.queued_items(shared.fifo.len());
+            series
+                .store_resource_version(&shared.store.reader().last_store_sync_resource_version());
         }
         shared.progressed.notify_waiters();
     }

@@ -168,6 +168,15 @@ async fn run_as<D: Driver>(
             ..FactoryOptions::default()
         },
     );
+    // client-go 1.36's `informer_*` series under the controller's name; a second VM
+    // controller in one process (tests) goes unnamed rather than failing.
+    let factory = match crate::cache::InformerName::new(CONTROLLER_NAME) {
+        Ok(name) => factory.with_informer_name(name),
+        Err(e) => {
+            tracing::warn!("informer metrics off for this controller: {e}");
+            factory
+        }
+    };
     let (events, recorder) = AnyEventBroadcaster::discover(
         client.clone(),
         CONTROLLER_NAME,
