@@ -13,4 +13,4 @@ mod retry_watcher;
 mod until;
 
 pub use retry_watcher::{DEFAULT_MIN_RESTART_DELAY, RetryWatchError, RetryWatcher};
-pub use until::{CacheEvent, UntilError, until_with_sync};
+pub use until::{CacheEvent, Precondition, UntilError, until_with_sync};

@@ -60,7 +60,7 @@ pub enum RetryWatchError {
         resource_version: String,
         /// The apiserver's answer.
         #[source]
-        source: ListWatchError,
+        source: Box<ListWatchError>,
     },
     /// 401 or 403: the client may not watch the resource.
     #[error(
@@ -71,7 +71,7 @@ pub enum RetryWatchError {
         type_name: String,
         /// The apiserver's answer.
         #[source]
-        source: ListWatchError,
+        source: Box<ListWatchError>,
     },
     /// An event's object has no resourceVersion to resume after.
     #[error("{type_name}: a {event} event's object has no resourceVersion: cannot resume after it")]
@@ -283,13 +283,13 @@ impl<K: Clone + Send + kube_client::Resource + 'static, L: ListerWatcher<K>> Sta
             return Step::End(RetryWatchError::Gone {
                 type_name: self.type_name.clone(),
                 resource_version: self.last.lock().clone(),
-                source: e,
+                source: Box::new(e),
             });
         }
         if matches!(e.code(), Some(401 | 403)) {
             return Step::End(RetryWatchError::Refused {
                 type_name: self.type_name.clone(),
-                source: e,
+                source: Box::new(e),
             });
         }
         if let Some(delay) = e.retry_after() {

@@ -65,6 +65,10 @@ pub enum UntilError<E> {
     },
 }
 
+/// [`until_with_sync`]'s precondition (client-go `PreconditionFunc`): looks at the synced
+/// cache once; true ends the wait with no event.
+pub type Precondition<K, E> = Box<dyn FnOnce(&Indexer<K>) -> Result<bool, E> + Send>;
+
 /// Waits, at most `timeout`, until `condition` holds for an event of `lw`'s objects, and
 /// returns that event; `Ok(None)` when `precondition` held for the synced cache first
 /// (client-go `UntilWithSync`).
@@ -96,7 +100,7 @@ pub enum UntilError<E> {
 pub async fn until_with_sync<K, L, E, C>(
     lw: L,
     timeout: Duration,
-    precondition: Option<Box<dyn FnOnce(&Indexer<K>) -> Result<bool, E> + Send>>,
+    precondition: Option<Precondition<K, E>>,
     mut condition: C,
 ) -> Result<Option<CacheEvent<K>>, UntilError<E>>
 where
@@ -193,7 +197,7 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(found, Some(CacheEvent::Added(_))), "{found:?}");
-        let precondition: Box<dyn FnOnce(&Indexer<ConfigMap>) -> Result<bool, Infallible> + Send> =
+        let precondition: Precondition<ConfigMap, Infallible> =
             Box::new(|cache| Ok(cache.get_by_key("ns/a").is_some()));
         let found = until_with_sync(source, Duration::from_secs(5), Some(precondition), |_| {
             Ok::<_, Infallible>(false)
