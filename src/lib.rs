@@ -9,6 +9,7 @@
 //! | kubeloop | client-go / Kubernetes | feature |
 //! |---|---|---|
 //! | [`cache`]: reflector, FIFOs, indexer, listers, shared informers | `tools/cache` | always |
+//! | [`watch`]: a watch resumed after cuts (`RetryWatcher`), waiting for a condition on a cache (`until_with_sync`) | `tools/watch` | always |
 //! | [`workqueue`]: dedup, delaying and rate-limiting queues | `util/workqueue` | always |
 //! | [`leaderelection`]: Lease-based leader election | `tools/leaderelection` | always |
 //! | [`record`]: Events | `tools/record` | always |
@@ -174,6 +175,7 @@ pub mod record;
 pub mod runtime;
 pub mod testing;
 pub mod trace;
+pub mod watch;
 pub mod workqueue;
 
 /// The README's Rust examples, compiled and run as doc tests so they cannot rot (with the

@@ -6,7 +6,8 @@
 //!   TokenRequest API (`kubectl create token`), and does its job with exactly those rights;
 //! - with one right removed, it reports an error naming that right instead of staying silent;
 //! - the sample controller's /metrics shows the workqueue, reflector and handler-backlog series
-//!   moving as Foos are processed, and /healthz and /readyz answer.
+//!   moving as Foos are processed (and client-go 1.36's `informer_*` series under the
+//!   controller's informer name), and /healthz and /readyz answer.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -526,6 +527,31 @@ async fn the_sample_controller_works_as_its_service_account_and_its_metrics_move
             >= 3.0,
         "work duration observed per processed key:\n{after}"
     );
+    // client-go 1.36's informer series, named after the controller (component-base's names
+    // and labels).
+    for (resource, group, version) in [
+        ("foos", "samplecontroller.k8s.io", "v1alpha1"),
+        ("deployments", "apps", "v1"),
+    ] {
+        let labels = format!(
+            r#"{{name="sample-controller",group="{group}",version="{version}",resource="{resource}"}}"#
+        );
+        let rv = sample(&after, &format!("informer_store_resource_version{labels}"));
+        assert!(
+            rv.is_some_and(|rv| rv > 0.0),
+            "informer_store_resource_version{labels}:\n{after}"
+        );
+        let queued = sample(&after, &format!("informer_queued_items{labels}"));
+        assert!(queued.is_some(), "informer_queued_items{labels}:\n{after}");
+        let processed = sample(
+            &after,
+            &format!("informer_processing_latency_seconds_count{labels}"),
+        );
+        assert!(
+            processed.is_some_and(|n| n >= 1.0),
+            "informer_processing_latency_seconds_count{labels}:\n{after}"
+        );
+    }
     assert!(
         !controller.log().contains("forbidden"),
         "deploy/'s rights were enough:\n{}",
@@ -725,6 +751,9 @@ async fn the_vm_controller_works_as_its_service_account_with_leader_election() {
         "kubeloop_reflector_lists_total",
         "kubeloop_informer_handler_backlog",
         "leader_election_master_status",
+        r#"informer_queued_items{name="vm-controller",group="cloudnative.tw",version="v1alpha1",resource="virtualmachines"}"#,
+        r#"informer_store_resource_version{name="vm-controller","#,
+        r#"informer_processing_latency_seconds_count{name="vm-controller","#,
     ] {
         assert!(
             metrics.lines().any(|l| l.starts_with(series)),

@@ -5,6 +5,13 @@
 //! (typed resources keyed by Rust type, dynamic ones by group/version/plural). `start` starts
 //! every informer not yet started and can be called again after adding more; `shutdown`
 //! stops them all and waits for their tasks, after which `start` does nothing.
+//!
+//! client-go's factory options: `WithNamespace` and `defaultResync` are [`FactoryOptions`];
+//! `WithTweakListOptions` is [`SharedInformerFactory::with_tweak_list_options`] (the selectors
+//! of every informer's list and watch); `WithTransform` is
+//! [`SharedInformerFactory::with_transform`] (every informer's objects' metadata) and
+//! [`SharedInformerFactory::with_transform_for`] (one type's objects), each run before the
+//! object is stored. They apply to informers created after they are set.
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
@@ -13,14 +20,16 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube_client::core::{ApiResource, DynamicObject, PartialObjectMeta};
+use kube_client::core::{ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
 use kube_client::{Client, Resource};
 use parking_lot::Mutex;
 
+use super::identity::InformerName;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
 use super::shared_informer::{InformerConfig, SharedIndexInformer};
+use super::store::TransformFunc;
 use super::stored::StoreKind;
 
 /// Settings every informer of a factory gets.
@@ -31,7 +40,8 @@ pub struct FactoryOptions {
     /// namespace; a dynamic informer applies it as given, since [`ApiResource`] does not say
     /// whether the resource is namespaced.
     pub namespace: Option<String>,
-    /// `labelSelector` for every list and watch (client-go `WithTweakListOptions`).
+    /// `labelSelector` for every list and watch (what a tweak starts from:
+    /// [`SharedInformerFactory::with_tweak_list_options`]).
     pub label_selector: Option<String>,
     /// `fieldSelector` for every list and watch.
     pub field_selector: Option<String>,
@@ -46,11 +56,34 @@ pub struct FactoryOptions {
     pub store: StoreKind,
 }
 
+/// The selectors of every list and watch of a factory's informers, as a
+/// [`TweakListOptions`] may change them (client-go's tweak gets the whole `ListOptions`; the
+/// rest of them the reflector owns here).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSelectors {
+    /// `labelSelector` (`None` or empty: every object).
+    pub label_selector: Option<String>,
+    /// `fieldSelector` (`None` or empty: every object).
+    pub field_selector: Option<String>,
+}
+
+/// client-go's `TweakListOptionsFunc`: run once per informer the factory creates, on the
+/// selectors [`FactoryOptions`] gives, and applied to that informer's every list and watch.
+pub type TweakListOptions = Arc<dyn Fn(&mut ListSelectors) + Send + Sync>;
+
+/// A transform of every object's metadata, whatever its type (client-go `WithTransform`).
+pub type MetadataTransform = Arc<dyn Fn(&mut ObjectMeta) + Send + Sync>;
+
 /// A factory of shared informers.
 #[derive(Clone)]
 pub struct SharedInformerFactory {
     client: Client,
     options: FactoryOptions,
+    tweak: Option<TweakListOptions>,
+    transform: Option<MetadataTransform>,
+    /// Per type: a `TransformFunc<K>` for the `K` of the key.
+    type_transforms: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    informer_name: Option<InformerName>,
     inner: Arc<Mutex<FactoryInner>>,
 }
 
@@ -118,8 +151,69 @@ impl SharedInformerFactory {
         Self {
             client,
             options,
+            tweak: None,
+            transform: None,
+            type_transforms: HashMap::new(),
+            informer_name: None,
             inner: Default::default(),
         }
+    }
+
+    /// client-go `WithTweakListOptions`: `tweak` sets the label and field selectors of every
+    /// list and watch of the informers created from now on (it starts from
+    /// [`FactoryOptions::label_selector`] and [`FactoryOptions::field_selector`]). Objects
+    /// the selectors leave out never reach the caches.
+    ///
+    /// # Examples
+    /// ```
+    /// # use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
+    /// # fn f(client: kube_client::Client) {
+    /// let factory = SharedInformerFactory::new(client, FactoryOptions::default())
+    ///     .with_tweak_list_options(|selectors| {
+    ///         selectors.label_selector = Some("app.kubernetes.io/managed-by=me".into());
+    ///     });
+    /// # }
+    /// ```
+    pub fn with_tweak_list_options(
+        mut self,
+        tweak: impl Fn(&mut ListSelectors) + Send + Sync + 'static,
+    ) -> Self {
+        self.tweak = Some(Arc::new(tweak));
+        self
+    }
+
+    /// client-go `WithInformerName`: each informer created from now on registers its
+    /// resource under `name` and publishes client-go's `informer_*` series into
+    /// [`FactoryOptions::metrics`] with that name (the first informer of a resource only).
+    /// [`shutdown`](Self::shutdown) releases the name, as client-go's does.
+    pub fn with_informer_name(mut self, name: InformerName) -> Self {
+        self.informer_name = Some(name);
+        self
+    }
+
+    /// client-go `WithTransform`: `transform` runs on the metadata of every object of every
+    /// informer created from now on, before the object is stored (e.g. drop annotations or
+    /// managedFields a controller never reads). Runs before a transform of the object's type
+    /// ([`with_transform_for`](Self::with_transform_for)).
+    pub fn with_transform(
+        mut self,
+        transform: impl Fn(&mut ObjectMeta) + Send + Sync + 'static,
+    ) -> Self {
+        self.transform = Some(Arc::new(transform));
+        self
+    }
+
+    /// A transform of the objects of type `K` only (the informer's `set_transform`, set by
+    /// the factory), run before they are stored. For `DynamicObject` it applies to every
+    /// dynamic informer.
+    pub fn with_transform_for<K: CacheObject>(
+        mut self,
+        transform: impl Fn(K) -> K + Send + Sync + 'static,
+    ) -> Self {
+        let transform: TransformFunc<K> = Arc::new(transform);
+        self.type_transforms
+            .insert(TypeId::of::<K>(), Arc::new(transform));
+        self
     }
 
     /// The informer of a typed resource (created on first use).
@@ -177,10 +271,17 @@ impl SharedInformerFactory {
             return inf.clone();
         }
         let mut lw = ListWatch::<K>::new(self.client.clone(), dyntype, namespace);
-        if let Some(l) = &self.options.label_selector {
+        let mut selectors = ListSelectors {
+            label_selector: self.options.label_selector.clone(),
+            field_selector: self.options.field_selector.clone(),
+        };
+        if let Some(tweak) = &self.tweak {
+            tweak(&mut selectors);
+        }
+        if let Some(l) = &selectors.label_selector {
             lw = lw.labels(l);
         }
-        if let Some(f) = &self.options.field_selector {
+        if let Some(f) = &selectors.field_selector {
             lw = lw.fields(f);
         }
         let informer = SharedIndexInformer::new(
@@ -190,11 +291,46 @@ impl SharedInformerFactory {
                 reflector: self.options.reflector.clone(),
                 metrics: self.options.metrics.clone(),
                 store: self.options.store,
+                identity: self
+                    .informer_name
+                    .as_ref()
+                    .map_or_else(Default::default, |name| {
+                        name.with_resource(
+                            &K::group(dyntype),
+                            &K::version(dyntype),
+                            &K::plural(dyntype),
+                        )
+                    }),
                 ..Default::default()
             },
         );
+        if let Some(transform) = self.transform_of::<K>() {
+            informer
+                .set_transform(move |obj| transform(obj))
+                .expect("a new informer has not started");
+        }
         inner.informers.insert(key, Box::new(informer.clone()));
         informer
+    }
+
+    /// The metadata transform, then `K`'s own, as one.
+    fn transform_of<K: CacheObject>(&self) -> Option<TransformFunc<K>> {
+        let of_type = self
+            .type_transforms
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<TransformFunc<K>>())
+            .cloned();
+        match (self.transform.clone(), of_type) {
+            (None, of_type) => of_type,
+            (Some(meta), None) => Some(Arc::new(move |mut obj: K| {
+                meta(obj.meta_mut());
+                obj
+            })),
+            (Some(meta), Some(of_type)) => Some(Arc::new(move |mut obj: K| {
+                meta(obj.meta_mut());
+                of_type(obj)
+            })),
+        }
     }
 
     /// Starts every informer not yet started. Idempotent; a no-op after `shutdown`.
@@ -234,6 +370,9 @@ impl SharedInformerFactory {
             inner.informers.values().map(|i| i.shutdown()).collect()
         };
         futures::future::join_all(stops).await;
+        if let Some(name) = &self.informer_name {
+            name.release();
+        }
     }
 }
 
@@ -242,6 +381,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use kube_client::core::GroupVersionKind;
+    use kube_client::core::ObjectMeta;
 
     fn client() -> Client {
         let cfg = kube_client::Config::new("http://127.0.0.1:1".parse().unwrap());
@@ -271,5 +411,169 @@ mod tests {
         let synced = f.wait_for_cache_sync().await;
         assert_eq!(synced.len(), 3);
         assert!(synced.values().all(|v| !v));
+    }
+
+    fn labelled(name: &str, app: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                resource_version: Some("7".into()),
+                labels: Some([("app".to_string(), app.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// `%XX` escapes of a query value undone (`+` is a space).
+    fn unescape(value: &str) -> String {
+        let mut out = Vec::new();
+        let mut bytes = value.bytes();
+        while let Some(b) = bytes.next() {
+            match b {
+                b'%' => {
+                    let hex: String = bytes.by_ref().take(2).map(char::from).collect();
+                    out.push(u8::from_str_radix(&hex, 16).unwrap());
+                }
+                b'+' => out.push(b' '),
+                b => out.push(b),
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A fake apiserver over `objects` on a local port, as the factory's clients see one: a
+    /// LIST gets the objects its `labelSelector` matches (as JSON), a WATCH stays open with
+    /// no events. Each request's target is recorded in `requests`.
+    async fn fake_apiserver(
+        objects: Vec<ConfigMap>,
+        requests: Arc<Mutex<Vec<String>>>,
+    ) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let (objects, requests) = (objects.clone(), requests.clone());
+                tokio::spawn(async move {
+                    let mut buffered = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 4096];
+                        let Ok(n) = conn.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffered.extend_from_slice(&chunk[..n]);
+                        let Some(end) = buffered.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buffered[..end]).to_string();
+                        buffered.drain(..end + 4);
+                        let target = head.split(' ').nth(1).unwrap_or_default().to_string();
+                        requests.lock().push(target.clone());
+                        let query = target.split_once('?').map_or("", |(_, q)| q);
+                        let param = |name: &str| {
+                            query.split('&').find_map(|kv| {
+                                kv.strip_prefix(name)?.strip_prefix('=').map(unescape)
+                            })
+                        };
+                        if param("watch").is_some() {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                            let _ = conn.write_all(head.as_bytes()).await;
+                            std::future::pending::<()>().await;
+                        }
+                        let selector = crate::cache::LabelSelector::parse(
+                            &param("labelSelector").unwrap_or_default(),
+                        )
+                        .unwrap();
+                        let items: Vec<&ConfigMap> = objects
+                            .iter()
+                            .filter(|o| selector.matches(o.metadata.labels.as_ref()))
+                            .collect();
+                        let body = serde_json::json!({
+                            "kind": "ConfigMapList", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": "7"}, "items": items,
+                        })
+                        .to_string();
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    // client-go: informers/factory.go `WithTweakListOptions`, `WithTransform`.
+    #[tokio::test]
+    async fn a_tweaked_selector_keeps_other_objects_out_and_transforms_run_before_the_store() {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let objects = vec![
+            labelled("mine-1", "mine"),
+            labelled("mine-2", "mine"),
+            labelled("theirs", "theirs"),
+        ];
+        let addr = fake_apiserver(objects, requests.clone()).await;
+        let client = Client::try_from(kube_client::Config::new(
+            format!("http://{addr}").parse().unwrap(),
+        ))
+        .unwrap();
+        let options = FactoryOptions {
+            reflector: ReflectorConfig {
+                use_watch_list: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let factory = SharedInformerFactory::new(client, options)
+            .with_tweak_list_options(|selectors| {
+                selectors.label_selector = Some("app=mine".into());
+            })
+            .with_transform(|meta| {
+                meta.annotations = Some([("seen".to_string(), "meta".to_string())].into())
+            })
+            .with_transform_for::<ConfigMap>(|mut cm| {
+                let seen = cm.metadata.annotations.clone().unwrap_or_default();
+                cm.data = Some([("after".to_string(), seen["seen"].clone())].into());
+                cm
+            });
+        let informer = factory.informer::<ConfigMap>();
+        factory.start();
+        assert!(informer.wait_for_cache_sync().await);
+
+        let mut cached = informer.indexer().list_keys();
+        cached.sort();
+        assert_eq!(cached, ["ns/mine-1", "ns/mine-2"]);
+        let mine = informer.lister().get("ns", "mine-1").unwrap();
+        assert_eq!(
+            mine.data.as_ref().unwrap()["after"],
+            "meta",
+            "the metadata transform, then the type's, before the store"
+        );
+        crate::testing::eventually("the watch to open", Duration::from_secs(10), || async {
+            (requests.lock().len() >= 2).then_some(())
+        })
+        .await;
+        let requests = requests.lock().clone();
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.contains("labelSelector=app%3Dmine")),
+            "the tweak is on every list and watch: {requests:?}"
+        );
+        assert!(
+            requests.iter().any(|r| r.contains("watch=true")),
+            "{requests:?}"
+        );
+        factory.shutdown().await;
     }
 }

@@ -37,6 +37,8 @@
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
 //! | `keys.rs`              | [`meta_namespace_key`], [`KeyFunc`], [`split_meta_namespace_key`] | `store.go` (keys)                              |
+//! | `resourceversion.rs`   | [`compare_resource_version`]: which of two resourceVersions is newer | apimachinery `util/resourceversion` (KEP-5504) |
+//! | `identity.rs`          | [`InformerName`], [`InformerIdentity`]: named informers for metrics | `identity.go` |
 //! | `metrics.rs`           | [`CacheMetrics`]                                          | reflector metrics, plus a handler backlog gauge    |
 //!
 //! Objects may be any [`CacheObject`]: k8s-openapi types, your own CRD types,
@@ -95,6 +97,7 @@ mod factory;
 pub(crate) mod fake_source;
 #[cfg(test)]
 mod fifo_fixtures;
+mod identity;
 mod index;
 mod json_scan;
 mod keys;
@@ -107,6 +110,7 @@ mod processor;
 mod queue;
 mod real_fifo;
 mod reflector;
+mod resourceversion;
 mod shared_informer;
 mod store;
 mod stored;
@@ -117,7 +121,10 @@ mod wire;
 pub use backoff::BackoffConfig;
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
-pub use factory::{FactoryOptions, SharedInformerFactory};
+pub use factory::{
+    FactoryOptions, ListSelectors, MetadataTransform, SharedInformerFactory, TweakListOptions,
+};
+pub use identity::{InformerIdentity, InformerName, InformerNameError};
 pub use index::{
     IndexError, IndexFunc, Indexers, NAMESPACE_INDEX, namespace_index_func, namespace_indexers,
 };
@@ -132,7 +139,7 @@ pub use list_watch::{
 };
 pub use list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
 pub use lister::{Lister, NamespaceLister};
-pub use metrics::{CacheMetrics, ReflectorMetrics};
+pub use metrics::{CacheMetrics, PROCESSING_LATENCY_BUCKETS, ReflectorMetrics};
 pub use processor::{
     MINIMUM_RESYNC_PERIOD, Notification, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
@@ -141,6 +148,10 @@ pub use real_fifo::{DEFAULT_BATCH_SIZE, RealFIFO, RealFifoOptions, RealFifoOptio
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorError, ShouldResync, WatchErrorHandler,
     default_watch_error_handler,
+};
+pub use resourceversion::{
+    InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
+    newest_resource_version,
 };
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,

@@ -41,18 +41,21 @@ use tokio_util::sync::CancellationToken;
 
 use super::delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 use super::delta_fifo::DeltaFIFO;
+use super::identity::InformerIdentity;
 use super::index::{IndexError, Indexers, namespace_indexers};
 use super::keys::{KeyFunc, default_key_func, resource_version};
 use super::list_watch::{CacheObject, ListerWatcher};
 use super::lister::Lister;
-use super::metrics::CacheMetrics;
+use super::metrics::{CacheMetrics, InformerSeries};
 use super::processor::{
     EncodedPut, Listener, ListenerBuffer, MINIMUM_RESYNC_PERIOD, Notification, Queued,
     ResourceEventHandler, determine_resync_period, distribute, run_listener, should_resync,
 };
 use super::queue::{InformerQueue, KnownObjects, Popped, QueueKind, ReplacedAllInfo};
 use super::real_fifo::{RealFIFO, RealFifoOptions};
-use super::reflector::{Reflector, ReflectorConfig, WatchErrorHandler};
+use super::reflector::{
+    Reflector, ReflectorConfig, WatchErrorHandler, default_watch_error_handler,
+};
 use super::store::{ReflectorStore, TransformFunc, kept_decoded};
 use super::stored::{Listed, StoreKind, Stored};
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -76,6 +79,10 @@ pub struct InformerConfig {
     /// How the cache holds its objects: typed (client-go's) or compact (encoded, decoded on
     /// every read; see [`StoreKind`]).
     pub store: StoreKind,
+    /// Who the informer is in client-go's `informer_*` series (client-go
+    /// `SharedIndexInformerOptions.Identifier`); they are published into `metrics` only for
+    /// a reserved identity. Default: none.
+    pub identity: InformerIdentity,
 }
 
 /// Per-handler options.
@@ -154,11 +161,15 @@ struct Shared<K> {
     track_rv: bool,
     key_func: KeyFunc<K>,
     metrics: CacheMetrics,
+    /// client-go's `informer_*` series, for a reserved identity.
+    series: Option<InformerSeries>,
     /// Woken after each processed key (for `wait_for_cache_sync`).
     progressed: Notify,
     stop: CancellationToken,
     /// The reflector's last synced resourceVersion.
     last_sync_rv: Arc<parking_lot::RwLock<String>>,
+    /// The last failure the reflector reported (what a sync that never comes is blamed on).
+    last_error: Arc<Mutex<Option<String>>>,
     inner: Mutex<Inner<K>>,
 }
 
@@ -256,10 +267,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
                 rebuild_fields,
                 track_rv,
                 key_func,
+                series: config.metrics.informer(&config.identity),
                 metrics: config.metrics,
                 progressed: Notify::new(),
                 stop: CancellationToken::new(),
                 last_sync_rv: Default::default(),
+                last_error: Default::default(),
                 inner: Mutex::new(Inner {
                     listeners: Vec::new(),
                     next_id: 0,
@@ -535,7 +548,10 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             config,
             metrics: self.shared.metrics.clone(),
             should_resync: should,
-            on_error: inner.on_error.clone(),
+            on_error: Some(recording_error_handler(
+                self.shared.last_error.clone(),
+                inner.on_error.clone(),
+            )),
             cancel: self.shared.stop.clone(),
         });
         let processing = tokio::spawn(process_loop(self.shared.clone()));
@@ -549,6 +565,13 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// (client-go `LastSyncResourceVersion`); "" before the first list.
     pub fn last_sync_resource_version(&self) -> String {
         self.shared.last_sync_rv.read().clone()
+    }
+
+    /// The last list or watch failure the reflector reported, if any (kept after a later
+    /// success: it says why a cache that never synced did not). client-go has no getter;
+    /// its `WatchErrorHandler` sees the same errors.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.last_error.lock().clone()
     }
 
     /// Whether the initial list has been processed (client-go `HasSynced`).
@@ -595,6 +618,19 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             }
         }
     }
+}
+
+/// The reflector's error handler: records the error's text for
+/// [`SharedIndexInformer::last_error`], then calls `handler` (client-go's default if `None`).
+fn recording_error_handler(
+    last_error: Arc<Mutex<Option<String>>>,
+    handler: Option<WatchErrorHandler>,
+) -> WatchErrorHandler {
+    let handler = handler.unwrap_or_else(|| Arc::new(default_watch_error_handler));
+    Arc::new(move |err| {
+        *last_error.lock() = Some(err.to_string());
+        handler(err)
+    })
 }
 
 impl<K> std::fmt::Debug for HandlerRegistration<K> {
@@ -915,7 +951,13 @@ fn trace_popped<K>(key: &str, delta_type: DeltaType, store: &str, handlers: usiz
 /// Pops the FIFO until shutdown (client-go `controller.processLoop`).
 async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
     let process_shared = shared.clone();
-    let mut process = move |popped, initial| process_shared.process(popped, initial);
+    let mut process = move |popped, initial| {
+        let started = Instant::now();
+        process_shared.process(popped, initial);
+        if let Some(series) = &process_shared.series {
+            series.processed(started.elapsed());
+        }
+    };
     loop {
         let popped = tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -923,6 +965,12 @@ async fn process_loop<K: CacheObject>(shared: Arc<Shared<K>>) {
         };
         if popped.is_err() {
             return;
+        }
+        // Read here, not in `process`: the queue may still be locked there.
+        if let Some(series) = &shared.series {
+            series.queued_items(shared.fifo.len());
+            series
+                .store_resource_version(&shared.store.reader().last_store_sync_resource_version());
         }
         shared.progressed.notify_waiters();
     }

@@ -86,7 +86,14 @@ pub struct ControllerOptions {
     /// ([`Controller::read_your_writes`]); `None`: it does not wait (stale starts are still
     /// counted).
     pub freshness_wait: Option<Duration>,
+    /// How long [`Controller::run`] waits for every cache to sync before it fails with
+    /// [`super::ControllerError::CacheSyncTimeout`] (controller-runtime's `CacheSyncTimeout`,
+    /// [`DEFAULT_CACHE_SYNC_TIMEOUT`] by default).
+    pub cache_sync_timeout: Duration,
 }
+
+/// controller-runtime's default `CacheSyncTimeout` (`pkg/controller/controller.go`): 2 minutes.
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(2 * 60);
 
 impl std::fmt::Debug for ControllerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -98,6 +105,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("fairness", &self.fairness)
             .field("requeue_workers", &self.requeue_workers)
             .field("freshness_wait", &self.freshness_wait)
+            .field("cache_sync_timeout", &self.cache_sync_timeout)
             .finish()
     }
 }
@@ -108,6 +116,7 @@ pub(super) trait RunInformer: Send + Sync {
     fn start(&self);
     fn type_name(&self) -> String;
     fn has_synced(&self) -> bool;
+    fn last_error(&self) -> Option<String>;
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
     fn shutdown(&self) -> BoxFuture<'static, ()>;
 }
@@ -121,6 +130,9 @@ impl<K: CacheObject> RunInformer for SharedIndexInformer<K> {
     }
     fn has_synced(&self) -> bool {
         SharedIndexInformer::has_synced(self)
+    }
+    fn last_error(&self) -> Option<String> {
+        SharedIndexInformer::last_error(self)
     }
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool> {
         let me = self.clone();
@@ -164,6 +176,7 @@ impl<K: CacheObject> Controller<K> {
                 fairness: QueueFairness::default(),
                 requeue_workers: 0,
                 freshness_wait: Some(DEFAULT_FRESHNESS_WAIT),
+                cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             },
             name,
             leader_election: None,
@@ -287,6 +300,16 @@ impl<K: CacheObject> Controller<K> {
     /// `kubeloop_reconcile_stale_total`. See [the runtime's docs](super#read-your-writes).
     pub fn read_your_writes(mut self, wait: Option<Duration>) -> Self {
         self.options.freshness_wait = wait;
+        self
+    }
+
+    /// How long the start waits for every cache to sync (default
+    /// [`DEFAULT_CACHE_SYNC_TIMEOUT`], controller-runtime's `CacheSyncTimeout`). A cache that
+    /// never syncs (its list refused, say for want of RBAC) makes [`Controller::run`] fail
+    /// with [`super::ControllerError::CacheSyncTimeout`], naming the resource and the last
+    /// list or watch error.
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.options.cache_sync_timeout = timeout;
         self
     }
 

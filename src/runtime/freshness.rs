@@ -27,8 +27,9 @@
 //! - writes by anyone else (another controller, a user): their versions are unknown here, and
 //!   the informer's event for them is what enqueues the key anyway;
 //! - writes not reported with `wrote`, writes of types this controller has no informer for,
-//!   and resourceVersions that are not plain decimal integers (an older or another apiserver):
-//!   those fall back to today's behaviour, no wait;
+//!   and resourceVersions apimachinery's comparison rejects (see
+//!   [`crate::cache::compare_resource_version`]: an older or another apiserver): those fall back to
+//!   today's behaviour, no wait;
 //! - an informer whose selector leaves the written object out never holds it: reporting such
 //!   a write makes the next reconcile wait the full bound;
 //! - with client-go's DeltaFIFO (not the default RealFIFO) events of different objects may
@@ -38,7 +39,6 @@
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube_client::Resource;
@@ -50,22 +50,13 @@ use tokio_util::sync::CancellationToken;
 use super::key::ObjectKey;
 use super::reconcile_metrics::ReconcileMetrics;
 use crate::cache::{
-    CacheObject, DeletedObject, Lister, ResourceEventHandlerFuncs, resource_version,
+    CacheObject, DeletedObject, Lister, ResourceEventHandlerFuncs, compare_resource_version,
+    is_well_formed_resource_version, newest_resource_version, resource_version,
 };
 use crate::trace::Stage;
 
 /// How long a reconcile waits at most for its informers to hold its key's last write.
 pub const DEFAULT_FRESHNESS_WAIT: Duration = Duration::from_secs(5);
-
-/// A resourceVersion as KEP-5504 lets a client compare it: a decimal integer without leading
-/// zeros. Anything else is not comparable (`None`).
-pub(crate) fn comparable(resource_version: &str) -> Option<u64> {
-    let digits = resource_version.as_bytes();
-    let well_formed = !digits.is_empty()
-        && digits.iter().all(u8::is_ascii_digit)
-        && (digits[0] != b'0' || digits.len() == 1);
-    well_formed.then(|| resource_version.parse().ok()).flatten()
-}
 
 /// The resourceVersion a cache holds for `namespace`, `name`, if it holds the object.
 type StoredVersion = Box<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
@@ -73,8 +64,8 @@ type StoredVersion = Box<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 /// One informer's side: what its cache holds and the newest event it delivered.
 struct Source {
     stored: StoredVersion,
-    /// The newest comparable resourceVersion among the events delivered so far.
-    delivered: AtomicU64,
+    /// The newest well-formed resourceVersion among the events delivered so far.
+    delivered: Mutex<Option<String>>,
 }
 
 /// One object a key's reconcile wrote.
@@ -83,7 +74,8 @@ struct Written {
     source: TypeId,
     namespace: String,
     name: String,
-    version: u64,
+    /// Well formed, as [`compare_resource_version`] requires.
+    version: String,
 }
 
 /// Read-your-writes for one controller: its informers' sources and each key's writes.
@@ -132,7 +124,7 @@ impl Freshness {
                     .get(namespace, name)
                     .map(|obj| resource_version(obj.as_ref()).to_string())
             }),
-            delivered: AtomicU64::new(0),
+            delivered: Mutex::new(None),
         });
         self.sources
             .lock()
@@ -140,9 +132,12 @@ impl Freshness {
         let seen = {
             let (freshness, source) = (Arc::downgrade(self), source);
             move |obj: &C| {
-                if let Some(version) = comparable(resource_version(obj)) {
-                    source.delivered.fetch_max(version, Ordering::SeqCst);
+                let version = resource_version(obj);
+                let mut delivered = source.delivered.lock();
+                if newest_resource_version(delivered.as_deref(), version) == Some(version) {
+                    *delivered = Some(version.to_string());
                 }
+                drop(delivered);
                 if let Some(freshness) = freshness.upgrade() {
                     freshness.delivered.notify_waiters();
                 }
@@ -169,9 +164,10 @@ impl Freshness {
     /// Records that the reconcile of `key` wrote `obj` (as the apiserver returned it).
     pub(crate) fn wrote<W: Resource + 'static>(&self, key: &ObjectKey, obj: &W) {
         let source = TypeId::of::<W>();
-        let Some(version) = comparable(resource_version(obj)) else {
+        let version = resource_version(obj);
+        if !is_well_formed_resource_version(version) {
             return;
-        };
+        }
         if !self.sources.lock().contains_key(&source) {
             return;
         }
@@ -180,14 +176,18 @@ impl Freshness {
             source,
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
-            version,
+            version: version.to_string(),
         };
         let mut writes = self.writes.lock();
         let list = writes.entry(key.clone()).or_default();
         match list.iter_mut().find(|w| {
             (w.source, &w.namespace, &w.name) == (source, &written.namespace, &written.name)
         }) {
-            Some(w) => w.version = w.version.max(version),
+            Some(w) => {
+                if newest_resource_version(Some(&w.version), version) == Some(version) {
+                    w.version = version.to_string();
+                }
+            }
             None => list.push(written),
         }
     }
@@ -199,8 +199,14 @@ impl Freshness {
         writes.get(key)?.iter().find_map(|w| {
             let source = sources.get(&w.source)?;
             let fresh = match (source.stored)(&w.namespace, &w.name) {
-                Some(stored) => comparable(&stored).is_none_or(|v| v >= w.version),
-                None => source.delivered.load(Ordering::SeqCst) >= w.version,
+                // A cached version that cannot be compared falls back to no wait.
+                Some(stored) => !matches!(
+                    compare_resource_version(&stored, &w.version),
+                    Ok(std::cmp::Ordering::Less)
+                ),
+                None => source.delivered.lock().as_deref().is_some_and(|delivered| {
+                    compare_resource_version(delivered, &w.version).is_ok_and(|o| o.is_ge())
+                }),
             };
             (!fresh).then(|| w.clone())
         })
@@ -318,13 +324,35 @@ mod tests {
         ObjectKey::new("ns", "a")
     }
 
-    #[test]
-    fn resource_versions_compare_only_as_plain_decimal_integers() {
-        assert_eq!(comparable("0"), Some(0));
-        assert_eq!(comparable("123"), Some(123));
-        for bad in ["", "012", "12a", "-1", "1.5", "99999999999999999999999"] {
-            assert_eq!(comparable(bad), None, "{bad:?}");
+    #[tokio::test(start_paused = true)]
+    async fn writes_compare_by_apimachinerys_rules_zero_is_ignored_and_u64_is_no_limit() {
+        let freshness = Freshness::new("rules", Some(Duration::from_secs(5)));
+        let cache = Cache::<ConfigMap>::new(&freshness, true);
+        for ignored in ["0", "012", "12a", "-1", ""] {
+            freshness.wrote(&key(), obj::<ConfigMap>("a", ignored).as_ref());
+            assert_eq!(
+                freshness.keys(),
+                0,
+                "{ignored:?} is not a comparable version"
+            );
         }
+        // Past u64::MAX: compared as decimal numbers, not capped.
+        cache.deliver("a", "18446744073709551615");
+        freshness.wrote(
+            &key(),
+            obj::<ConfigMap>("a", "18446744073709551616").as_ref(),
+        );
+        assert_eq!(
+            freshness.missing(&key()).unwrap().version,
+            "18446744073709551616"
+        );
+        cache.deliver("a", "9999999999999999999");
+        assert_eq!(
+            freshness.missing(&key()).unwrap().version,
+            "18446744073709551616"
+        );
+        cache.deliver("a", "100000000000000000000");
+        assert_eq!(freshness.missing(&key()), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -357,7 +385,10 @@ mod tests {
         freshness.wrote(&key(), obj::<Deployment>("child", "20").as_ref());
         freshness.wrote(&key(), obj::<Deployment>("gone", "21").as_ref());
         let missing = freshness.missing(&key()).unwrap();
-        assert_eq!((missing.name.as_str(), missing.version), ("child", 20));
+        assert_eq!(
+            (missing.name.as_str(), missing.version.as_str()),
+            ("child", "20")
+        );
         deployments.deliver("child", "20");
         assert_eq!(freshness.missing(&key()).unwrap().name, "gone");
         deployments.deliver("gone", "21");

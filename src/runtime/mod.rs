@@ -115,7 +115,7 @@ mod terms;
 mod worker;
 
 pub use action::{Action, ErrorAction, default_error_policy};
-pub use builder::{Controller, ControllerOptions};
+pub use builder::{Controller, ControllerOptions, DEFAULT_CACHE_SYNC_TIMEOUT};
 pub use context::{NotEntitled, ReconcileContext};
 pub use freshness::DEFAULT_FRESHNESS_WAIT;
 pub use handlers::{
@@ -126,7 +126,7 @@ pub use leadership::Term;
 pub use queue::{ControllerQueue, QueueFairness};
 pub use reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 pub use retry::{Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, on_error, retry_on_conflict};
-pub use run::ControllerError;
+pub use run::{ControllerError, NotSynced};
 pub use shard_metrics::{ShardMetrics, ShardMetricsHandle};
 pub use sharding::{
     FakeRing, LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,

@@ -2,7 +2,9 @@
 //! leadership and shutdown, in this order:
 //!
 //! 1. register the event handlers, start every informer, wait for every cache (a shutdown
-//!    meanwhile returns [`ControllerError::CacheSync`] naming the informers not synced);
+//!    meanwhile returns [`ControllerError::CacheSync`] naming the informers not synced; a
+//!    cache not synced within the cache-sync timeout returns
+//!    [`ControllerError::CacheSyncTimeout`] naming each and its last list error);
 //! 2. readiness on; the workers start, behind the leadership gate (`leadership.rs`);
 //! 3. without leader election the gate opens at once for one endless term; with sharding
 //!    (`sharding/`) the ring runs one elector per shard this replica should hold, and
@@ -55,9 +57,40 @@ pub enum ControllerError {
         /// Type names of the informers that had not synced.
         not_synced: Vec<String>,
     },
+    /// A cache did not sync within the cache-sync timeout
+    /// ([`Controller::cache_sync_timeout`]; controller-runtime: "failed to wait for caches to
+    /// sync ... timed out waiting for cache to be synced").
+    #[error("failed to wait for {controller} caches to sync: timed out after {timeout:?} waiting for {}", not_synced.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    CacheSyncTimeout {
+        /// The controller's name.
+        controller: String,
+        /// The timeout that expired.
+        timeout: std::time::Duration,
+        /// Each informer that had not synced, with its last error.
+        not_synced: Vec<NotSynced>,
+    },
     /// Leadership ended and the elector does not contend again (client-go's `Run` returns).
     #[error("leader election lost: {0:?}")]
     LeadershipLost(StopReason),
+}
+
+/// An informer whose cache did not sync in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotSynced {
+    /// The resource: `group/version/plural` (`version/plural` for the core group).
+    pub resource: String,
+    /// The last list or watch error its reflector reported (`None`: none yet; the list may
+    /// still be running).
+    pub last_error: Option<String>,
+}
+
+impl Display for NotSynced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.last_error {
+            Some(error) => write!(f, "{} (last error: {error})", self.resource),
+            None => write!(f, "{} (no list error reported)", self.resource),
+        }
+    }
 }
 
 impl<K: CacheObject> Controller<K> {
@@ -92,9 +125,26 @@ impl<K: CacheObject> Controller<K> {
             informer.start();
         }
         info!(controller = %name, "waiting for informer caches to sync");
+        let timeout = self.options.cache_sync_timeout;
         let synced = tokio::select! {
             synced = futures::future::join_all(self.informers.iter().map(|i| i.wait_for_cache_sync())) => synced,
             _ = shutdown.cancelled() => self.informers.iter().map(|i| i.has_synced()).collect(),
+            _ = tokio::time::sleep(timeout) => {
+                let not_synced: Vec<NotSynced> = self
+                    .informers
+                    .iter()
+                    .filter(|i| !i.has_synced())
+                    .map(|i| NotSynced { resource: i.type_name(), last_error: i.last_error() })
+                    .collect();
+                if !not_synced.is_empty() {
+                    let err = ControllerError::CacheSyncTimeout { controller: name.clone(), timeout, not_synced };
+                    error!(controller = %name, "{err}");
+                    queue.shutdown();
+                    self.stop_informers().await;
+                    return Err(err);
+                }
+                vec![true; self.informers.len()]
+            }
         };
         let not_synced: Vec<String> = self
             .informers

@@ -14,8 +14,11 @@
 //! `kubectl apply`, which can race another test creating the same object (`operations`,
 //! `ops_secure_serving`, `tour`, `image`).
 
+mod cache_factory_options;
 mod cache_informer;
 mod cli;
 mod foundation;
 mod leaderelection_lease_lock;
 mod protobuf_wire;
+mod runtime_cache_sync;
+mod watch_tools;

@@ -28,7 +28,7 @@ use super::api::KubeSyncClient;
 use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
-use crate::cache::{CacheMetrics, FactoryOptions, SharedInformerFactory};
+use crate::cache::{CacheMetrics, FactoryOptions, InformerName, SharedInformerFactory};
 use crate::record::{AnyEventBroadcaster, default_reporting_instance};
 use crate::runtime::{
     Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
@@ -107,6 +107,15 @@ pub async fn run(
             ..Default::default()
         },
     );
+    // client-go 1.36's `informer_*` series under the controller's name; a second sample
+    // controller in one process (tests) goes unnamed rather than failing.
+    let factory = match InformerName::new(CONTROLLER_NAME) {
+        Ok(name) => factory.with_informer_name(name),
+        Err(e) => {
+            tracing::warn!("informer metrics off for this controller: {e}");
+            factory
+        }
+    };
     let foos = factory.informer::<Foo>();
     let deployments = factory.informer::<Deployment>();
     let mut controller = Controller::new(CONTROLLER_NAME, foos.clone())
@@ -151,6 +160,7 @@ pub async fn run(
         Err(RuntimeError::CacheSync { not_synced }) => {
             Err(ControllerError::CacheSync { not_synced })
         }
+        Err(e @ RuntimeError::CacheSyncTimeout { .. }) => Err(ControllerError::CacheSyncTimeout(e)),
         Err(RuntimeError::Handler(e)) => Err(e.into()),
         // Only a controller under leader election can lose it; this one runs without (shard
         // electors contend again after a loss).

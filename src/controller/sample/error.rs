@@ -90,6 +90,9 @@ pub enum ControllerError {
         /// Informer type names that had not synced.
         not_synced: Vec<String>,
     },
+    /// A cache did not sync within the runtime's cache-sync timeout.
+    #[error(transparent)]
+    CacheSyncTimeout(crate::runtime::ControllerError),
     /// An event handler could not be registered (the informer was already shut down).
     #[error("registering event handlers: {0}")]
     Handler(#[from] crate::cache::InformerError),

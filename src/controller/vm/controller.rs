@@ -93,6 +93,9 @@ pub enum VmControllerError {
     #[error("the VirtualMachine informer did not sync before shutdown")]
     /// Shutdown came before the informer synced.
     CacheNotSynced,
+    /// The informer did not sync within the runtime's cache-sync timeout.
+    #[error(transparent)]
+    CacheSyncTimeout(ControllerError),
     #[error("registering the VirtualMachine event handler: {0}")]
     /// The event handler could not be registered.
     Handler(#[from] crate::cache::InformerError),
@@ -165,6 +168,15 @@ async fn run_as<D: Driver>(
             ..FactoryOptions::default()
         },
     );
+    // client-go 1.36's `informer_*` series under the controller's name; a second VM
+    // controller in one process (tests) goes unnamed rather than failing.
+    let factory = match crate::cache::InformerName::new(CONTROLLER_NAME) {
+        Ok(name) => factory.with_informer_name(name),
+        Err(e) => {
+            tracing::warn!("informer metrics off for this controller: {e}");
+            factory
+        }
+    };
     let (events, recorder) = AnyEventBroadcaster::discover(
         client.clone(),
         CONTROLLER_NAME,
@@ -210,6 +222,7 @@ async fn run_as<D: Driver>(
     result.map_err(|e| match e {
         ControllerError::Handler(e) => VmControllerError::Handler(e),
         ControllerError::CacheSync { .. } => VmControllerError::CacheNotSynced,
+        e @ ControllerError::CacheSyncTimeout { .. } => VmControllerError::CacheSyncTimeout(e),
         ControllerError::LeadershipLost(reason) => VmControllerError::LeadershipLost(reason),
     })
 }

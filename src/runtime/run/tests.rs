@@ -662,3 +662,45 @@ async fn a_key_whose_term_ends_while_it_waits_for_its_caches_is_not_reconciled_i
     shutdown.cancel();
     let _ = run.await.unwrap();
 }
+
+// controller-runtime: TestController "should return an error if there is an error waiting
+// for the informers" (CacheSyncTimeout), with the cause named.
+#[tokio::test(start_paused = true)]
+async fn a_cache_that_never_syncs_fails_the_start_after_the_timeout_naming_it_and_its_error() {
+    let primary = FakeControllerSource::<ConfigMap>::new();
+    let refused = FakeControllerSource::<Secret>::new();
+    refused.set_list_error(Some("secrets is forbidden: User \"u\" cannot list"));
+    let started = Instant::now();
+    let controller = Controller::new("refused", informer(&primary))
+        .watches(informer(&refused), |_: &Secret| Vec::new())
+        .cache_sync_timeout(Duration::from_secs(10));
+    assert_eq!(
+        Controller::new("defaults", informer(&primary))
+            .options
+            .cache_sync_timeout,
+        Duration::from_secs(120),
+        "controller-runtime's default"
+    );
+    let reconcile = |_: ObjectKey, _: ReconcileContext| async { Ok::<_, String>(Action::Done) };
+    let err = controller
+        .run(reconcile, default_error_policy, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    let ControllerError::CacheSyncTimeout { not_synced, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(not_synced.len(), 1, "{err}");
+    assert_eq!(
+        not_synced[0].resource,
+        crate::cache::ListerWatcher::type_description(&refused)
+    );
+    assert!(
+        not_synced[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("403") || e.contains("forbidden")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("secrets is forbidden"), "{err}");
+}
