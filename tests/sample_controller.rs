@@ -1099,9 +1099,16 @@ async fn a_stale_view_plan_catches_a_seeded_non_idempotent_create_the_reference_
 async fn the_sample_controller_passes_a_crash_a_held_view_and_a_coalescing_from_its_generated_plans()
  {
     let campaign = perturbation_campaign(None).await;
-    let findings = campaign
+    let checked = campaign
         .check(kubeloop_testenv::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes and generates plans");
-    assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
+    assert!(
+        checked.findings.is_empty(),
+        "findings:\n{}",
+        checked.findings.join("\n")
+    );
+    // Every plan must have fired: one that never did checked nothing the reference did not.
+    assert_eq!(checked.passed.len(), 3, "{}", checked.tally());
+    assert!(checked.never_fired.is_empty(), "{}", checked.tally());
 }

@@ -38,7 +38,8 @@ mod plan;
 mod workloads;
 
 pub use campaign::{
-    Action, Audit, Campaign, CampaignError, ControllerFn, Outcome, Reference, Settings, Workload,
+    Action, Audit, Campaign, CampaignError, Checked, ControllerFn, Outcome, Reference, Settings,
+    Verdict, Workload,
 };
 pub use hook::Hook;
 pub use log::{Delivery, Fired, Reconcile, RunLog, Write};
