@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hook::Hook;
 use super::log::{Fired, Reconcile, RunLog, reconciles};
-use super::oracle::{Snapshot, diff, resource_name, snapshot};
+use super::oracle::{Snapshot, diff, lagging, resource_name, snapshot};
 use super::plan::{Perturbation, generate};
 
 /// Runs the controller under test: given a client (through the hook), the namespace to watch
@@ -279,6 +279,17 @@ pub enum CampaignError {
         step: usize,
         /// The bound.
         within: Duration,
+    },
+    /// The reference run settled with an `observedGeneration` behind its object's
+    /// `generation`: the controller never caught up with a spec (or never said so).
+    #[error(
+        "the reference run settled after step {step} with observedGeneration behind generation: {fields}"
+    )]
+    ReferenceLagging {
+        /// The step, from 1.
+        step: usize,
+        /// `resource/name .status...observedGeneration`, comma-separated.
+        fields: String,
     },
     /// The unperturbed run already failed (a panic).
     #[error("the reference run found problems itself: {0}")]
@@ -640,7 +651,8 @@ impl Campaign {
         Ok(())
     }
 
-    /// Waits until the compared objects stop changing for the quiet period.
+    /// Waits until the compared objects stop changing for the quiet period with every
+    /// `observedGeneration` caught up with its `generation`.
     async fn quiesce(
         &self,
         admin: &Client,
@@ -667,10 +679,17 @@ impl Campaign {
             .await?;
             if now != last {
                 (last, since) = (now, Instant::now());
-            } else if since.elapsed() >= self.settings.quiet {
+            } else if since.elapsed() >= self.settings.quiet && lagging(&last).is_empty() {
                 return Ok(last);
             }
             if Instant::now() > deadline {
+                let behind = lagging(&last);
+                if since.elapsed() >= self.settings.quiet && !behind.is_empty() {
+                    return Err(CampaignError::ReferenceLagging {
+                        step: step + 1,
+                        fields: behind.join(", "),
+                    });
+                }
                 return Err(CampaignError::ReferenceUnsettled {
                     step: step + 1,
                     within: self.settings.converge,

@@ -22,7 +22,7 @@
 //! | `hook.rs` | [`Hook`]: the controller's client, recording and perturbing |
 //! | `log.rs` | [`RunLog`] and its records, [`Reconcile`]s from the trace |
 //! | `plan.rs` | [`Perturbation`]: a crash after a write, a view held back, an object's events coalesced; generation and pruning |
-//! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`] |
+//! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`]; [`lagging`] `observedGeneration`s |
 //! | `campaign.rs` | [`Campaign`], [`Workload`], [`Action`]: the runs and the verdicts |
 //! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman) and how a campaign runs each controller |
 //!
@@ -43,7 +43,7 @@ pub use campaign::{
 };
 pub use hook::Hook;
 pub use log::{Delivery, Fired, Reconcile, RunLog, Write};
-pub use oracle::{Snapshot, diff, normalize};
+pub use oracle::{BEHIND, CAUGHT_UP, Snapshot, diff, lagging, normalize};
 pub use plan::{Perturbation, PlanError};
 pub use workloads::sample;
 pub use workloads::{VmEngine, vm};
