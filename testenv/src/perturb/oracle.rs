@@ -112,7 +112,9 @@ pub fn normalize(mut object: Value) -> Value {
             }
         }
     }
-    let generation = object.pointer("/metadata/generation").and_then(Value::as_i64);
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("generation");
     }
