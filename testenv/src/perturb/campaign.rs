@@ -311,7 +311,8 @@ pub struct Campaign {
 }
 
 static PANICS: OnceLock<Mutex<HashMap<String, usize>>> = OnceLock::new();
-static RUNS: AtomicUsize = AtomicUsize::new(0);
+/// Runs started in this process, numbering their namespaces.
+pub(super) static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts panics per thread name from here on (the controller's runtimes name their
 /// threads after their run's namespace), then calls the hook that was there.
@@ -785,13 +786,13 @@ fn describe(action: &Action) -> String {
 
 /// The controller's successive processes in one run: each on a runtime of its own, on a
 /// thread of its own; a crash drops that runtime where it stands and starts the next.
-struct Incarnations {
+pub(super) struct Incarnations {
     stop: CancellationToken,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Incarnations {
-    fn start(
+    pub(super) fn start(
         config: kube_client::Config,
         hook: Hook,
         namespace: String,
@@ -846,7 +847,7 @@ impl Incarnations {
         Incarnations { stop, thread }
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.stop.cancel();
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
