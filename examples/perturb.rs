@@ -8,7 +8,8 @@
 //!   cargo run --example perturb -- --workload sample --kind crash only the crash plans
 //!   cargo run --example perturb -- --workload sample --plan 'crash:deployments.apps:create:1'
 //!
-//! Exits 1 when a plan found something, 2 when the harness itself failed.
+//! Exits 1 when a plan found something or never fired (it checked nothing), 2 when the
+//! harness itself failed.
 
 use std::time::Instant;
 
@@ -103,7 +104,7 @@ async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         Settings::default(),
     );
     let (kind, chosen) = (args.kind, args.plan);
-    let findings = campaign
+    let checked = campaign
         .check(
             move |reference| {
                 if !chosen.is_empty() {
@@ -124,13 +125,19 @@ async fn campaign(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             args.parallel,
         )
         .await?;
-    for finding in &findings {
+    for finding in &checked.findings {
         println!("{finding}");
     }
+    for plan in &checked.never_fired {
+        println!(
+            "{plan}: never fired\n  replay: {}",
+            campaign.replay_command(plan)
+        );
+    }
     println!(
-        "{} found something; {:.0} s in all",
-        findings.len(),
+        "{}; {:.0} s in all",
+        checked.tally(),
         started.elapsed().as_secs_f64()
     );
-    Ok(findings.is_empty())
+    Ok(checked.findings.is_empty() && checked.never_fired.is_empty())
 }

@@ -8,7 +8,8 @@
 //! namespace, through a streaming list and after a restart through a paged LIST; a version
 //! that stops decoding leaves the last good one served; the bad object is served once a
 //! version decodes and removed when deleted; the metric counts each skip and the warning
-//! names the object and its resourceVersion.
+//! names the object and its resourceVersion. The same on the protobuf wire: a built-in kind
+//! read into a stricter type, through a paged LIST and a watch.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -232,15 +233,25 @@ fn bounded_informer(
     )
 }
 
+/// The warnings of this test binary, collected by the global subscriber set once.
+fn logs() -> Logs {
+    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        logs
+    })
+    .clone()
+}
+
 #[tokio::test]
 async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = logs();
 
     let cluster = testenv::shared().await;
     let client = cluster.client().await.unwrap();
@@ -500,5 +511,129 @@ async fn objects_that_do_not_decode_never_stop_the_others_being_served() {
         "{}",
         logs.text()
     );
+    inf.shutdown().await;
+}
+
+/// A controller's view of a ConfigMap that requires `data` (a ConfigMap may have none): a
+/// built-in kind, so the informer reads it in protobuf, and one the apiserver serves that
+/// does not decode.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct FilledConfigMap {
+    metadata: ObjectMeta,
+    data: std::collections::BTreeMap<String, String>,
+}
+
+impl Resource for FilledConfigMap {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ConfigMap".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "configmaps".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The protobuf wire, end to end: a paged LIST in protobuf skips the ConfigMap without
+/// `data` and names it (namespace/name and resourceVersion) in its warning, serving the
+/// others; a watch frame of another such ConfigMap is skipped and named the same way, and the
+/// watch goes on.
+#[tokio::test]
+async fn a_protobuf_list_and_watch_skip_and_name_an_object_that_does_not_decode() {
+    let logs = logs();
+    let cluster = testenv::shared().await;
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.new_namespace("undecodable-pb").await.unwrap();
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let create = |name: &str, data: serde_json::Value| {
+        let api = api.clone();
+        let cm = serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap();
+        async move { api.create(&PostParams::default(), &cm).await.unwrap() }
+    };
+    create("filled", json!({"a": "1"})).await;
+    let empty = create("empty", json!(null)).await;
+    create("filled-2", json!({"b": "2"})).await;
+
+    let list_watch = ListWatch::<FilledConfigMap>::namespaced(client.clone(), &ns);
+    assert!(
+        list_watch.asks_for_protobuf(),
+        "a built-in kind is read in protobuf"
+    );
+    let metrics = CacheMetrics::new();
+    let counted = metrics.reflector("v1/configmaps");
+    let inf = SharedIndexInformer::new(
+        list_watch,
+        InformerConfig {
+            reflector: ReflectorConfig {
+                use_watch_list: false,
+                ..Default::default()
+            },
+            metrics: metrics.clone(),
+            ..Default::default()
+        },
+    );
+    inf.start();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), inf.wait_for_cache_sync())
+            .await
+            .unwrap()
+    );
+    let served: BTreeSet<String> = inf.indexer().list_keys().into_iter().collect();
+    assert_eq!(
+        served,
+        key_set(&[&format!("{ns}/filled"), &format!("{ns}/filled-2")])
+    );
+    assert_eq!(counted.undecodable_objects(), 1);
+    let log = logs.text();
+    let rv = empty.resource_version().unwrap();
+    assert!(
+        log.contains(&format!(
+            "object {ns}/empty at resourceVersion {rv} does not decode"
+        )) && log.contains("missing field `data`"),
+        "the LIST's warning names {ns}/empty at {rv}:\n{log}"
+    );
+
+    // A watch frame that does not decode: skipped, named, counted; the watch goes on.
+    let empty_2 = create("empty-2", json!(null)).await;
+    wait_for_count(&counted, 2, "the watch frame of empty-2 to be counted").await;
+    let log = logs.text();
+    let rv = empty_2.resource_version().unwrap();
+    assert!(
+        log.contains(&format!(
+            "object {ns}/empty-2 at resourceVersion {rv} does not decode"
+        )),
+        "the watch's warning names {ns}/empty-2 at {rv}:\n{log}"
+    );
+    create("filled-3", json!({"c": "3"})).await;
+    let want = [
+        format!("{ns}/filled"),
+        format!("{ns}/filled-2"),
+        format!("{ns}/filled-3"),
+    ];
+    eventually("filled-3 to be served", Duration::from_secs(30), || {
+        let got: BTreeSet<String> = inf.indexer().list_keys().into_iter().collect();
+        let want = key_set(&want.each_ref().map(String::as_str));
+        async move {
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("cache holds {got:?}, want {want:?}"))
+            }
+        }
+    })
+    .await;
+    assert_eq!((counted.list_errors(), counted.relists()), (0, 0));
     inf.shutdown().await;
 }

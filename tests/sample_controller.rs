@@ -938,6 +938,24 @@ async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_st
 /// where the real controller's fixed name makes the apiserver refuse the duplicate. It ignores
 /// `deploymentName`, and its reference run says what it does instead.
 fn seeded_bug_controller() -> kubeloop_testenv::perturb::ControllerFn {
+    seeded_controller(SeededBug::GeneratedName)
+}
+
+/// The deliberate bugs of [`seeded_controller`].
+#[derive(Clone, Copy, PartialEq)]
+enum SeededBug {
+    /// Creates its Deployment under a generated name ([`seeded_bug_controller`]).
+    GeneratedName,
+    /// Writes a status that changes on every reconcile (a `Synced` condition stamped now),
+    /// with the Deployment named by `deploymentName`: not idempotent.
+    RestlessStatus,
+    /// Never lowers the Deployment's replicas (only scales up), with the Deployment named by
+    /// `deploymentName`: a revert of a raise is ignored.
+    IgnoresRevert,
+}
+
+/// A copy of the sample controller with `bug` in it.
+fn seeded_controller(bug: SeededBug) -> kubeloop_testenv::perturb::ControllerFn {
     use kubeloop::cache::{FactoryOptions, SharedInformerFactory};
     use kubeloop::controller::sample::new_deployment;
     use kubeloop::runtime::{
@@ -946,7 +964,7 @@ fn seeded_bug_controller() -> kubeloop_testenv::perturb::ControllerFn {
     use std::sync::Arc;
 
     Arc::new(
-        |client: Client, namespace: String, shutdown: CancellationToken| {
+        move |client: Client, namespace: String, shutdown: CancellationToken| {
             Box::pin(async move {
                 let factory = SharedInformerFactory::new(
                     client.clone(),
@@ -967,30 +985,40 @@ fn seeded_bug_controller() -> kubeloop_testenv::perturb::ControllerFn {
                             return Ok(Action::Done);
                         };
                         let uid = foo.metadata.uid.clone();
+                        let wanted_name = foo.spec.deployment_name.clone();
                         let owned = deployment_cache
                             .namespaced(&ns)
                             .list(&Default::default())
                             .into_iter()
                             .find(|d| {
-                                d.metadata.owner_references.iter().flatten().any(|o| {
-                                    o.controller == Some(true) && Some(&o.uid) == uid.as_ref()
-                                })
+                                (bug == SeededBug::GeneratedName
+                                    || d.metadata.name.as_deref() == Some(wanted_name.as_str()))
+                                    && d.metadata.owner_references.iter().flatten().any(|o| {
+                                        o.controller == Some(true) && Some(&o.uid) == uid.as_ref()
+                                    })
                             });
                         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
                         let deployment = match owned {
                             Some(d) => (*d).clone(),
                             None => {
                                 let mut d = new_deployment(&foo);
-                                // The seeded bug.
-                                d.metadata.generate_name =
-                                    d.metadata.name.take().map(|_| format!("{}-", key.name()));
+                                if bug == SeededBug::GeneratedName {
+                                    // The seeded bug.
+                                    d.metadata.generate_name =
+                                        d.metadata.name.take().map(|_| format!("{}-", key.name()));
+                                }
                                 ctx.check()?;
                                 let created = api.create(&PostParams::default(), &d).await?;
                                 ctx.wrote(&created);
                                 created
                             }
                         };
-                        let want = foo.spec.replicas;
+                        let mut want = foo.spec.replicas;
+                        if bug == SeededBug::IgnoresRevert {
+                            // The seeded bug: only ever scale up.
+                            let has = deployment.spec.as_ref().and_then(|s| s.replicas);
+                            want = want.max(has);
+                        }
                         let deployment =
                             if deployment.spec.as_ref().and_then(|s| s.replicas) != want {
                                 let patch = serde_json::json!({"spec": {"replicas": want}});
@@ -1009,8 +1037,22 @@ fn seeded_bug_controller() -> kubeloop_testenv::perturb::ControllerFn {
                             .as_ref()
                             .and_then(|s| s.available_replicas)
                             .unwrap_or(0);
-                        let status =
+                        let mut status =
                             serde_json::json!({"status": {"availableReplicas": available}});
+                        if bug == SeededBug::RestlessStatus {
+                            // The seeded bug: a condition stamped on every reconcile.
+                            status["status"]["conditions"] = serde_json::json!([{
+                                "type": "Synced", "status": "True", "reason": "Synced",
+                                "message": "synced",
+                                "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+                            }]);
+                        }
+                        let unchanged =
+                            foo.status.as_ref().map(|s| s.available_replicas) == Some(available);
+                        if bug == SeededBug::IgnoresRevert && unchanged {
+                            // Only the seeded bug: a status already right is not written.
+                            return Ok(Action::Done);
+                        }
                         let foos: Api<Foo> = Api::namespaced(client, &ns);
                         ctx.check()?;
                         let written = foos
@@ -1099,9 +1141,128 @@ async fn a_stale_view_plan_catches_a_seeded_non_idempotent_create_the_reference_
 async fn the_sample_controller_passes_a_crash_a_held_view_and_a_coalescing_from_its_generated_plans()
  {
     let campaign = perturbation_campaign(None).await;
-    let findings = campaign
+    let checked = campaign
         .check(kubeloop_testenv::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes and generates plans");
-    assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
+    assert!(
+        checked.findings.is_empty(),
+        "findings:\n{}",
+        checked.findings.join("\n")
+    );
+    // Every plan must have fired: one that never did checked nothing the reference did not.
+    assert_eq!(checked.passed.len(), 3, "{}", checked.tally());
+    assert!(checked.never_fired.is_empty(), "{}", checked.tally());
+}
+
+// --- state-centric testing (kubeloop_testenv::perturb::StateCampaign) --------------------------
+
+/// The Foo CRD's `openAPIV3Schema`, as committed.
+fn foo_schema() -> serde_json::Value {
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(CRD_YAML).expect("crds/foo.yaml parses");
+    serde_json::to_value(
+        &crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema,
+    )
+    .unwrap()
+}
+
+/// A state campaign of the sample workload, with `controller` in place of the sample
+/// controller; `only` keeps the generated changes of that field.
+async fn state_campaign(
+    controller: Option<kubeloop_testenv::perturb::ControllerFn>,
+    only: Option<&str>,
+) -> kubeloop_testenv::perturb::StateReport {
+    setup("state-setup").await;
+    let (workload, sample_controller) = kubeloop_testenv::perturb::sample_state(foo_schema());
+    let campaign = kubeloop_testenv::perturb::StateCampaign::new(
+        testenv::shared_full().await.client_config(),
+        workload,
+        controller.unwrap_or(sample_controller),
+        Default::default(),
+    );
+    let only = std::env::var("KUBELOOP_STATE_CHANGE")
+        .ok()
+        .or(only.map(str::to_string));
+    let changes: Vec<_> = campaign
+        .changes()
+        .into_iter()
+        .filter(|c| only.as_ref().is_none_or(|p| c.pointer == *p))
+        .collect();
+    assert!(!changes.is_empty(), "changes generated for {only:?}");
+    campaign.run(&changes).await.expect("the campaign runs")
+}
+
+/// The sample controller under the changes generated from the Foo CRD's schema: each bound
+/// of `spec.replicas` (1, 10; 0 and 11 refused by the apiserver) and of
+/// `spec.deploymentName`'s length (1, 253; 0 and 254 refused), each applied and reverted. It
+/// reaches the implied state after each, writes nothing on one more reconcile, and comes back
+/// after each revert of `replicas`. A revert of `deploymentName` leaves the Deployment made
+/// under the other name (the sample controller, like kubernetes/sample-controller, never
+/// deletes a Deployment it no longer names): that is the finding this asserts, and nothing
+/// else.
+#[tokio::test(flavor = "multi_thread")]
+async fn state_campaign_the_sample_controller_reaches_each_generated_spec_and_returns() {
+    let report = state_campaign(None, None).await;
+    assert_eq!((report.cases, report.refused), (8, 4), "{report:?}");
+    let (name_findings, others): (Vec<&String>, Vec<&String>) = report
+        .findings
+        .iter()
+        .partition(|f| f.starts_with("/spec/deploymentName="));
+    assert!(
+        others.is_empty(),
+        "findings:\n{}",
+        report.findings.join("\n")
+    );
+    for finding in &name_findings {
+        assert!(
+            finding.contains("[returns after revert]")
+                && finding.contains(": unexpected")
+                && !finding.contains("[reaches the implied state]")
+                && !finding.contains("[idempotence]"),
+            "{finding}"
+        );
+    }
+}
+
+/// Seeded bugs the state oracles must find: a status stamped on every reconcile fails
+/// idempotence; a controller that never scales down fails to return after the revert of a
+/// raise to 10 replicas.
+#[tokio::test(flavor = "multi_thread")]
+async fn state_campaign_finds_a_restless_status_and_an_ignored_revert() {
+    let restless = state_campaign(
+        Some(seeded_controller(SeededBug::RestlessStatus)),
+        Some("/spec/replicas"),
+    )
+    .await;
+    assert!(
+        restless
+            .findings
+            .iter()
+            .any(|f| f.contains("[idempotence]")
+                && f.contains("foos.samplecontroller.k8s.io/status")),
+        "the restless status is found: {restless:?}"
+    );
+    let ignores = state_campaign(
+        Some(seeded_controller(SeededBug::IgnoresRevert)),
+        Some("/spec/replicas"),
+    )
+    .await;
+    assert!(
+        ignores
+            .findings
+            .iter()
+            .any(|f| f.starts_with("/spec/replicas=10 ")
+                && f.contains("[returns after revert]")
+                && f.contains("deployments.apps/example-dep .spec.replicas: expected 2, got 10")),
+        "the ignored revert is found: {ignores:?}"
+    );
+    assert!(
+        !ignores.findings.iter().any(|f| f.contains("[idempotence]")),
+        "{ignores:?}"
+    );
 }

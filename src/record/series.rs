@@ -435,8 +435,13 @@ impl<S: EventsV1Sink> Writer<S> {
         self.attempt(write, stop).await;
     }
 
-    /// Ends the series not observed for `finish_after` (writing their last count) and forgets
-    /// single events older than that. client-go: `finishSeries`.
+    /// Ends the series not observed for more than `finish_after` (writing their last count)
+    /// and forgets single events older than that. client-go: `finishSeries`, with two
+    /// differences (client-go 0.36 writes every ended series and keeps one whose write is to
+    /// be retried, for the next check): an ended series is written only if its count changed
+    /// since it was last written (a heartbeat or the series' start wrote it already), and it
+    /// is evicted whether or not that write succeeds, since [`attempt`](Self::attempt) has
+    /// already retried transport errors and a refused Event stays refused.
     async fn finish_series(&mut self, stop: &CancellationToken) {
         let Some(cutoff) = Instant::now().checked_sub(self.config.finish_after) else {
             return;
@@ -451,6 +456,8 @@ impl<S: EventsV1Sink> Writer<S> {
             let Some(cached) = self.cache.remove(&key) else {
                 continue;
             };
+            // client-go writes every ended series; here only an unwritten count. Evicted
+            // even when the write fails (client-go keeps a retryable failure for later).
             if cached.event.series.is_some() && cached.unwritten {
                 self.attempt(cached.event, stop).await;
             }

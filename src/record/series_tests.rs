@@ -318,12 +318,243 @@ async fn with_cached_series(
     sink
 }
 
-// client-go: TestFinishSeries.
+/// A writer on `sink` with the default config, as client-go's tests build a broadcaster
+/// around a cache they fill themselves.
+fn writer(sink: &MemorySink, metrics: &EventMetrics) -> Writer<MemorySink> {
+    Writer {
+        sink: sink.clone(),
+        cache: HashMap::new(),
+        spam: SpamFilter::new(25, Duration::from_secs(300), 16),
+        metrics: metrics.clone(),
+        config: config(metrics),
+    }
+}
+
+/// client-go's `makeEvent(regarding, related, now, ..., "test", "some verbose message: 1",
+/// reporting_controller, "eventTest-host", "started")`, named and with `series` of `count`
+/// last observed at `observed` (wall clock) when `count` is given.
+fn cached_event(reporting_controller: &str, count: Option<i32>, observed: Timestamp) -> Event {
+    let mut event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("foo.{reporting_controller}")),
+            namespace: Some("baz".into()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(Timestamp::now())),
+        regarding: Some(object_reference(&pod("foo", "baz"))),
+        reporting_controller: Some(reporting_controller.into()),
+        reporting_instance: Some("eventTest-host".into()),
+        action: Some("started".into()),
+        reason: Some("test".into()),
+        note: Some("some verbose message: 1".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    event.series = count.map(|count| EventSeries {
+        count,
+        last_observed_time: MicroTime(observed),
+    });
+    event
+}
+
+/// Puts `event` in `writer`'s cache as last observed `ago` (tokio's clock), with its count
+/// `unwritten` or not; returns its key.
+fn cache(writer: &mut Writer<MemorySink>, event: Event, ago: Duration, unwritten: bool) -> String {
+    let key = isomorphic_key(&event);
+    let observed = Instant::now()
+        .checked_sub(ago)
+        .expect("tokio's clock is past `ago`");
+    writer.cache.insert(
+        key.clone(),
+        Cached {
+            event,
+            observed,
+            unwritten,
+        },
+    );
+    key
+}
+
+/// Moves paused tokio time past the longest `ago` the tests use, so that `now - ago` exists.
+async fn past_the_start() {
+    tokio::time::advance(Duration::from_secs(3600)).await;
+}
+
+// client-go: TestFinishSeries. A series last observed 9 minutes ago (count 10) and another
+// controller's single event of now: finishSeries writes the series once, with its
+// LastObservedTime, and evicts it; the single event stays. Exactly one cache entry remains.
 #[tokio::test(start_paused = true)]
 async fn finish_series() {
+    past_the_start().await;
+    let sink = MemorySink::default();
     let metrics = EventMetrics::default();
-    // The series is last observed at 0, the other controller's single event at 5 minutes:
-    // the check at 6 minutes ends neither, the one at 12 minutes both.
+    let mut writer = writer(&sink, &metrics);
+    let nine_minutes_ago = Timestamp::now() - Duration::from_secs(9 * 60);
+    let series = cached_event("eventTest", Some(10), nine_minutes_ago);
+    sink.stored.lock().insert(name_of(&series), series.clone());
+    let finished = cache(&mut writer, series, Duration::from_secs(9 * 60), true);
+    let single = cache(
+        &mut writer,
+        cached_event("nonFinished-controller", None, Timestamp::now()),
+        Duration::ZERO,
+        false,
+    );
+    writer.finish_series(&CancellationToken::new()).await;
+
+    assert_eq!(writer.cache.len(), 1, "the finished series evicted");
+    assert!(!writer.cache.contains_key(&finished));
+    assert!(writer.cache.contains_key(&single), "the single event kept");
+    let sent = sink.sent();
+    assert_eq!(sent.len(), 1, "exactly one write: {sent:?}");
+    let Sent::Patch(written) = &sent[0] else {
+        panic!("the series is patched: {sent:?}")
+    };
+    let written = written.series.as_ref().unwrap();
+    assert_eq!(written.count, 10);
+    assert_eq!(
+        written.last_observed_time,
+        MicroTime(nine_minutes_ago),
+        "LastObservedTime kept"
+    );
+}
+
+// The 6-minute boundary (client-go's `finishTime`, compared with `Before`): an entry last
+// observed exactly 6 minutes ago is kept, one observed a millisecond earlier ends.
+#[tokio::test(start_paused = true)]
+async fn finish_series_ends_what_was_not_observed_for_more_than_six_minutes() {
+    past_the_start().await;
+    let sink = MemorySink::default();
+    let metrics = EventMetrics::default();
+    let mut writer = writer(&sink, &metrics);
+    let six = Duration::from_secs(6 * 60);
+    let just_over = six + Duration::from_millis(1);
+    let observed = Timestamp::now() - six;
+    let series_at = cache(
+        &mut writer,
+        cached_event("at", Some(3), observed),
+        six,
+        true,
+    );
+    let single_at = cache(
+        &mut writer,
+        cached_event("single-at", None, observed),
+        six,
+        false,
+    );
+    let series_over = cached_event("over", Some(4), observed);
+    sink.stored
+        .lock()
+        .insert(name_of(&series_over), series_over.clone());
+    let series_over = cache(&mut writer, series_over, just_over, true);
+    let single_over = cache(
+        &mut writer,
+        cached_event("single-over", None, observed),
+        just_over,
+        false,
+    );
+    writer.finish_series(&CancellationToken::new()).await;
+
+    assert!(writer.cache.contains_key(&series_at) && writer.cache.contains_key(&single_at));
+    assert!(!writer.cache.contains_key(&series_over) && !writer.cache.contains_key(&single_over));
+    assert_eq!(writer.cache.len(), 2);
+    // Only the ended series is written (its last count); a single event ends without a write.
+    let sent = sink.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        matches!(&sent[0], Sent::Patch(e) if e.reporting_controller.as_deref() == Some("over")),
+        "{sent:?}"
+    );
+}
+
+// Where kubeloop's finishSeries differs from client-go's (series.rs, `finish_series`): a
+// series whose last count was written already ends without a write (client-go writes it
+// again), and a series whose final write is refused is evicted all the same.
+#[tokio::test(start_paused = true)]
+async fn a_finished_series_is_written_only_with_an_unwritten_count_and_evicted_even_if_refused() {
+    past_the_start().await;
+    let metrics = EventMetrics::default();
+    let observed = Timestamp::now() - Duration::from_secs(9 * 60);
+    let old = Duration::from_secs(9 * 60);
+
+    let sink = MemorySink::default();
+    let mut written = writer(&sink, &metrics);
+    cache(
+        &mut written,
+        cached_event("c", Some(5), observed),
+        old,
+        false,
+    );
+    written.finish_series(&CancellationToken::new()).await;
+    assert!(written.cache.is_empty());
+    assert_eq!(sink.sent(), [], "nothing unwritten: no write");
+
+    let refusing = MemorySink {
+        refuse_patches: true,
+        ..MemorySink::default()
+    };
+    let mut refused = writer(&refusing, &metrics);
+    cache(
+        &mut refused,
+        cached_event("c", Some(5), observed),
+        old,
+        true,
+    );
+    refused.finish_series(&CancellationToken::new()).await;
+    assert_eq!(refusing.sent().len(), 1, "one write, refused");
+    assert_eq!(metrics.dropped_for(EventDropReason::refused), 1);
+    assert!(refused.cache.is_empty(), "evicted although refused");
+}
+
+// client-go: TestRefreshExistingEventSeries. A series (count 10, last observed 9 minutes
+// ago) is patched once by refreshExistingEventSeries, and stays in the cache whether the
+// apiserver took the patch or refused it.
+#[tokio::test(start_paused = true)]
+async fn refresh_existing_event_series() {
+    past_the_start().await;
+    for refuse_patches in [false, true] {
+        let metrics = EventMetrics::default();
+        let sink = MemorySink {
+            refuse_patches,
+            ..MemorySink::default()
+        };
+        let mut writer = writer(&sink, &metrics);
+        let series = cached_event(
+            "eventTest",
+            Some(10),
+            Timestamp::now() - Duration::from_secs(9 * 60),
+        );
+        sink.stored.lock().insert(name_of(&series), series.clone());
+        let key = cache(&mut writer, series, Duration::from_secs(9 * 60), true);
+        writer.refresh_series(&CancellationToken::new()).await;
+
+        let sent = sink.sent();
+        assert_eq!(
+            sent.len(),
+            1,
+            "exactly one write (refused: {refuse_patches}): {sent:?}"
+        );
+        assert!(matches!(&sent[0], Sent::Patch(_)), "{sent:?}");
+        assert_eq!(writer.cache.len(), 1, "refused: {refuse_patches}");
+        let cached = writer
+            .cache
+            .get(&key)
+            .expect("the series stays in the cache");
+        assert_eq!(cached.event.series.as_ref().map(|s| s.count), Some(10));
+        // A refused heartbeat leaves the count unwritten: it is written when the series ends.
+        assert_eq!(cached.unwritten, refuse_patches);
+        assert_eq!(
+            metrics.dropped_for(EventDropReason::refused),
+            u64::from(refuse_patches)
+        );
+    }
+}
+
+// The finish and refresh timers end to end: a series last observed at 0 and another
+// controller's single event at 5 minutes; the check at 6 minutes ends neither, the one at
+// 12 minutes both (one write: the series' final count).
+#[tokio::test(start_paused = true)]
+async fn the_finish_timer_ends_series_every_six_minutes() {
+    let metrics = EventMetrics::default();
     let sink = with_cached_series(
         MemorySink::default(),
         config(&metrics),
@@ -350,9 +581,9 @@ async fn finish_series() {
     assert_eq!(series.series.map(|s| s.count), Some(10));
 }
 
-// client-go: TestRefreshExistingEventSeries (a patch the apiserver takes, and one it refuses).
+// The heartbeat timer end to end: a patch the apiserver takes, and one it refuses.
 #[tokio::test(start_paused = true)]
-async fn refresh_existing_event_series() {
+async fn the_refresh_timer_writes_open_series_again() {
     for refuse_patches in [false, true] {
         let metrics = EventMetrics::default();
         let sink = MemorySink {

@@ -1202,15 +1202,68 @@ async fn fairness_depths_and_gauges_show_each_key_without_a_series_per_key() {
     );
 }
 
+/// The seed of the fair queue's property test to replay alone, from
+/// `KUBELOOP_FAIR_QUEUE_SEED` (as a failure prints it); `None`: seeds 1 to 40.
+const FAIR_QUEUE_SEED: &str = "KUBELOOP_FAIR_QUEUE_SEED";
+
+/// Prints the seed if the run it guards panics, with the command that replays it.
+struct ReplaySeed(u64);
+
+impl Drop for ReplaySeed {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "fair queue property failed at seed {seed}; replay it alone with \
+                 {FAIR_QUEUE_SEED}={seed} cargo test -p kubeloop --lib \
+                 no_ready_item_waits_for_ever_while_workers_are_free",
+                seed = self.0
+            );
+        }
+    }
+}
+
 /// The property the fair hand-out promises, over seeded random adds, raised priorities,
 /// re-adds while processing and hand-outs with one or two workers: an item of priority `p`
 /// that becomes available with `n` items of its key ahead of it is handed out before the
 /// queue hands out more than `(n + 1) * (keys - 1)` items of `p` under other keys, so no
 /// ready item waits for ever while a worker asks; and every item is handed out in the end.
+/// A failure prints its seed; `KUBELOOP_FAIR_QUEUE_SEED=<seed>` runs that seed alone.
 #[tokio::test]
 async fn no_ready_item_waits_for_ever_while_workers_are_free() {
-    use std::collections::HashMap as StdHashMap;
+    let seeds = match std::env::var(FAIR_QUEUE_SEED) {
+        Ok(seed) => {
+            let seed = seed.parse::<u64>().unwrap_or_else(|e| {
+                panic!("{FAIR_QUEUE_SEED}={seed:?}: not a seed (a number from 0): {e}")
+            });
+            seed..=seed
+        }
+        Err(_) => 1..=40,
+    };
+    for seed in seeds {
+        fair_queue_property(seed).await;
+    }
+}
 
+/// A seed replays: its run draws from nothing but the seed (ordered maps, no hash order), so
+/// the same seed run twice hands out the same items in the same order.
+#[tokio::test]
+async fn the_fair_queue_property_replays_from_its_seed() {
+    for seed in [7, 23] {
+        let first = fair_queue_property(seed).await;
+        let second = fair_queue_property(seed).await;
+        assert!(first.len() > 100, "seed {seed}: {} hand-outs", first.len());
+        assert_eq!(first, second, "seed {seed} replayed differently");
+    }
+    assert_ne!(
+        fair_queue_property(7).await,
+        fair_queue_property(23).await,
+        "two seeds, two runs"
+    );
+}
+
+/// One run of the property at `seed`: the operations it did, in order (`get item@priority`,
+/// `done item`), for replay checks.
+async fn fair_queue_property(seed: u64) -> Vec<String> {
     const KEYS: usize = 5;
     const NAMES: u64 = 12;
     struct Watch {
@@ -1219,113 +1272,119 @@ async fn no_ready_item_waits_for_ever_while_workers_are_free() {
         budget: usize,
         others: usize,
     }
-    for seed in 1..=40u64 {
-        let q = fair_queue(QueueConfig::default());
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        // Items available to hand out (in a line), watched from when they became available.
-        let mut watched: StdHashMap<String, Watch> = StdHashMap::new();
-        // Handed out; `true` if added again meanwhile (available again at `done`).
-        let mut processing: StdHashMap<String, bool> = StdHashMap::new();
-        let key_of = |item: &str| item.split_once('/').unwrap().0.to_owned();
-        // Ahead of a newly available item: its key's available items of its priority, and
-        // its key's items that were added again while processing (they rejoin by the order of
-        // that add, which came first).
-        let watch = |watched: &StdHashMap<String, Watch>,
-                     processing: &StdHashMap<String, bool>,
-                     item: &str,
-                     priority: i32| {
-            let key = key_of(item);
-            let ahead = watched
-                .values()
-                .filter(|w| w.key == key && w.priority == priority)
-                .count()
-                + processing
-                    .iter()
-                    .filter(|(i, again)| **again && key_of(i) == key)
-                    .count();
-            Watch {
-                priority,
-                key,
-                budget: (ahead + 1) * (KEYS - 1),
-                others: 0,
+    let _replay = ReplaySeed(seed);
+    let mut trace = Vec::new();
+    let q = fair_queue(QueueConfig::default());
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Ordered maps: which item is done next is drawn from their order, which must come
+    // from the seed alone for the seed to replay.
+    // Items available to hand out (in a line), watched from when they became available.
+    let mut watched: BTreeMap<String, Watch> = BTreeMap::new();
+    // Handed out; `true` if added again meanwhile (available again at `done`).
+    let mut processing: BTreeMap<String, bool> = BTreeMap::new();
+    let key_of = |item: &str| item.split_once('/').unwrap().0.to_owned();
+    // Ahead of a newly available item: its key's available items of its priority, and
+    // its key's items that were added again while processing (they rejoin by the order of
+    // that add, which came first).
+    let watch = |watched: &BTreeMap<String, Watch>,
+                 processing: &BTreeMap<String, bool>,
+                 item: &str,
+                 priority: i32| {
+        let key = key_of(item);
+        let ahead = watched
+            .values()
+            .filter(|w| w.key == key && w.priority == priority)
+            .count()
+            + processing
+                .iter()
+                .filter(|(i, again)| **again && key_of(i) == key)
+                .count();
+        Watch {
+            priority,
+            key,
+            budget: (ahead + 1) * (KEYS - 1),
+            others: 0,
+        }
+    };
+    for _ in 0..600 {
+        let r = next();
+        let op = r % 10;
+        if op < 6 {
+            let item = format!("ns{}/{}", (r >> 8) % KEYS as u64, (r >> 16) % NAMES);
+            let priority = ((r >> 24) % 3) as i32;
+            q.add_with_opts(prio(priority), [item.clone()]);
+            if let Some(again) = processing.get_mut(&item) {
+                *again = true;
+                continue;
             }
-        };
-        for _ in 0..600 {
-            let r = next();
-            let op = r % 10;
-            if op < 6 {
-                let item = format!("ns{}/{}", (r >> 8) % KEYS as u64, (r >> 16) % NAMES);
-                let priority = ((r >> 24) % 3) as i32;
-                q.add_with_opts(prio(priority), [item.clone()]);
-                if let Some(again) = processing.get_mut(&item) {
-                    *again = true;
-                    continue;
-                }
-                match watched.get(&item) {
-                    Some(w) if w.priority >= priority => {}
-                    // New, or raised: at the back of its key in the new priority's line.
-                    _ => {
-                        watched.remove(&item);
-                        let w = watch(&watched, &processing, &item, priority);
-                        watched.insert(item, w);
-                    }
-                }
-            } else if op < 9 && !watched.is_empty() && processing.len() < 2 {
-                let (item, priority) = q.get().await.unwrap();
-                let w = watched
-                    .remove(&item)
-                    .expect("only available items are handed out");
-                assert_eq!(w.priority, priority);
-                let top = watched
-                    .values()
-                    .map(|w| w.priority)
-                    .max()
-                    .unwrap_or(priority);
-                assert!(
-                    priority >= top,
-                    "seed {seed}: {item} at {priority} before {top}"
-                );
-                for other in watched.values_mut() {
-                    if other.priority == priority && other.key != w.key {
-                        other.others += 1;
-                        assert!(
-                            other.others <= other.budget,
-                            "seed {seed}: an item of {} waited past {} hand-outs of others",
-                            other.key,
-                            other.budget
-                        );
-                    }
-                }
-                processing.insert(item, false);
-            } else if let Some(item) = processing.keys().next().cloned() {
-                let again = processing.remove(&item).unwrap();
-                q.done(&item);
-                if again {
-                    let priority = match q.shared.status(&item) {
-                        PriorityItemStatus::Ready(p) => p,
-                        other => {
-                            panic!("seed {seed}: {item} re-added while processing is {other:?}")
-                        }
-                    };
+            match watched.get(&item) {
+                Some(w) if w.priority >= priority => {}
+                // New, or raised: at the back of its key in the new priority's line.
+                _ => {
+                    watched.remove(&item);
                     let w = watch(&watched, &processing, &item, priority);
                     watched.insert(item, w);
                 }
             }
-        }
-        for item in processing.keys() {
-            q.done(item);
-        }
-        while !q.is_empty() {
-            let (item, _) = q.get().await.unwrap();
+        } else if op < 9 && !watched.is_empty() && processing.len() < 2 {
+            let (item, priority) = q.get().await.unwrap();
+            trace.push(format!("get {item}@{priority}"));
+            let w = watched
+                .remove(&item)
+                .expect("only available items are handed out");
+            assert_eq!(w.priority, priority);
+            let top = watched
+                .values()
+                .map(|w| w.priority)
+                .max()
+                .unwrap_or(priority);
+            assert!(
+                priority >= top,
+                "seed {seed}: {item} at {priority} before {top}"
+            );
+            for other in watched.values_mut() {
+                if other.priority == priority && other.key != w.key {
+                    other.others += 1;
+                    assert!(
+                        other.others <= other.budget,
+                        "seed {seed}: an item of {} waited past {} hand-outs of others",
+                        other.key,
+                        other.budget
+                    );
+                }
+            }
+            processing.insert(item, false);
+        } else if let Some(item) = processing.keys().next().cloned() {
+            let again = processing.remove(&item).unwrap();
             q.done(&item);
+            trace.push(format!("done {item}"));
+            if again {
+                let priority = match q.shared.status(&item) {
+                    PriorityItemStatus::Ready(p) => p,
+                    other => {
+                        panic!("seed {seed}: {item} re-added while processing is {other:?}")
+                    }
+                };
+                let w = watch(&watched, &processing, &item, priority);
+                watched.insert(item, w);
+            }
         }
-        q.shared
-            .inspect(|s| assert_eq!(s.tracked(), 0, "seed {seed}: items left"));
     }
+    for item in processing.keys() {
+        q.done(item);
+    }
+    while !q.is_empty() {
+        let (item, priority) = q.get().await.unwrap();
+        trace.push(format!("get {item}@{priority}"));
+        q.done(&item);
+    }
+    q.shared
+        .inspect(|s| assert_eq!(s.tracked(), 0, "seed {seed}: items left"));
+    trace
 }

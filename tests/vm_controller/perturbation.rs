@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// A VM campaign on `engine`: the first generated plan of each kind must pass.
+/// A VM campaign on `engine`: the first generated plan of each kind must fire and pass.
 async fn vm_campaign_passes(engine: kubeloop_testenv::perturb::VmEngine) {
     let cluster = testenv::shared().await;
     install_crd(cluster).await;
@@ -14,11 +14,19 @@ async fn vm_campaign_passes(engine: kubeloop_testenv::perturb::VmEngine) {
         controller,
         Default::default(),
     );
-    let findings = campaign
+    let checked = campaign
         .check(kubeloop_testenv::perturb::Reference::first_of_each_kind, 3)
         .await
         .expect("the reference run passes and generates plans");
-    assert!(findings.is_empty(), "findings:\n{}", findings.join("\n"));
+    assert!(
+        checked.findings.is_empty(),
+        "findings:\n{}",
+        checked.findings.join("\n")
+    );
+    // A crash, a held view and a coalescing, each fired: a plan that never fired checked
+    // nothing the reference run did not.
+    assert_eq!(checked.passed.len(), 3, "{}", checked.tally());
+    assert!(checked.never_fired.is_empty(), "{}", checked.tally());
 }
 
 /// The VM controller on its fake engine passes the first generated plan of each kind

@@ -128,10 +128,15 @@ mod tests {
 
     use super::*;
     use crate::cache::MAX_OBJECT_BYTES;
+    use crate::protobuf::{Envelope, MAGIC, delimited};
     use k8s_openapi::api::core::v1::ConfigMap;
 
-    /// A LIST body the local apiserver sent (`hack/generate-protobuf-table`).
+    /// A ConfigMapList (two items) that `hack/go/protobuf-table/fixtures.go` builds and
+    /// k8s.io/apimachinery's protobuf serializer encodes, as the apiserver encodes a LIST
+    /// body (`go run ./hack/go/protobuf-table -fixtures`); not captured from an apiserver.
     const LIST: &[u8] = include_bytes!("../../protobuf/testdata/configmap-list.pb");
+    /// One ConfigMap (`default/web-config`), encoded the same way.
+    const CONFIG_MAP: &[u8] = include_bytes!("../../protobuf/testdata/configmap.pb");
 
     fn decode(
         keep_sent: bool,
@@ -143,6 +148,71 @@ mod tests {
             decoder.feed(chunk).unwrap();
         }
         decoder.finish().unwrap()
+    }
+
+    /// A ConfigMap message `ns-x/broken` at resourceVersion 77 whose `data` comes in two
+    /// runs (split by `immutable`): the decoder refuses it, its metadata reads.
+    fn broken_config_map() -> Vec<u8> {
+        let meta = [
+            delimited(1, b"broken"),
+            delimited(3, b"ns-x"),
+            delimited(6, b"77"),
+        ]
+        .concat();
+        let entry = |k: &[u8], v: &[u8]| delimited(2, &[delimited(1, k), delimited(2, v)].concat());
+        [
+            delimited(1, &meta),
+            entry(b"a", b"1"),
+            vec![0x20, 0x01],
+            entry(b"b", b"2"),
+        ]
+        .concat()
+    }
+
+    // kubeloop's own (client-go fails the whole LIST): an item that does not decode is
+    // skipped and named by namespace, name and resourceVersion, however the body is cut; the
+    // items around it are kept.
+    #[test]
+    fn an_item_that_does_not_decode_is_skipped_and_named() {
+        let good = Envelope::parse(CONFIG_MAP).unwrap().raw.to_vec();
+        let list_meta = delimited(2, b"99");
+        let items = [
+            delimited(1, &list_meta),
+            delimited(2, &good),
+            delimited(2, &broken_config_map()),
+            delimited(2, &good),
+        ]
+        .concat();
+        let type_meta = [delimited(1, b"v1"), delimited(2, b"ConfigMapList")].concat();
+        let body = [&MAGIC[..], &delimited(1, &type_meta), &delimited(2, &items)].concat();
+        for chunk in [1, 13, body.len()] {
+            let of = ProtobufType::of::<ConfigMap>(&()).expect("a built-in kind");
+            let mut decoder = ListDecoder::new(of, None, MAX_OBJECT_BYTES, false);
+            for bytes in body.chunks(chunk) {
+                decoder.feed(bytes).unwrap();
+            }
+            let list: DecodedList<ConfigMap> = decoder.finish().unwrap();
+            let names: Vec<_> = list.items.iter().map(|c| c.metadata.name.clone()).collect();
+            assert_eq!(
+                names,
+                [Some("web-config".into()), Some("web-config".into())]
+            );
+            assert_eq!(list.metadata.resource_version.as_deref(), Some("99"));
+            let [skipped] = &list.undecodable[..] else {
+                panic!("one item skipped: {:?}", list.undecodable)
+            };
+            assert_eq!(skipped.key().as_deref(), Some("ns-x/broken"));
+            assert_eq!(
+                (skipped.resource_version.as_str(), skipped.event),
+                ("77", None)
+            );
+            let text = skipped.to_string();
+            assert!(
+                text.starts_with("object ns-x/broken at resourceVersion 77 does not decode: ")
+                    && text.contains("comes in two runs"),
+                "chunks of {chunk}: {text}"
+            );
+        }
     }
 
     // kubeloop's own: asked to, a protobuf list keeps the bytes each item was sent as, which

@@ -277,6 +277,8 @@ mod tests {
         for chunk in [1, 50, body.len()] {
             let events = events_of(&body, chunk, 2000).await;
             assert_eq!(kinds(&events), "AuuAxD", "chunks of {chunk}");
+            // Both skipped frames carry the fixture's ConfigMap, default/web-config at
+            // resourceVersion 12345, and are named so.
             let Err(ListWatchError::Undecodable { object, .. }) = &events[1] else {
                 unreachable!()
             };
@@ -284,14 +286,25 @@ mod tests {
                 matches!(&object.reason, UndecodableReason::Decode(m) if m.contains("Gadget123")),
                 "{object}"
             );
+            assert_eq!(object.key().as_deref(), Some("default/web-config"));
+            assert_eq!(object.resource_version, "12345");
+            assert_eq!(object.event, Some(WatchEventType::Modified));
+            assert!(
+                object.to_string().starts_with(
+                    "object default/web-config at resourceVersion 12345 does not decode"
+                ),
+                "{object}"
+            );
             let Err(ListWatchError::Undecodable { object, .. }) = &events[2] else {
                 unreachable!()
             };
             assert_eq!(object.event, Some(WatchEventType::Modified));
-            assert!(
-                object.key().is_some(),
+            assert_eq!(
+                object.key().as_deref(),
+                Some("default/web-config"),
                 "named from its first bytes: {object}"
             );
+            assert_eq!(object.resource_version, "12345");
             assert!(matches!(
                 object.reason,
                 UndecodableReason::TooLarge { limit: 2000, .. }

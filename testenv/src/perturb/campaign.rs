@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hook::Hook;
 use super::log::{Fired, Reconcile, RunLog, reconciles};
-use super::oracle::{Snapshot, diff, resource_name, snapshot};
+use super::oracle::{Snapshot, diff, lagging, resource_name, snapshot};
 use super::plan::{Perturbation, generate};
 
 /// Runs the controller under test: given a client (through the hook), the namespace to watch
@@ -172,11 +172,36 @@ pub struct Outcome {
     pub took: Duration,
 }
 
+/// The verdict on one plan's run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The perturbation fired and the oracle found nothing.
+    Passed,
+    /// The oracle found something (whether or not the perturbation fired).
+    Found,
+    /// The oracle found nothing, but the perturbation never fired: the plan's point never
+    /// came (or the hook no longer fires), so the run checked only the unperturbed workload.
+    /// Not a pass.
+    NeverFired,
+}
+
 impl Outcome {
-    /// `plan: passed` or `plan: FOUND ...`, with what fired and what it hit.
+    /// What the run says of the plan.
+    pub fn verdict(&self) -> Verdict {
+        if !self.findings.is_empty() {
+            Verdict::Found
+        } else if self.fired.is_empty() {
+            Verdict::NeverFired
+        } else {
+            Verdict::Passed
+        }
+    }
+
+    /// `plan: passed`, `plan: FOUND ...` or `plan: NEVER FIRED`, with what fired and what it
+    /// hit.
     pub fn summary(&self) -> String {
         let fired = match self.fired.first() {
-            None => "never fired".to_string(),
+            None => "checked nothing the reference run did not".to_string(),
             Some(f) => {
                 let mut keys: Vec<&str> = self.hit.iter().map(|r| r.key.as_str()).collect();
                 keys.dedup();
@@ -193,16 +218,51 @@ impl Outcome {
                 )
             }
         };
-        let verdict = if self.findings.is_empty() {
-            "passed".to_string()
-        } else {
-            format!("FOUND {}", self.findings.join("; "))
+        let verdict = match self.verdict() {
+            Verdict::Passed => "passed".to_string(),
+            Verdict::Found => format!("FOUND {}", self.findings.join("; ")),
+            Verdict::NeverFired => "NEVER FIRED".into(),
         };
         format!(
             "{}: {verdict} ({fired}; {:.1} s)",
             self.plan,
             self.took.as_secs_f64()
         )
+    }
+}
+
+/// The verdicts of a campaign's plans ([`Campaign::check`]).
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    /// The plans that fired and passed.
+    pub passed: Vec<Perturbation>,
+    /// The plans the oracle found something under: a line each, with its replay command.
+    pub findings: Vec<String>,
+    /// The plans that never fired and found nothing: their point never came, so they checked
+    /// nothing the reference run did not.
+    pub never_fired: Vec<Perturbation>,
+}
+
+impl Checked {
+    /// How many plans ran.
+    pub fn ran(&self) -> usize {
+        self.passed.len() + self.findings.len() + self.never_fired.len()
+    }
+
+    /// `N plans: P fired and passed, F found something, U never fired (plans...)`.
+    pub fn tally(&self) -> String {
+        let mut line = format!(
+            "{} plans: {} fired and passed, {} found something, {} never fired",
+            self.ran(),
+            self.passed.len(),
+            self.findings.len(),
+            self.never_fired.len()
+        );
+        if !self.never_fired.is_empty() {
+            let plans: Vec<String> = self.never_fired.iter().map(ToString::to_string).collect();
+            line.push_str(&format!(" ({})", plans.join(", ")));
+        }
+        line
     }
 }
 
@@ -219,6 +279,17 @@ pub enum CampaignError {
         step: usize,
         /// The bound.
         within: Duration,
+    },
+    /// The reference run settled with an `observedGeneration` behind its object's
+    /// `generation`: the controller never caught up with a spec (or never said so).
+    #[error(
+        "the reference run settled after step {step} with observedGeneration behind generation: {fields}"
+    )]
+    ReferenceLagging {
+        /// The step, from 1.
+        step: usize,
+        /// `resource/name .status...observedGeneration`, comma-separated.
+        fields: String,
     },
     /// The unperturbed run already failed (a panic).
     #[error("the reference run found problems itself: {0}")]
@@ -240,7 +311,8 @@ pub struct Campaign {
 }
 
 static PANICS: OnceLock<Mutex<HashMap<String, usize>>> = OnceLock::new();
-static RUNS: AtomicUsize = AtomicUsize::new(0);
+/// Runs started in this process, numbering their namespaces.
+pub(super) static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts panics per thread name from here on (the controller's runtimes name their
 /// threads after their run's namespace), then calls the hook that was there.
@@ -361,13 +433,14 @@ impl Campaign {
 
     /// A whole campaign: the reference run, then the plans `select` picks from it, `parallel`
     /// at once, a line each on stdout (the reference's, then each outcome's summary). Returns
-    /// the findings, each with its replay command: empty when every plan passed. A selection
-    /// of no plan is an error ([`CampaignError::NoPlans`]): such a campaign checks nothing.
+    /// each plan's verdict ([`Checked`]): a plan passed only if it fired and the oracle found
+    /// nothing. A selection of no plan is an error ([`CampaignError::NoPlans`]): such a
+    /// campaign checks nothing.
     pub async fn check(
         &self,
         select: impl FnOnce(&Reference) -> Vec<Perturbation>,
         parallel: usize,
-    ) -> Result<Vec<String>, CampaignError> {
+    ) -> Result<Checked, CampaignError> {
         let reference = self.reference().await?;
         let plans = select(&reference);
         if plans.is_empty() {
@@ -385,18 +458,22 @@ impl Campaign {
             reference.plans.len(),
             plans.len()
         );
-        let mut findings = Vec::new();
+        let mut checked = Checked::default();
         for outcome in self.run_plans(&reference, &plans, parallel).await? {
             println!("{}", outcome.summary());
-            if !outcome.findings.is_empty() {
-                findings.push(format!(
-                    "{}\n  replay: {}",
-                    outcome.summary(),
-                    self.replay_command(&outcome.plan)
-                ));
+            let line = format!(
+                "{}\n  replay: {}",
+                outcome.summary(),
+                self.replay_command(&outcome.plan)
+            );
+            match outcome.verdict() {
+                Verdict::Passed => checked.passed.push(outcome.plan),
+                Verdict::Found => checked.findings.push(line),
+                Verdict::NeverFired => checked.never_fired.push(outcome.plan),
             }
         }
-        Ok(findings)
+        println!("{}: {}", self.workload.name, checked.tally());
+        Ok(checked)
     }
 
     async fn run(
@@ -575,7 +652,8 @@ impl Campaign {
         Ok(())
     }
 
-    /// Waits until the compared objects stop changing for the quiet period.
+    /// Waits until the compared objects stop changing for the quiet period with every
+    /// `observedGeneration` caught up with its `generation`.
     async fn quiesce(
         &self,
         admin: &Client,
@@ -602,10 +680,17 @@ impl Campaign {
             .await?;
             if now != last {
                 (last, since) = (now, Instant::now());
-            } else if since.elapsed() >= self.settings.quiet {
+            } else if since.elapsed() >= self.settings.quiet && lagging(&last).is_empty() {
                 return Ok(last);
             }
             if Instant::now() > deadline {
+                let behind = lagging(&last);
+                if since.elapsed() >= self.settings.quiet && !behind.is_empty() {
+                    return Err(CampaignError::ReferenceLagging {
+                        step: step + 1,
+                        fields: behind.join(", "),
+                    });
+                }
                 return Err(CampaignError::ReferenceUnsettled {
                     step: step + 1,
                     within: self.settings.converge,
@@ -701,13 +786,13 @@ fn describe(action: &Action) -> String {
 
 /// The controller's successive processes in one run: each on a runtime of its own, on a
 /// thread of its own; a crash drops that runtime where it stands and starts the next.
-struct Incarnations {
+pub(super) struct Incarnations {
     stop: CancellationToken,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Incarnations {
-    fn start(
+    pub(super) fn start(
         config: kube_client::Config,
         hook: Hook,
         namespace: String,
@@ -762,7 +847,7 @@ impl Incarnations {
         Incarnations { stop, thread }
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.stop.cancel();
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
@@ -795,6 +880,52 @@ mod tests {
         assert_eq!(
             reference.first_of_each_kind(),
             vec![plans[0].clone(), plans[2].clone(), plans[3].clone()]
+        );
+    }
+
+    #[test]
+    fn a_plan_that_never_fired_did_not_pass() {
+        let plan: Perturbation = "crash:deployments.apps:create:1".parse().unwrap();
+        let fired = Fired {
+            at_micros: 1,
+            plan: plan.to_string(),
+            object: "deployments.apps/d".into(),
+            resource_version: "7".into(),
+            lasted_micros: 0,
+        };
+        let outcome = |fired: Vec<Fired>, findings: Vec<String>| Outcome {
+            plan: plan.clone(),
+            fired,
+            hit: Vec::new(),
+            findings,
+            took: Duration::ZERO,
+        };
+        let never = outcome(Vec::new(), Vec::new());
+        assert_eq!(never.verdict(), Verdict::NeverFired);
+        assert!(
+            never.summary().contains("NEVER FIRED"),
+            "{}",
+            never.summary()
+        );
+        assert_eq!(
+            outcome(vec![fired.clone()], Vec::new()).verdict(),
+            Verdict::Passed
+        );
+        // A finding stands whether or not the plan fired (a run that did not converge).
+        assert_eq!(
+            outcome(Vec::new(), vec!["after step 1 ...".into()]).verdict(),
+            Verdict::Found
+        );
+        let checked = Checked {
+            passed: vec![plan.clone()],
+            findings: Vec::new(),
+            never_fired: vec![plan.clone()],
+        };
+        assert_eq!(checked.ran(), 2);
+        assert_eq!(
+            checked.tally(),
+            "2 plans: 1 fired and passed, 0 found something, 1 never fired \
+             (crash:deployments.apps:create:1)"
         );
     }
 }

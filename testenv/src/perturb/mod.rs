@@ -22,9 +22,10 @@
 //! | `hook.rs` | [`Hook`]: the controller's client, recording and perturbing |
 //! | `log.rs` | [`RunLog`] and its records, [`Reconcile`]s from the trace |
 //! | `plan.rs` | [`Perturbation`]: a crash after a write, a view held back, an object's events coalesced; generation and pruning |
-//! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`] |
+//! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`]; [`lagging`] `observedGeneration`s |
 //! | `campaign.rs` | [`Campaign`], [`Workload`], [`Action`]: the runs and the verdicts |
-//! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman) and how a campaign runs each controller |
+//! | `state.rs` | [`StateCampaign`]: spec changes generated from a CRD's schema (Acto), with the oracles reaches-the-implied-state, idempotence and returns-after-revert |
+//! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman; `sample_state`) and how a campaign runs each controller |
 //!
 //! Limits: the hook reads watch events as JSON (it asks for JSON where an informer asked for
 //! protobuf), so the controller's wire differs from its default in a perturbed run; a
@@ -35,14 +36,17 @@ mod hook;
 mod log;
 mod oracle;
 mod plan;
+mod state;
 mod workloads;
 
 pub use campaign::{
-    Action, Audit, Campaign, CampaignError, ControllerFn, Outcome, Reference, Settings, Workload,
+    Action, Audit, Campaign, CampaignError, Checked, ControllerFn, Outcome, Reference, Settings,
+    Verdict, Workload,
 };
 pub use hook::Hook;
 pub use log::{Delivery, Fired, Reconcile, RunLog, Write};
-pub use oracle::{Snapshot, diff, normalize};
+pub use oracle::{BEHIND, CAUGHT_UP, Snapshot, diff, lagging, normalize};
 pub use plan::{Perturbation, PlanError};
-pub use workloads::sample;
+pub use state::{Implied, SpecChange, StateCampaign, StateReport, StateWorkload, spec_changes};
 pub use workloads::{VmEngine, vm};
+pub use workloads::{sample, sample_state};

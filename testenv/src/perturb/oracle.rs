@@ -2,8 +2,13 @@
 //! from run to run taken out, compared field by field with the reference run's.
 //!
 //! Taken out: `uid`, `resourceVersion`, `creationTimestamp`, `generation`, `managedFields`,
-//! `selfLink`, owner references' `uid`, and in `status` the `conditions` (times, messages) and
-//! `observedGeneration` (a retried write may bump a generation without changing the object).
+//! `selfLink`, owner references' `uid`, and in each of `status.conditions` its times
+//! (`lastTransitionTime`, `lastUpdateTime`, ...) and `message`: a condition's `type`, `status`
+//! and `reason` are compared, the conditions in the order of their types. A generation's number
+//! differs from run to run (a retried write may bump it without changing the object), so
+//! `status.observedGeneration` and each condition's `observedGeneration` are compared as what
+//! they say of `metadata.generation`: [`CAUGHT_UP`] or [`BEHIND`] (or ahead); a settled
+//! reference with one behind is not settled ([`lagging`]).
 //! A generated name is masked (`foo-*`); objects of one masked name are numbered
 //! (`foo-*`, `foo-*#2`), so a duplicate shows as one more object.
 
@@ -85,7 +90,6 @@ pub fn normalize(mut object: Value) -> Value {
             "uid",
             "resourceVersion",
             "creationTimestamp",
-            "generation",
             "managedFields",
             "selfLink",
             "namespace",
@@ -108,11 +112,62 @@ pub fn normalize(mut object: Value) -> Value {
             }
         }
     }
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("generation");
+    }
     if let Some(status) = object.get_mut("status").and_then(Value::as_object_mut) {
-        status.remove("conditions");
-        status.remove("observedGeneration");
+        if let Some(observed) = status.get_mut("observedGeneration") {
+            *observed = against_generation(observed, generation);
+        }
+        if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+            for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+                condition.retain(|field, _| {
+                    field != "message" && !(field.starts_with("last") && field.ends_with("Time"))
+                });
+                if let Some(observed) = condition.get_mut("observedGeneration") {
+                    *observed = against_generation(observed, generation);
+                }
+            }
+            conditions.sort_by_cached_key(|c| c.get("type").map(Value::to_string));
+        }
     }
     object
+}
+
+/// What an `observedGeneration` says once normalized: it equals `metadata.generation`.
+pub const CAUGHT_UP: &str = "= generation";
+/// What an `observedGeneration` says once normalized: it is below `metadata.generation` (the
+/// controller has not yet acted on the latest spec, or never wrote that it did).
+pub const BEHIND: &str = "< generation";
+
+/// `observed` as what it says of `generation`: [`CAUGHT_UP`], [`BEHIND`], `> generation`, or
+/// `observed` itself when either is not a number.
+fn against_generation(observed: &Value, generation: Option<i64>) -> Value {
+    match (observed.as_i64(), generation) {
+        (Some(o), Some(g)) if o == g => Value::String(CAUGHT_UP.into()),
+        (Some(o), Some(g)) if o < g => Value::String(BEHIND.into()),
+        (Some(_), Some(_)) => Value::String("> generation".into()),
+        _ => observed.clone(),
+    }
+}
+
+/// The fields of `snapshot` whose `observedGeneration` is behind the object's generation
+/// (`key .path`): empty once the controllers caught up with every spec.
+pub fn lagging(snapshot: &Snapshot) -> Vec<String> {
+    let behind = Value::String(BEHIND.into()).to_string();
+    snapshot
+        .0
+        .iter()
+        .flat_map(|(key, object)| {
+            flatten(object)
+                .into_iter()
+                .filter(|(path, value)| path.ends_with(".observedGeneration") && *value == behind)
+                .map(move |(path, _)| format!("{key} {path}"))
+        })
+        .collect()
 }
 
 /// Removes the field at `pointer` (`/status/lastUpdateTime`), if there is one.
@@ -196,7 +251,12 @@ mod tests {
                 "ownerReferences": [{"kind": "Foo", "name": "f", "uid": "u2", "controller": true}]
             },
             "spec": {"replicas": 2},
-            "status": {"replicas": 2, "observedGeneration": 3, "conditions": [{"type": "Available"}]}
+            "status": {"replicas": 2, "observedGeneration": 3, "conditions": [
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                 "message": "m", "lastUpdateTime": "t", "lastTransitionTime": "t"},
+                {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
+                 "message": "m", "lastTransitionTime": "t", "observedGeneration": 2}
+            ]}
         });
         let mut normalized = normalize(object);
         remove_pointer(&mut normalized, "/spec/paused");
@@ -209,8 +269,41 @@ mod tests {
                     "ownerReferences": [{"kind": "Foo", "name": "f", "controller": true}]
                 },
                 "spec": {"replicas": 2},
-                "status": {}
+                "status": {"observedGeneration": CAUGHT_UP, "conditions": [
+                    {"type": "Available", "status": "False",
+                     "reason": "MinimumReplicasUnavailable", "observedGeneration": BEHIND},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}
+                ]}
             })
+        );
+    }
+
+    #[test]
+    fn a_condition_s_status_or_reason_and_a_lagging_observed_generation_are_differences() {
+        let foo = |generation: i64, observed: i64, status: &str, reason: &str| {
+            let object = json!({
+                "metadata": {"name": "f", "generation": generation},
+                "status": {"observedGeneration": observed, "conditions": [
+                    {"type": "Ready", "status": status, "reason": reason, "message": generation.to_string()}
+                ]}
+            });
+            Snapshot(BTreeMap::from([("foos/f".to_string(), normalize(object))]))
+        };
+        let reference = foo(2, 2, "True", "Active");
+        // Other generation numbers, another message: the same.
+        assert!(diff(&reference, &foo(5, 5, "True", "Active")).is_empty());
+        assert!(lagging(&reference).is_empty());
+        assert_eq!(
+            diff(&reference, &foo(3, 2, "False", "Failed")),
+            vec![
+                "foos/f .status.conditions[0].reason: expected \"Active\", got \"Failed\"",
+                "foos/f .status.conditions[0].status: expected \"True\", got \"False\"",
+                "foos/f .status.observedGeneration: expected \"= generation\", got \"< generation\"",
+            ]
+        );
+        assert_eq!(
+            lagging(&foo(3, 2, "True", "Active")),
+            vec!["foos/f .status.observedGeneration"]
         );
     }
 

@@ -202,3 +202,81 @@ pub fn vm(engine: VmEngine) -> (Workload, ControllerFn) {
     };
     (workload, controller)
 }
+
+/// The sample controller's state-centric workload ([`super::StateCampaign`]): one Foo
+/// (`example-foo`, Deployment `example-dep`, 2 replicas), its spec changed at and past each
+/// bound of `schema` (the Foo CRD's `openAPIV3Schema`). What the spec implies: a Deployment
+/// named `spec.deploymentName`, controlled by the Foo, with `spec.replicas` replicas (1 when
+/// unset), and the Foo's `status.availableReplicas` equal to that Deployment's. The
+/// controller is the sample controller, as in [`sample`].
+pub fn sample_state(schema: serde_json::Value) -> (super::StateWorkload, ControllerFn) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kubeloop::controller::sample::Foo;
+
+    let (_, controller) = sample();
+    let foos = ApiResource::erase::<Foo>(&());
+    let deployments = ApiResource::erase::<Deployment>(&());
+    let implied: super::Implied = Arc::new(|primary, snapshot| {
+        let name = primary.pointer("/metadata/name").and_then(|n| n.as_str());
+        let wanted = primary.pointer("/spec/replicas").and_then(|r| r.as_i64());
+        let dep_name = primary
+            .pointer("/spec/deploymentName")
+            .and_then(|n| n.as_str())
+            .unwrap_or("");
+        let mut problems = Vec::new();
+        let Some(deployment) = snapshot.0.get(&format!("deployments.apps/{dep_name}")) else {
+            return vec![format!("no Deployment {dep_name}")];
+        };
+        let controlled = deployment
+            .pointer("/metadata/ownerReferences")
+            .and_then(|o| o.as_array())
+            .is_some_and(|owners| {
+                owners.iter().any(|o| {
+                    o.get("kind").and_then(|k| k.as_str()) == Some("Foo")
+                        && o.get("name").and_then(|n| n.as_str()) == name
+                        && o.get("controller").and_then(|c| c.as_bool()) == Some(true)
+                })
+            });
+        if !controlled {
+            problems.push(format!(
+                "Deployment {dep_name} is not controlled by the Foo"
+            ));
+        }
+        let replicas = deployment
+            .pointer("/spec/replicas")
+            .and_then(|r| r.as_i64());
+        if replicas != Some(wanted.unwrap_or(1)) {
+            problems.push(format!(
+                "Deployment {dep_name} has {replicas:?} replicas, the Foo asks for {}",
+                wanted.unwrap_or(1)
+            ));
+        }
+        let available = deployment
+            .pointer("/status/availableReplicas")
+            .and_then(|r| r.as_i64())
+            .unwrap_or(0);
+        let reported = primary
+            .pointer("/status/availableReplicas")
+            .and_then(|r| r.as_i64())
+            .unwrap_or(0);
+        if reported != available {
+            problems.push(format!(
+                "the Foo reports {reported} available replicas, its Deployment has {available}"
+            ));
+        }
+        problems
+    });
+    let workload = super::StateWorkload {
+        name: "sample".into(),
+        resources: vec![foos, deployments],
+        object: json!({
+            "apiVersion": "samplecontroller.k8s.io/v1alpha1",
+            "kind": "Foo",
+            "metadata": {"name": "example-foo"},
+            "spec": {"deploymentName": "example-dep", "replicas": 2}
+        }),
+        schema,
+        implied,
+    };
+    (workload, controller)
+}
