@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kubeloop::testing::eventually;
 use kubeloop_testenv::{self as testenv, Cluster, Kubeloop, ManagedProcess};
 use serde_json::{Value, json};
@@ -135,16 +136,10 @@ return { key: sec.dataset.key, steps: Number(sec.dataset.steps), lanes, reconcil
 "#;
 
 async fn foo_crd(cluster: &Cluster) {
-    cluster.kubectl(&["apply", "-f", "crds/foo.yaml"]).ok();
-    cluster
-        .kubectl(&[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=60s",
-            "crd/foos.samplecontroller.k8s.io",
-        ])
-        .ok();
+    let client = cluster.client().await.unwrap();
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(include_str!("../crds/foo.yaml")).expect("crds/foo.yaml parses");
+    testenv::ensure_crd(&client, &crd).await;
 }
 
 /// `kubeloop sample-controller` watching `ns`, metrics in plain HTTP on a free loopback port,
