@@ -128,8 +128,10 @@ const linked = [...sec.querySelectorAll('.mark[data-lane=watch][data-kind=Deploy
   .map(m => ({ by: m.dataset.causedBy, cause: m.dataset.cause,
                curve: !!sec.querySelector(`path[data-from-reconcile="${m.dataset.causedBy}"][data-to-step="${m.dataset.step}"]`),
                reconcile: !!sec.querySelector(`.span[data-reconcile="${m.dataset.causedBy}"]`) }));
-if (reconciles.length === 0 || linked.length === 0) return null;
-return { key: sec.dataset.key, steps: Number(sec.dataset.steps), lanes, reconciles, linked,
+const own = [...sec.querySelectorAll('.mark[data-lane=watch][data-kind=Foo][data-cause="its own status write"]')]
+  .filter(m => sec.querySelector(`path[data-from-reconcile="${m.dataset.causedBy}"][data-to-step="${m.dataset.step}"]`)).length;
+if (reconciles.length === 0 || linked.length === 0 || own === 0) return null;
+return { key: sec.dataset.key, steps: Number(sec.dataset.steps), lanes, reconciles, linked, own,
          started: sec.querySelectorAll('.mark[data-stage=reconcile_started]').length,
          polls: Number(document.getElementById('status').dataset.polls),
          live: document.getElementById('status').dataset.live };
@@ -254,7 +256,7 @@ async fn the_page_shows_a_foo_s_lanes_its_reconcile_and_the_deployment_it_caused
         .ok();
     let shown = browser
         .until(
-            "the Foo's lanes, its reconcile and the Deployment it caused",
+            "the Foo's lanes, its reconcile, the Deployment it caused and its own status write",
             LANES_AND_LINKS,
         )
         .await;

@@ -3,7 +3,7 @@
 //!
 //! No counterpart in client-go or controller-runtime (their debug pages are pprof and
 //! `/metrics`). The page is one HTML file with its CSS and JavaScript (`journey/`), built into
-//! the binary: no CDN, no JavaScript build step, about 17 KB. It polls its data once a second
+//! the binary: no CDN, no JavaScript build step, about 18 KB. It polls its data once a second
 //! with `since=N`, the number [`crate::trace::steps_since`] handed out last, so each answer
 //! holds only new steps; a poll is one short request, so an open page holds no stream and no
 //! task, and shutting the server down closes it like any idle connection.

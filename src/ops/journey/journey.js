@@ -182,6 +182,7 @@ function analyse(steps) {
   const primary = writer ? writer.kind : first ? first.kind : "";
   const reconciles = [], waits = [], links = [];
   const rvReconcile = new Map();
+  const ownEvents = [];
   let open = null, queued = null, took = null, last = null;
   steps.forEach((s, i) => {
     const rv = (/rv=(\d+)/.exec(s.detail) || [])[1];
@@ -207,21 +208,22 @@ function analyse(steps) {
       case "freshness_held":
         if (took !== null) waits.push({ from: took, to: i, kind: "freshness", lane: "worker", under: s.detail });
         break;
-      case "watch_event": {
-        let cause = null;
-        if (s.kind === primary && rv && rvReconcile.has(rv)) {
-          const { r, write } = rvReconcile.get(rv);
-          cause = { r, from: write, fromLane: "writes", why: "its own status write" };
-        } else if (s.kind !== primary && s.detail.startsWith("ADDED") && last) {
-          cause = { r: last, from: last.from, fromLane: "reconcile", why: "the child it created" };
+      case "watch_event":
+        if (s.kind === primary && rv) ownEvents.push({ step: i, rv });
+        else if (s.kind !== primary && s.detail.startsWith("ADDED") && last) {
+          links.push({ step: i, r: last, from: last.from, fromLane: "reconcile", why: "the child it created" });
         }
-        if (cause) links.push({ step: i, ...cause });
         break;
-      }
       default:
         if (WAIT_OF[s.stage] && !queued) queued = { i, kind: WAIT_OF[s.stage] };
     }
   });
+  // The watch event of a status write can arrive before the write's own response: matched by
+  // resourceVersion once every write is known.
+  for (const { step, rv } of ownEvents) {
+    const w = rvReconcile.get(rv);
+    if (w) links.push({ step, r: w.r, from: w.write, fromLane: "writes", why: "its own status write" });
+  }
   return { primary, reconciles, waits, links };
 }
 
