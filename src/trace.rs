@@ -10,7 +10,9 @@
 //! the VM controller when it adds or removes its finalizer). The
 //! steps of one key are kept in a ring of [`RING_CAPACITY`]; [`timeline`] reads them and
 //! [`render`] prints them as a table. The ops server serves them on `/debug/trace?key=ns/name`
-//! and `kubeloop trace` prints them.
+//! and `kubeloop trace` prints them; the journey page (`/debug/journey`, `kubeloop trace
+//! --serve`) draws them, polling [`steps_since`]: every step gets a process-wide number as it
+//! is recorded, so a reader asks only for those it has not seen.
 //!
 //! Keys are `namespace/name` (or `name` for cluster-scoped objects), the informers' and the
 //! workqueue's key: a Deployment owned by a Foo of the same name shows up in that Foo's trace,
@@ -23,7 +25,8 @@
 //! that carry hooks.
 //!
 //! Invariants: [`on`] is true iff at least one key is followed; only followed keys have a
-//! ring; a ring never holds more than [`RING_CAPACITY`] steps (the oldest go first).
+//! ring; a ring never holds more than [`RING_CAPACITY`] steps (the oldest go first); step
+//! numbers increase along each ring, and every number below `Rings::next` is taken.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -117,7 +120,37 @@ pub struct Step {
 
 struct Recorder {
     started: Instant,
-    rings: Mutex<HashMap<String, VecDeque<Step>>>,
+    rings: Mutex<Rings>,
+}
+
+/// The followed keys' rings, and the number the next step recorded (of any key) gets: steps
+/// are numbered in the order they were recorded, so a reader that has seen up to `n` asks
+/// for the steps numbered `n` and later ([`steps_since`]).
+#[derive(Default)]
+struct Rings {
+    by_key: HashMap<String, VecDeque<(u64, Step)>>,
+    next: u64,
+}
+
+/// The steps of the followed keys recorded since a given step number ([`steps_since`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepsSince {
+    /// The number the next recorded step will get: ask for the steps since this next time.
+    pub next: u64,
+    /// Each followed key (sorted, at most the number asked for) and its new steps, oldest
+    /// first; a key with none has an empty list.
+    pub keys: Vec<KeySteps>,
+    /// How many followed keys were left out by the cap.
+    pub more_keys: usize,
+}
+
+/// One key's steps in a [`StepsSince`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeySteps {
+    /// The key, `namespace/name`.
+    pub key: String,
+    /// Its steps, oldest first.
+    pub steps: Vec<Step>,
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -165,11 +198,11 @@ pub fn follow<S: AsRef<str>>(keys: impl IntoIterator<Item = S>) -> Result<(), Tr
     }
     let recorder = RECORDER.get_or_init(|| Recorder {
         started: Instant::now(),
-        rings: Mutex::new(HashMap::new()),
+        rings: Mutex::new(Rings::default()),
     });
     let mut rings = recorder.rings.lock();
     for key in keys {
-        rings.entry(key).or_default();
+        rings.by_key.entry(key).or_default();
     }
     ON.store(true, Ordering::Relaxed);
     Ok(())
@@ -180,7 +213,7 @@ pub fn followed() -> Vec<String> {
     let Some(recorder) = RECORDER.get() else {
         return vec![];
     };
-    let mut keys: Vec<String> = recorder.rings.lock().keys().cloned().collect();
+    let mut keys: Vec<String> = recorder.rings.lock().by_key.keys().cloned().collect();
     keys.sort();
     keys
 }
@@ -189,7 +222,7 @@ pub fn followed() -> Vec<String> {
 pub fn is_followed(key: &str) -> bool {
     on() && RECORDER
         .get()
-        .is_some_and(|r| r.rings.lock().contains_key(key))
+        .is_some_and(|r| r.rings.lock().by_key.contains_key(key))
 }
 
 /// Records a step for `key` if it is followed; `detail` runs only then. Call it behind
@@ -207,7 +240,8 @@ fn record_slow(key: &str, stage: Stage, kind: &str, detail: impl FnOnce() -> Str
         return;
     };
     let mut rings = recorder.rings.lock();
-    let Some(ring) = rings.get_mut(key) else {
+    let number = rings.next;
+    let Some(ring) = rings.by_key.get_mut(key) else {
         return;
     };
     let wall = SystemTime::now()
@@ -216,13 +250,17 @@ fn record_slow(key: &str, stage: Stage, kind: &str, detail: impl FnOnce() -> Str
     if ring.len() == RING_CAPACITY {
         ring.pop_front();
     }
-    ring.push_back(Step {
-        at_unix_micros: wall.as_micros() as u64,
-        mono_micros: recorder.started.elapsed().as_micros() as u64,
-        stage,
-        kind: kind.to_string(),
-        detail: detail(),
-    });
+    ring.push_back((
+        number,
+        Step {
+            at_unix_micros: wall.as_micros() as u64,
+            mono_micros: recorder.started.elapsed().as_micros() as u64,
+            stage,
+            kind: kind.to_string(),
+            detail: detail(),
+        },
+    ));
+    rings.next = number + 1;
 }
 
 /// Records a status write of a followed key: `summary` of what was written, the kind, and the
@@ -261,7 +299,43 @@ pub fn now_micros() -> Option<u64> {
 pub fn timeline(key: &str) -> Option<Vec<Step>> {
     let recorder = RECORDER.get()?;
     let rings = recorder.rings.lock();
-    rings.get(key).map(|ring| ring.iter().cloned().collect())
+    rings
+        .by_key
+        .get(key)
+        .map(|ring| ring.iter().map(|(_, step)| step.clone()).collect())
+}
+
+/// The steps numbered `since` and later of the followed keys (only `key` if given; `None` if
+/// that key is not followed), at most `max_keys` keys in key order: what a page that polls
+/// asks for. `since` 0 is every step still in the rings.
+pub fn steps_since(since: u64, key: Option<&str>, max_keys: usize) -> Option<StepsSince> {
+    let Some(recorder) = RECORDER.get() else {
+        return key.is_none().then(StepsSince::default);
+    };
+    let rings = recorder.rings.lock();
+    let mut names: Vec<&String> = match key {
+        Some(key) => vec![rings.by_key.get_key_value(key)?.0],
+        None => rings.by_key.keys().collect(),
+    };
+    names.sort();
+    let more_keys = names.len().saturating_sub(max_keys);
+    let keys = names
+        .into_iter()
+        .take(max_keys)
+        .map(|name| {
+            let ring = &rings.by_key[name];
+            let skip = ring.partition_point(|(n, _)| *n < since);
+            KeySteps {
+                key: name.clone(),
+                steps: ring.iter().skip(skip).map(|(_, s)| s.clone()).collect(),
+            }
+        })
+        .collect();
+    Some(StepsSince {
+        next: rings.next,
+        keys,
+        more_keys,
+    })
 }
 
 /// The last segment of a Rust type name: `Foo` for `kubeloop::controller::sample::Foo`.
@@ -427,6 +501,29 @@ mod tests {
         let steps = timeline("t2/ring").unwrap();
         assert_eq!(steps.len(), RING_CAPACITY);
         assert_eq!(steps[0].detail, "5");
+    }
+
+    #[test]
+    fn steps_since_hands_out_only_the_steps_recorded_after_the_number_given() {
+        follow(["t6/a", "t6/b"]).unwrap();
+        record("t6/a", Stage::WatchEvent, "Foo", || "a1".into());
+        let first = steps_since(0, Some("t6/a"), 8).unwrap();
+        assert_eq!(first.keys.len(), 1);
+        assert_eq!(first.keys[0].steps.len(), 1);
+        record("t6/b", Stage::WatchEvent, "Foo", || "b1".into());
+        record("t6/a", Stage::FifoQueued, "Foo", || "a2".into());
+        let later = steps_since(first.next, Some("t6/a"), 8).unwrap();
+        let details: Vec<&str> = later.keys[0]
+            .steps
+            .iter()
+            .map(|s| s.detail.as_str())
+            .collect();
+        assert_eq!(details, ["a2"]);
+        assert!(later.next >= first.next + 2);
+        assert!(steps_since(0, Some("t6/unfollowed"), 8).is_none());
+        let capped = steps_since(first.next, None, 1).unwrap();
+        assert_eq!(capped.keys.len(), 1);
+        assert!(capped.more_keys >= 1, "{capped:?}");
     }
 
     #[test]

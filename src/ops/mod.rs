@@ -13,12 +13,14 @@
 //! | `server.rs` | [`OpsServer`]: listener, connection cap, TLS, hyper | `pkg/metrics/server` |
 //! | `limits.rs` | [`ServerLimits`], accept backoff, idle tracking | `net/http.Server` fields |
 //! | `routes.rs` | [`ServeConfig`], [`Check`] (leader election's included), the handlers | apiserver `healthz`, `legacyregistry` |
+//! | `journey.rs` | the journey page (`journey/`), [`JourneySource`], [`LocalTrace`] | none |
 //! | `filters.rs` | [`Authorizer`]: TokenReview + SubjectAccessReview | `pkg/metrics/filters` |
 //! | `decision_cache.rs` | [`DecisionCache`] | apiserver's token and webhook authorizer caches |
 //! | `tls.rs` | [`CertWatcher`]: self-signed or files, reloaded | `pkg/certwatcher` |
 
 mod decision_cache;
 mod filters;
+mod journey;
 mod limits;
 mod routes;
 mod server;
@@ -26,6 +28,10 @@ mod tls;
 
 pub use decision_cache::DecisionCache;
 pub use filters::{AuthConfig, Authorizer, Refusal};
+pub use journey::{
+    JourneyData, JourneyFuture, JourneyQuery, JourneyRefusal, JourneySource, LocalTrace, MAX_KEYS,
+    QueueDepth, page as journey_page,
+};
 pub use limits::{AcceptBackoff, ServerLimits};
 pub use routes::{Check, CheckFn, ServeConfig};
 pub use server::{OpsServer, OpsServerError};

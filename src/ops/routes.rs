@@ -1,6 +1,6 @@
 //! What the ops servers answer: Prometheus metrics on `/metrics`, liveness on `/healthz` (and
-//! `/livez`), readiness on `/readyz`, the followed keys' journeys on `/debug/trace`, the fair
-//! queues' keys on `/debug/queue`.
+//! `/livez`), readiness on `/readyz`, the followed keys' journeys on `/debug/trace` (as text)
+//! and `/debug/journey` (a page, [`super::journey`]), the fair queues' keys on `/debug/queue`.
 //!
 //! Counterparts: component-base's `metrics/legacyregistry` (one registry a process exposes),
 //! k8s.io/apiserver's `pkg/server/healthz` (named checks, `?verbose` lists each one), and
@@ -21,6 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio_rustls::rustls;
 
 use super::filters::Authorizer;
+use super::journey::{JourneyQuery, JourneySource, LocalTrace};
 use super::limits::ServerLimits;
 use crate::leaderelection::HealthzAdaptor;
 
@@ -29,9 +30,13 @@ use crate::leaderelection::HealthzAdaptor;
 pub struct ServeConfig {
     /// Served on `/metrics` when present.
     pub registry: Option<Arc<Registry>>,
-    /// Whether `/debug/trace` and `/debug/queue` are served (the metrics server only: they
-    /// show followed keys, resourceVersions, reconcile errors and namespaces).
+    /// Whether `/debug/trace`, `/debug/queue` and `/debug/journey` are served (the metrics
+    /// server only: they show followed keys, resourceVersions, reconcile errors and
+    /// namespaces).
     pub trace: bool,
+    /// Where `/debug/journey` takes its data from when present (`kubeloop trace --serve`);
+    /// with `trace` and none, this process's trace ([`super::journey::LocalTrace`]).
+    pub journey: Option<Arc<dyn JourneySource>>,
     /// Served on `/healthz` (and `/livez`) when non-empty.
     pub healthz: Vec<Arc<dyn Check>>,
     /// Served on `/readyz` when non-empty.
@@ -98,6 +103,7 @@ pub(super) async fn route(config: &ServeConfig, req: Request<Incoming>) -> Respo
     let protected = match path {
         "/metrics" => config.registry.is_some(),
         "/debug/trace" | "/debug/queue" => config.trace,
+        "/debug/journey" => config.trace || config.journey.is_some(),
         _ => false,
     };
     if let (true, Some(auth)) = (protected, &config.auth) {
@@ -147,6 +153,9 @@ pub(super) async fn route(config: &ServeConfig, req: Request<Incoming>) -> Respo
         "/healthz" | "/livez" if !config.healthz.is_empty() => probe(&config.healthz, verbose),
         "/readyz" if !config.readyz.is_empty() => probe(&config.readyz, verbose),
         "/debug/trace" if config.trace => trace(req.uri().query().unwrap_or("")),
+        "/debug/journey" if config.trace || config.journey.is_some() => {
+            journey(config, req.uri().query().unwrap_or("")).await
+        }
         "/debug/queue" if config.trace => text(
             StatusCode::OK,
             fair_queues(&crate::workqueue::fairness_by_queue()),
@@ -238,8 +247,52 @@ fn trace(query: &str) -> Response<Full<Bytes>> {
     }
 }
 
+/// `/debug/journey`: the page, or with `format=json` the steps since `since` (of `key` only
+/// if given) and the queues' depths, from the configured source.
+async fn journey(config: &ServeConfig, query: &str) -> Response<Full<Bytes>> {
+    if !query.split('&').any(|p| p == "format=json") {
+        let mut response = text(StatusCode::OK, super::journey::page().to_owned());
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        // Everything the page runs is in it; it may only fetch its own data.
+        headers.insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            http::HeaderValue::from_static(
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'",
+            ),
+        );
+        return response;
+    }
+    let query = JourneyQuery::parse(query);
+    let answer = match &config.journey {
+        Some(source) => source.data(query).await,
+        None => {
+            LocalTrace {
+                registry: config.registry.clone(),
+            }
+            .data(query)
+            .await
+        }
+    };
+    match answer {
+        Ok(body) => {
+            let mut response = text(StatusCode::OK, body);
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(refusal) => text(refusal.status, format!("{}\n", refusal.words)),
+    }
+}
+
 /// `%2F` and friends in a query value (a key's `/` may come encoded).
-fn percent_decode(s: &str) -> String {
+pub(super) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

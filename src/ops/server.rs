@@ -439,6 +439,72 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn debug_journey_serves_the_page_and_new_steps_and_words_for_an_unfollowed_key() {
+        crate::trace::follow(["ops-journey/foo"]).unwrap();
+        crate::trace::record(
+            "ops-journey/foo",
+            crate::trace::Stage::WatchEvent,
+            "Foo",
+            || "ADDED rv=1".into(),
+        );
+        let config = ServeConfig {
+            trace: true,
+            ..Default::default()
+        };
+        let stop = CancellationToken::new();
+        let server = OpsServer::start("127.0.0.1:0".parse().unwrap(), config, stop.clone())
+            .await
+            .unwrap();
+        let (status, page) = get(server.addr(), "/debug/journey").await;
+        assert_eq!(status, 200);
+        assert!(
+            page.contains("<script>") && page.contains("renderKey"),
+            "{page}"
+        );
+
+        let (status, body) = get(
+            server.addr(),
+            "/debug/journey?format=json&key=ops-journey%2Ffoo&since=0",
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let data: crate::ops::JourneyData = serde_json::from_str(&body).unwrap();
+        assert!(data.live);
+        assert_eq!(data.steps.keys.len(), 1);
+        assert_eq!(data.steps.keys[0].steps[0].detail, "ADDED rv=1");
+        crate::trace::record(
+            "ops-journey/foo",
+            crate::trace::Stage::FifoQueued,
+            "Foo",
+            || "Added".into(),
+        );
+        let path = format!(
+            "/debug/journey?format=json&key=ops-journey%2Ffoo&since={}",
+            data.steps.next
+        );
+        let (_, body) = get(server.addr(), &path).await;
+        let newer: crate::ops::JourneyData = serde_json::from_str(&body).unwrap();
+        let details: Vec<&str> = newer.steps.keys[0]
+            .steps
+            .iter()
+            .map(|s| s.detail.as_str())
+            .collect();
+        assert_eq!(details, ["Added"], "only the step after `since`");
+
+        let (status, body) = get(
+            server.addr(),
+            "/debug/journey?format=json&key=ops-journey%2Fnope",
+        )
+        .await;
+        assert_eq!(status, 404);
+        assert!(
+            body.contains("\"ops-journey/nope\" is not traced here"),
+            "{body}"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
     async fn debug_queue_lists_a_named_fair_queue_s_keys_deepest_first() {
         use crate::workqueue::{FairnessKeys, PriorityQueue, QueueConfig};
         let queue = PriorityQueue::<String>::with_fairness(

@@ -6,6 +6,10 @@
 //! (`--certificate-authority`) or `--insecure-skip-tls-verify` for its self-signed certificate;
 //! a server started with `--metrics-secure=false` with `--ops-address HOST:PORT`.
 //! See `kubeloop::trace`.
+//!
+//! `kubeloop trace --serve` serves the journey page (`kubeloop::ops`' `/debug/journey`, the
+//! same page and server) on a local port instead, with its data read through from the
+//! controller (same flags) or from a saved `kubeloop trace --json` file (`--file`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,8 +20,11 @@ use tokio_rustls::rustls;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The object's key, namespace/name (name alone for a cluster-scoped object).
-    key: String,
+    /// The object's key, namespace/name (name alone for a cluster-scoped object). With
+    /// --serve: the one key to show (all followed keys without it); with --file, the name the
+    /// saved steps are shown under.
+    #[arg(required_unless_present = "serve")]
+    key: Option<String>,
     /// The controller's metrics address (its --metrics-bind-address): https://host:port for
     /// its default secure server; host:port or :port for one run with --metrics-secure=false.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -37,30 +44,64 @@ pub struct Args {
     #[arg(long)]
     kind: Option<String>,
     /// Print the recorded steps as JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "serve")]
     json: bool,
+    /// Serve the journey page (/debug/journey) on --listen instead of printing, until Ctrl-C.
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: the local address to serve the page on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8090", requires = "serve")]
+    listen: String,
+    /// With --serve: show this saved `kubeloop trace --json` output instead of a controller's.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    file: Option<PathBuf>,
+}
+
+/// The controller's ops server, as `--ops-address` and its TLS flags name it.
+#[derive(Clone)]
+struct Controller {
+    address: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    token: Option<String>,
+}
+
+impl Controller {
+    fn from_args(args: &Args) -> anyhow::Result<Self> {
+        let (tls, address) = match args.ops_address.strip_prefix("https://") {
+            Some(rest) => (Some(tls_config(args)?), rest.trim_end_matches('/')),
+            None => (None, args.ops_address.as_str()),
+        };
+        let address = match address.strip_prefix(':') {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => address.to_string(),
+        };
+        Ok(Self {
+            address,
+            tls,
+            token: args.token.clone(),
+        })
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        get(&self.address, path, self.tls.clone(), self.token.as_deref()).await
+    }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (tls, address) = match args.ops_address.strip_prefix("https://") {
-        Some(rest) => (Some(tls_config(&args)?), rest.trim_end_matches('/')),
-        None => (None, args.ops_address.as_str()),
-    };
-    let address = match address.strip_prefix(':') {
-        Some(port) => format!("127.0.0.1:{port}"),
-        None => address.to_string(),
-    };
-    let path = format!(
-        "/debug/trace?key={}&format=json",
-        args.key.replace('/', "%2F")
-    );
-    let (status, body) = get(&address, &path, tls, args.token.as_deref())
+    if args.serve {
+        return serve(args).await;
+    }
+    let key = args.key.clone().context("give the key to trace")?;
+    let controller = Controller::from_args(&args)?;
+    let address = &controller.address;
+    let path = format!("/debug/trace?key={}&format=json", key.replace('/', "%2F"));
+    let (status, body) = controller
+        .get(&path)
         .await
-        .with_context(|| format!("reading the trace of {} from {address}", args.key))?;
+        .with_context(|| format!("reading the trace of {key} from {address}"))?;
     if status != 200 {
         bail!(
-            "{address} answered {status} for the trace of {}: {}",
-            args.key,
+            "{address} answered {status} for the trace of {key}: {}",
             body.trim()
         );
     }
@@ -73,9 +114,165 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&steps)?);
     } else {
-        print!("{}", kubeloop::trace::render(&args.key, &steps));
+        print!("{}", kubeloop::trace::render(&key, &steps));
     }
     Ok(())
+}
+
+/// `--serve`: the ops server's journey page on `--listen`, its data from `--file` or read
+/// through from the controller, until SIGINT or SIGTERM.
+async fn serve(args: Args) -> anyhow::Result<()> {
+    use kubeloop::ops::{JourneySource, OpsServer, ServeConfig};
+    let listen = OpsServer::parse_bind_address(&args.listen)
+        .context("--listen")?
+        .context("--listen 0 serves nothing; give host:port")?;
+    let source: Arc<dyn JourneySource> = match &args.file {
+        Some(path) => Arc::new(SavedTrace::read(path, args.key.clone())),
+        None => Arc::new(ReadThrough {
+            controller: Controller::from_args(&args)?,
+        }),
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let config = ServeConfig {
+        journey: Some(source),
+        ..Default::default()
+    };
+    let server = OpsServer::start(listen, config, stop.clone())
+        .await
+        .with_context(|| format!("serving the journey page on {listen}"))?;
+    let page = match &args.key {
+        Some(key) if args.file.is_none() => format!("?key={}", key.replace('/', "%2F")),
+        _ => String::new(),
+    };
+    println!(
+        "journey page: http://{}/debug/journey{page}  (Ctrl-C stops)",
+        server.addr()
+    );
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    stop.cancel();
+    Ok(())
+}
+
+/// A saved `kubeloop trace --json` file, read once; one that does not parse is shown on the
+/// page as such.
+struct SavedTrace {
+    name: String,
+    steps: Result<Vec<kubeloop::trace::Step>, String>,
+}
+
+impl SavedTrace {
+    fn read(path: &std::path::Path, key: Option<String>) -> Self {
+        let name = key.unwrap_or_else(|| path.display().to_string());
+        let steps = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the saved trace {}: {e}", path.display()))
+            .and_then(|text| {
+                serde_json::from_str(&text).map_err(|e| {
+                    format!(
+                        "the saved trace {} does not parse as `kubeloop trace --json` output \
+                         (a list of steps): {e}",
+                        path.display()
+                    )
+                })
+            });
+        if let Err(problem) = &steps {
+            eprintln!("kubeloop trace --serve: {problem}");
+        }
+        Self { name, steps }
+    }
+}
+
+impl kubeloop::ops::JourneySource for SavedTrace {
+    fn data(&self, query: kubeloop::ops::JourneyQuery) -> kubeloop::ops::JourneyFuture<'_> {
+        use kubeloop::ops::{JourneyData, JourneyRefusal};
+        use kubeloop::trace::{KeySteps, StepsSince};
+        let answer = match &self.steps {
+            Err(problem) => Err(JourneyRefusal {
+                status: http::StatusCode::UNPROCESSABLE_ENTITY,
+                words: problem.clone(),
+            }),
+            Ok(_) if query.key.as_ref().is_some_and(|k| *k != self.name) => Err(JourneyRefusal {
+                status: http::StatusCode::NOT_FOUND,
+                words: format!(
+                    "{:?} is not in this saved trace; it holds {:?}",
+                    query.key.unwrap_or_default(),
+                    self.name
+                ),
+            }),
+            Ok(steps) => {
+                let kept = if query.since == 0 {
+                    steps.clone()
+                } else {
+                    vec![]
+                };
+                let data = JourneyData {
+                    source: format!("saved trace {}", self.name),
+                    live: false,
+                    steps: StepsSince {
+                        next: steps.len() as u64,
+                        keys: vec![KeySteps {
+                            key: self.name.clone(),
+                            steps: kept,
+                        }],
+                        more_keys: 0,
+                    },
+                    queues: vec![],
+                };
+                serde_json::to_string(&data).map_err(|e| JourneyRefusal {
+                    status: http::StatusCode::INTERNAL_SERVER_ERROR,
+                    words: format!("encoding the saved trace: {e}"),
+                })
+            }
+        };
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+/// A running controller's journey data, read through on each poll (with the token and TLS of
+/// the flags, which the browser does not have).
+struct ReadThrough {
+    controller: Controller,
+}
+
+impl kubeloop::ops::JourneySource for ReadThrough {
+    fn data(&self, query: kubeloop::ops::JourneyQuery) -> kubeloop::ops::JourneyFuture<'_> {
+        use kubeloop::ops::JourneyRefusal;
+        Box::pin(async move {
+            let address = &self.controller.address;
+            let path = format!("/debug/journey?{}", query.to_query());
+            match self.controller.get(&path).await {
+                Ok((200, body)) => {
+                    let mut data: kubeloop::ops::JourneyData = serde_json::from_str(&body)
+                        .map_err(|e| JourneyRefusal {
+                            status: http::StatusCode::BAD_GATEWAY,
+                            words: format!("{address} sent journey data that does not parse: {e}"),
+                        })?;
+                    data.source = format!("{} at {address}", data.source);
+                    serde_json::to_string(&data).map_err(|e| JourneyRefusal {
+                        status: http::StatusCode::INTERNAL_SERVER_ERROR,
+                        words: format!("encoding the journeys: {e}"),
+                    })
+                }
+                Ok((status, body)) => Err(JourneyRefusal {
+                    status: http::StatusCode::from_u16(status)
+                        .unwrap_or(http::StatusCode::BAD_GATEWAY),
+                    words: format!(
+                        "the controller at {address} answered {status}: {}",
+                        body.trim()
+                    ),
+                }),
+                Err(e) => Err(JourneyRefusal {
+                    status: http::StatusCode::BAD_GATEWAY,
+                    words: format!("cannot read the controller at {address}: {e:#}"),
+                }),
+            }
+        })
+    }
 }
 
 /// kubectl's short names for the two controllers' kinds.
