@@ -1,8 +1,8 @@
 //! The fuzz targets' bodies for what reads protobuf off the wire, `fuzz_<target>` (`fuzz/`
-//! runs them under libFuzzer; `tests.rs` replays the inputs that once failed,
-//! `testdata/fuzz/<target>/`), and how a target reads its input as a body and the places where
-//! it is cut into chunks. Built
-//! for the unit tests and under `--cfg fuzzing` (what `hack/fuzz` builds with), nowhere else.
+//! runs them under libFuzzer), how a target reads its input as a body and the places where it
+//! is cut into chunks, and [`replay`], which runs a target on the inputs that once failed it
+//! (`testdata-fuzz/<target>/`). Built for the unit tests and under `--cfg fuzzing` (what
+//! `hack/fuzz` builds with), nowhere else.
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -189,12 +189,12 @@ pub fn fuzz_watch_framer(data: &[u8]) {
     assert_eq!(frames.next_len(), next);
 }
 
-/// Runs `target` on each input in `testdata/fuzz/<target>/` (each a failure the fuzz target
+/// Runs `target` on each input in `testdata-fuzz/<target>/` (each a failure the fuzz target
 /// once found, named for it), and says which panicked.
 #[cfg(test)]
 pub(crate) fn replay(target: &str, run: fn(&[u8])) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("src/protobuf/testdata/fuzz")
+        .join("src/protobuf/testdata-fuzz")
         .join(target);
     let paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

@@ -371,7 +371,7 @@ mod tests {
         Ok(parts)
     }
 
-    /// Found by the fuzz target `protobuf_list` (`testdata/fuzz/protobuf_list/`): a field
+    /// Found by the fuzz target `protobuf_list` (`testdata-fuzz/protobuf_list/`): a field
     /// length near 2^64, in the list or around it, is an error, not an overflow.
     #[test]
     fn a_length_near_two_to_the_64_is_an_error() {

@@ -1,10 +1,10 @@
 //! The fuzz targets' bodies for the LIST and watch readers, `fuzz_<target>` (`fuzz/` runs them
-//! under libFuzzer; the tests below replay the inputs that once failed, `protobuf/testdata/fuzz/<target>/`): a
-//! body from the network, cut into chunks where the input's head says
-//! ([`Head`](crate::protobuf::fuzz::Head)), read by the decoders the cache's ListWatch uses,
-//! whole and in chunks, with a summary of what came out that must not depend on where the
-//! chunks were cut. Built for the unit tests and under `--cfg fuzzing` (what `hack/fuzz`
-//! builds with), nowhere else.
+//! under libFuzzer; the tests below replay the inputs that once failed,
+//! `protobuf/testdata-fuzz/<target>/`): a body from the network, cut into chunks where the
+//! input's head says ([`Head`](crate::protobuf::fuzz::Head)), read by the decoders the cache's
+//! ListWatch uses, whole and in chunks, with a summary of what came out that must not depend on
+//! where the chunks were cut. Built for the unit tests and under `--cfg fuzzing` (what
+//! `hack/fuzz` builds with), nowhere else.
 
 use std::fmt::Debug;
 
@@ -272,7 +272,7 @@ mod tests {
         crate::protobuf::Envelope::parse(POD).unwrap().raw
     }
 
-    /// What the fuzz targets found (`protobuf/testdata/fuzz/<target>/`), replayed: an item
+    /// What the fuzz targets found (`protobuf/testdata-fuzz/<target>/`), replayed: an item
     /// that is nothing in a JSON list (skipped at the same place until memory ran out), a
     /// field length near 2^64 in a protobuf list (an overflow).
     #[test]

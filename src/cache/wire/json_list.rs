@@ -373,7 +373,7 @@ mod tests {
         d.finish()
     }
 
-    /// Found by the fuzz target `json_list` (`protobuf/testdata/fuzz/json_list/`): an item
+    /// Found by the fuzz target `json_list` (`protobuf/testdata-fuzz/json_list/`): an item
     /// that is nothing (a `,`, `}` or `]` where it starts) is an error; it was skipped at the
     /// same place again and again, each time one more skip held, until memory ran out.
     #[test]
