@@ -161,3 +161,7 @@ pub use stored::{SentBytes, StoreKind};
 pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
 pub use wire::{INITIAL_EVENTS_END_ANNOTATION, ListDecodeError, Wire};
+/// The fuzz targets' bodies for the LIST and watch readers (`fuzz/`; `--cfg fuzzing` only).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use wire::{fuzz_json_list, fuzz_json_watch, fuzz_protobuf_list, fuzz_protobuf_watch};

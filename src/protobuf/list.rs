@@ -156,7 +156,8 @@ impl ListReader {
                     let Some(h) = self.header()? else {
                         return Ok(());
                     };
-                    if self.offset() + h.size + h.len > end {
+                    // `end` is at or past the offset; a length may be any u64 (no overflow).
+                    if h.size.saturating_add(h.len) > end - self.offset() {
                         return Err(Error::wire(format!(
                             "a field of {} bytes at byte {} runs past the list's end at byte {end}",
                             h.len,
@@ -200,7 +201,7 @@ impl ListReader {
                         (2, true, State::Envelope) => {
                             self.pos += h.size;
                             self.state = State::List {
-                                end: self.offset() + h.len,
+                                end: self.offset().saturating_add(h.len),
                             };
                         }
                         (1 | 3, true, _) => {
@@ -368,6 +369,28 @@ mod tests {
         }
         reader.finish()?;
         Ok(parts)
+    }
+
+    /// Found by the fuzz target `protobuf_list` (`testdata-fuzz/protobuf_list/`): a field
+    /// length near 2^64, in the list or around it, is an error, not an overflow.
+    #[test]
+    fn a_length_near_two_to_the_64_is_an_error() {
+        let huge = [
+            0x12, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ];
+        let mut list = field(1, b"\x0a\x0312");
+        list.extend(huge);
+        let err = read(&body(&list), 3, 1000).unwrap_err();
+        assert!(
+            err.to_string().contains("runs past the list's end"),
+            "{err}"
+        );
+        // The list's own length: the body ends inside it.
+        let mut type_meta = field(1, b"v1");
+        type_meta.extend(field(2, b"ConfigMapList"));
+        let body = [&MAGIC[..], &field(1, &type_meta), &huge, &field(2, b"item")].concat();
+        let err = read(&body, 3, 1000).unwrap_err();
+        assert!(err.to_string().contains("ended inside the list"), "{err}");
     }
 
     #[test]

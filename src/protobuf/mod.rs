@@ -25,6 +25,7 @@
 //! | `watch.rs` | watch streams: [`Frames`] (4-byte length-delimited), [`RawWatchEvent`] |
 //! | `list.rs` | LIST bodies as they arrive: [`ListReader`] |
 //! | `names.rs` | [`LooseNames`]: what an object that is not decoded is called |
+//! | `fuzz.rs` | the fuzz targets' bodies (`fuzz/`, `hack/fuzz`; tests and `--cfg fuzzing` only) |
 //!
 //! Imports run up the table: each file uses only files above it.
 
@@ -49,6 +50,12 @@ pub use names::LooseNames;
 pub use watch::{Frames, RawWatchEvent, WATCH_CONTENT_TYPE};
 #[cfg(test)]
 pub(crate) use wire::delimited;
+// The fuzz targets' bodies (`fuzz/`, `hack/fuzz`): `--cfg fuzzing` and the tests only.
+#[cfg(any(test, fuzzing))]
+pub(crate) mod fuzz;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use fuzz::{fuzz_envelope, fuzz_protobuf_decode, fuzz_watch_framer};
 
 #[cfg(test)]
 mod tests;

@@ -291,6 +291,11 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         };
         self.scanned += n;
         let end = from + n;
+        if end == self.pos {
+            // A `,`, `}` or `]` where a value starts: without this, an item that is nothing
+            // would be skipped at the same place again and again (`[}`).
+            return Err(self.malformed(self.pos, "a value"));
+        }
         let bytes = &self.buf[self.pos..end];
         match value {
             Value::Metadata => {
@@ -366,6 +371,32 @@ mod tests {
             d.feed(part)?;
         }
         d.finish()
+    }
+
+    /// Found by the fuzz target `json_list` (`protobuf/testdata-fuzz/json_list/`): an item
+    /// that is nothing (a `,`, `}` or `]` where it starts) is an error; it was skipped at the
+    /// same place again and again, each time one more skip held, until memory ran out.
+    #[test]
+    fn an_item_that_is_nothing_is_an_error_not_an_endless_skip() {
+        for text in [
+            r#"{"items":[}"#,
+            r#"{"items":[{},,{}]}"#,
+            r#"{"kind":,"items":[]}"#,
+        ] {
+            for chunk in [1, 4, text.len()] {
+                let err = decode_list(text, chunk, MAX_OBJECT_BYTES).err();
+                assert!(
+                    matches!(
+                        err,
+                        Some(ListDecodeError::Malformed {
+                            what: "a value",
+                            ..
+                        })
+                    ),
+                    "{text} in chunks of {chunk}: {err:?}"
+                );
+            }
+        }
     }
 
     // kubeloop's own: every chunking of a body decodes to what serde_json makes of it whole,

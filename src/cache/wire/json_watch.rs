@@ -35,7 +35,11 @@ pub(super) fn watch_events<K: DeserializeOwned + Send + 'static>(
 }
 
 /// [`watch_events`] over the body's chunks as they arrive.
-fn watch_events_of_chunks<K, S, D>(chunks: S, url: String, max_line_bytes: usize) -> WatchStream<K>
+pub(super) fn watch_events_of_chunks<K, S, D>(
+    chunks: S,
+    url: String,
+    max_line_bytes: usize,
+) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<D, kube_client::Error>> + Send + Unpin + 'static,

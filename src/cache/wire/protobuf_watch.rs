@@ -41,7 +41,7 @@ pub(super) fn watch_events<K: DeserializeOwned + Send + 'static>(
 }
 
 /// [`watch_events`] over the body's chunks as they arrive.
-fn watch_events_of_chunks<K, S, D>(
+pub(super) fn watch_events_of_chunks<K, S, D>(
     chunks: S,
     url: String,
     max_frame_bytes: usize,

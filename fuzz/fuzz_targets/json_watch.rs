@@ -1,0 +1,4 @@
+//! `kubeloop::cache::fuzz_json_watch` under libFuzzer (what it checks is said there).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubeloop::cache::fuzz_json_watch(data));

@@ -1,0 +1,4 @@
+//! `kubeloop::protobuf::fuzz_protobuf_decode` under libFuzzer (what it checks is said there).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubeloop::protobuf::fuzz_protobuf_decode(data));

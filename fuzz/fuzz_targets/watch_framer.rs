@@ -1,0 +1,4 @@
+//! `kubeloop::protobuf::fuzz_watch_framer` under libFuzzer (what it checks is said there).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubeloop::protobuf::fuzz_watch_framer(data));
