@@ -87,7 +87,7 @@ impl ListerWatcher<ConfigMap> for Corrupting {
         Ok(stream
             .filter_map(move |event| {
                 let out = match event {
-                    Ok(WatchEvent::Added(o)) => this.corrupt(o).map(|o| Ok(WatchEvent::Added(o))),
+                    Ok(WatchEvent::Added(o)) => this.corrupt(o).map(WatchEvent::Added).map(Ok),
                     other => Some(other),
                 };
                 std::future::ready(out)
