@@ -91,6 +91,7 @@
 mod backoff;
 #[cfg(feature = "compact-store")]
 mod compact;
+mod consistency;
 mod delta;
 mod delta_fifo;
 mod factory;
@@ -119,6 +120,10 @@ mod undecodable;
 mod wire;
 
 pub use backoff::BackoffConfig;
+pub use consistency::{
+    ConsistencyDetectors, Inconsistency, InconsistencyHandler, LIST_FROM_CACHE_DETECTOR_ENV,
+    WATCH_LIST_DETECTOR_ENV, panic_on_inconsistency,
+};
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaType, Deltas};
 pub use delta_fifo::DeltaFIFO;
 pub use factory::{

@@ -30,6 +30,9 @@
 //!   collected until the bookmark annotated `k8s.io/initial-events-end`, then replace. The
 //!   bound is on lack of progress (`watch_list_timeout` between events, not on the whole
 //!   stream); any failure falls back to a paged LIST (kubernetes#140890).
+//! - With client-go's consistency detectors switched on (`KUBE_WATCHLIST_INCONSISTENCY_DETECTOR`,
+//!   `KUBE_LIST_FROM_CACHE_INCONSISTENCY_DETECTOR`), each list is checked against etcd
+//!   before the watch goes on: see `consistency.rs`.
 //! - Resync: every `resync_period` (zero = off) the store's `resync` runs, if the
 //!   `should_resync` hook agrees.
 //!
@@ -46,6 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::BackoffConfig;
+use super::consistency::{self, ConsistencyDetectors, InconsistencyHandler};
 use super::keys::{meta_namespace_key, resource_version};
 use super::list_watch::{CacheObject, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use super::list_watch_error::{ListWatchError, WatchStream};
@@ -85,6 +89,9 @@ pub struct ReflectorConfig {
     /// keeps delivering is never cut off, however long the list. client-go has no bound
     /// (kubernetes#140890); 60 s here.
     pub watch_list_timeout: Duration,
+    /// client-go's consistency detectors. Default: as the environment sets them
+    /// ([`ConsistencyDetectors::from_env`]), off when unset.
+    pub consistency: ConsistencyDetectors,
 }
 
 impl Default for ReflectorConfig {
@@ -96,6 +103,7 @@ impl Default for ReflectorConfig {
             resync_period: Duration::ZERO,
             use_watch_list: true,
             watch_list_timeout: Duration::from_secs(60),
+            consistency: ConsistencyDetectors::from_env(),
         }
     }
 }
@@ -223,6 +231,7 @@ struct Core<K, L> {
     type_name: String,
     metrics: ReflectorMetrics,
     on_error: WatchErrorHandler,
+    on_inconsistency: InconsistencyHandler,
     backoff: DelayWithReset,
     /// The version the store is known to be in sync with ("" before the first list).
     last_sync_rv: String,
@@ -268,6 +277,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
                 metrics,
                 type_name,
                 on_error: Arc::new(default_watch_error_handler),
+                on_inconsistency: Arc::new(consistency::panic_on_inconsistency),
                 last_sync_rv: String::new(),
                 published_rv: Default::default(),
                 rv_unavailable: false,
@@ -286,6 +296,13 @@ impl<K: CacheObject, L: ListerWatcher<K>> Reflector<K, L> {
     /// Replaces the watch error handler (client-go `SetWatchErrorHandler`).
     pub fn with_watch_error_handler(mut self, handler: WatchErrorHandler) -> Self {
         self.core.on_error = handler;
+        self
+    }
+
+    /// Replaces what a consistency detector does on a difference (default:
+    /// [`panic_on_inconsistency`](super::panic_on_inconsistency), as client-go).
+    pub fn with_inconsistency_handler(mut self, handler: InconsistencyHandler) -> Self {
+        self.core.on_inconsistency = handler;
         self
     }
 
@@ -473,6 +490,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         }
         match result {
             Ok((items, undecodable, rv)) => {
+                let check = self.config.consistency.list_from_cache;
+                let cached = check.then(|| listed_versions(&items));
+                let skipped = check.then(|| undecodable.clone());
                 if let Err(source) = self.store.replace_listed(items, undecodable, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
@@ -482,6 +502,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 }
                 self.rv_unavailable = false;
                 self.set_last_sync(&rv);
+                if let (Some(cached), Some(skipped)) = (cached, skipped) {
+                    self.check_consistency(&rv, cached, skipped).await;
+                }
                 State::Watch
             }
             Err(source) => {
@@ -773,6 +796,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         self.metrics.watches.inc();
         let failure = match self.collect_initial_events(&options).await {
             Ok((items, undecodable, rv, stream)) => {
+                let check = self.config.consistency.watch_list;
+                let cached = check.then(|| listed_versions(&items));
+                let skipped = check.then(|| undecodable.clone());
                 if let Err(source) = self.store.replace_listed(items, undecodable, &rv) {
                     self.report(ReflectorError::Replace {
                         type_name: self.type_name.clone(),
@@ -782,6 +808,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 }
                 self.rv_unavailable = false;
                 self.set_last_sync(&rv);
+                if let (Some(cached), Some(skipped)) = (cached, skipped) {
+                    self.check_consistency(&rv, cached, skipped).await;
+                }
                 let now = Instant::now();
                 return State::Watching {
                     stream,
@@ -899,6 +928,85 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
             }
         }
     }
+}
+
+impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
+    /// A consistency detector's check of the list just stored at `rv` (see `consistency.rs`):
+    /// a paged LIST from etcd at `rv` (Exact), retried every second until it succeeds.
+    async fn check_consistency(
+        &self,
+        rv: &str,
+        cached: Vec<(String, String)>,
+        skipped: Vec<String>,
+    ) {
+        if rv.is_empty() || rv == "0" {
+            return;
+        }
+        tracing::warn!(type_name = %self.type_name, "data consistency check is enabled, this will result in an additional call to the API server");
+        let (etcd, undecodable) = loop {
+            match self.list_exact(rv).await {
+                Ok(listed) => break listed,
+                Err(e) => {
+                    tracing::error!(type_name = %self.type_name, "failed to list data from the server for the consistency check, retrying: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        let skipped = skipped.into_iter().chain(undecodable).collect();
+        if let Some(found) = consistency::compare(&self.type_name, rv, cached, etcd, &skipped) {
+            tracing::error!("{found}");
+            (self.on_inconsistency)(&found);
+        }
+    }
+
+    /// Every `(key, resourceVersion)` of a LIST at exactly `rv`, and the keys that did not
+    /// decode.
+    async fn list_exact(
+        &self,
+        rv: &str,
+    ) -> Result<(Vec<(String, String)>, Vec<String>), ListWatchError> {
+        let mut options = ListOptions {
+            resource_version: Some(rv.to_string()),
+            resource_version_match: Some("Exact".to_string()),
+            limit: Some(self.config.page_size),
+            ..Default::default()
+        };
+        let (mut versions, mut undecodable) = (Vec::new(), Vec::new());
+        loop {
+            let page = self.lw.list(&options).await?;
+            versions.extend(page.items.iter().filter_map(|o| {
+                let key = meta_namespace_key(o).ok()?;
+                Some((key, resource_version(o).to_string()))
+            }));
+            undecodable.extend(page.undecodable.iter().filter_map(|u| u.key()));
+            match page.continue_token {
+                Some(token) => {
+                    options = ListOptions {
+                        limit: options.limit,
+                        continue_token: Some(token),
+                        ..Default::default()
+                    }
+                }
+                None => return Ok((versions, undecodable)),
+            }
+        }
+    }
+}
+
+/// Each listed object's key and resourceVersion, as the store will hold it (a compact
+/// store's frames decoded again).
+fn listed_versions<K: CacheObject>(items: &ListedObjects<K>) -> Vec<(String, String)> {
+    items
+        .clone()
+        .into_decoded()
+        .iter()
+        .filter_map(|o| {
+            Some((
+                meta_namespace_key(&**o).ok()?,
+                resource_version(&**o).to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// A LIST's objects, the keys of its items that did not decode, and its resourceVersion.

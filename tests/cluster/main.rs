@@ -14,6 +14,7 @@
 //! `kubectl apply`, which can race another test creating the same object (`operations`,
 //! `ops_secure_serving`, `tour`, `image`).
 
+mod cache_consistency;
 mod cache_factory_options;
 mod cache_informer;
 mod cli;

@@ -73,6 +73,8 @@ struct Script {
     calls: Vec<(Duration, String)>,
     /// `timeoutSeconds` of every watch opened.
     watch_timeouts: Vec<Option<u32>>,
+    /// `resourceVersionMatch` of every list asked.
+    list_matches: Vec<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -146,6 +148,7 @@ impl ListerWatcher<ConfigMap> for FakeLw {
             o.resource_version, o.limit, o.continue_token
         );
         s.calls.push((self.start.elapsed(), desc));
+        s.list_matches.push(o.resource_version_match.clone());
         // An exhausted script fails, which the reflector retries after backoff.
         let r = s
             .lists
@@ -1008,4 +1011,100 @@ async fn a_streaming_list_skips_objects_that_do_not_decode() {
     assert_eq!(ops, ["replace [a,b] @9 keeping [ns/x]"]);
     assert_eq!((m.lists(), m.list_errors()), (1, 0));
     assert_eq!(m.undecodable_objects(), 2);
+}
+
+/// A reflector whose consistency detectors are `detectors`, telling `found` of differences.
+async fn run_detecting(
+    lw: &FakeLw,
+    detectors: ConsistencyDetectors,
+    use_watch_list: bool,
+) -> (Vec<String>, Vec<crate::cache::Inconsistency>) {
+    let store = Arc::new(RecStore::default());
+    let config = ReflectorConfig {
+        use_watch_list,
+        consistency: detectors,
+        ..no_jitter()
+    };
+    let found: Arc<Mutex<Vec<crate::cache::Inconsistency>>> = Arc::default();
+    let seen = found.clone();
+    let r = Reflector::new(lw.clone(), store.clone(), config)
+        .with_inconsistency_handler(Arc::new(move |i| seen.lock().push(i.clone())));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(r.run(cancel.clone()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cancel.cancel();
+    task.await.unwrap();
+    let ops = store.ops.lock().clone();
+    (ops, found.lock().clone())
+}
+
+// client-go: TestCheckDataConsistency / TestWatchListConsistency (a cache made wrong on
+// purpose: one object missing, one at a stale resourceVersion).
+#[tokio::test(start_paused = true)]
+async fn the_watch_list_detector_lists_etcd_at_the_synced_version_and_names_the_differences() {
+    let lw = FakeLw::new();
+    lw.watch(
+        vec![
+            WatchEvent::Added(cm("a", "5")),
+            WatchEvent::Added(cm("b", "6")),
+            bookmark("9", true),
+        ],
+        true,
+    );
+    // etcd at 9, in two pages: b is at 7, and c is there.
+    lw.list_ok(vec![cm("a", "5"), cm("b", "7")], "9", Some("tok"))
+        .list_ok(vec![cm("c", "8")], "9", None);
+    let on = ConsistencyDetectors {
+        watch_list: true,
+        list_from_cache: false,
+    };
+    let (ops, found) = run_detecting(&lw, on, true).await;
+    assert_eq!(ops, ["replace [a,b] @9"]);
+    assert_eq!(
+        lw.call_names()[1..],
+        [
+            r#"list rv=Some("9") limit=Some(500) continue=None"#,
+            r#"list rv=None limit=Some(500) continue=Some("tok")"#,
+        ]
+    );
+    assert_eq!(
+        lw.script.lock().list_matches,
+        [Some("Exact".to_string()), None]
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].resource_version, "9");
+    assert_eq!(found[0].missing, ["ns/c"]);
+    assert!(found[0].unexpected.is_empty());
+    assert_eq!(found[0].stale, [("ns/b".into(), "6".into(), "7".into())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_list_detector_finds_nothing_in_an_agreeing_cache_and_off_asks_nothing() {
+    let agreeing = || {
+        let lw = FakeLw::new();
+        lw.list_ok(vec![cm("a", "5"), cm("b", "6")], "9", None)
+            .watch(vec![], true);
+        lw
+    };
+    let lw = agreeing();
+    lw.list_ok(vec![cm("b", "6"), cm("a", "5")], "9", None);
+    let on = ConsistencyDetectors {
+        watch_list: false,
+        list_from_cache: true,
+    };
+    let (_, found) = run_detecting(&lw, on, false).await;
+    assert!(found.is_empty(), "{found:?}");
+    assert_eq!(lw.script.lock().list_matches, [None, Some("Exact".into())]);
+
+    let lw = agreeing();
+    let (ops, found) = run_detecting(&lw, ConsistencyDetectors::default(), false).await;
+    assert_eq!(ops, ["replace [a,b] @9"]);
+    assert!(found.is_empty());
+    assert_eq!(
+        lw.call_names(),
+        [
+            r#"list rv=Some("0") limit=Some(500) continue=None"#,
+            r#"watch rv="9" bookmarks=true initial=false timeout_ok=true"#,
+        ]
+    );
 }
