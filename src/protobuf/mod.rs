@@ -39,6 +39,7 @@ mod list;
 #[allow(unsafe_code)]
 mod made;
 mod names;
+mod ser;
 mod table;
 mod watch;
 mod wire;
@@ -47,6 +48,7 @@ pub use envelope::{CONTENT_TYPE, Envelope, MAGIC, ObjectType, decode_message, fr
 pub use error::DecodeError;
 pub use list::{ListPart, ListReader};
 pub use names::LooseNames;
+pub use ser::{EncodeError, to_vec};
 pub use watch::{Frames, RawWatchEvent, WATCH_CONTENT_TYPE};
 #[cfg(test)]
 pub(crate) use wire::delimited;
