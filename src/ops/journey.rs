@@ -56,9 +56,7 @@ impl JourneyQuery {
         let mut parsed = Self::default();
         for pair in query.split('&') {
             match pair.split_once('=') {
-                Some(("key", k)) if !k.is_empty() => {
-                    parsed.key = Some(super::routes::percent_decode(k))
-                }
+                Some(("key", k)) if !k.is_empty() => parsed.key = Some(percent_decode(k)),
                 Some(("since", n)) => parsed.since = n.parse().unwrap_or(0),
                 _ => {}
             }
@@ -218,6 +216,30 @@ fn depth_by_priority(registry: &Registry) -> Vec<QueueDepth> {
         })
         .take(MAX_QUEUE_SERIES)
         .collect()
+}
+
+/// `%2F` and friends in a query value (a key's `/` may come encoded).
+pub(super) fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

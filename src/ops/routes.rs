@@ -208,7 +208,7 @@ fn trace(query: &str) -> Response<Full<Bytes>> {
     let mut json = false;
     for pair in query.split('&') {
         match pair.split_once('=') {
-            Some(("key", k)) => key = Some(percent_decode(k)),
+            Some(("key", k)) => key = Some(super::journey::percent_decode(k)),
             Some(("format", "json")) => json = true,
             _ => {}
         }
@@ -289,30 +289,6 @@ async fn journey(config: &ServeConfig, query: &str) -> Response<Full<Bytes>> {
         }
         Err(refusal) => text(refusal.status, format!("{}\n", refusal.words)),
     }
-}
-
-/// `%2F` and friends in a query value (a key's `/` may come encoded).
-pub(super) fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// k8s.io/apiserver healthz's format: `ok` when all pass; otherwise 500 and one line per check,
