@@ -72,6 +72,10 @@ pub fn spec_changes(schema: &Value) -> Vec<SpecChange> {
         match schema.get("type").and_then(Value::as_str) {
             Some("object") => {
                 if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                    // By name: a `Map`'s order is its keys' with serde_json's default features
+                    // and the schema's with `preserve_order`, which a workspace build turns on.
+                    let mut properties: Vec<_> = properties.iter().collect();
+                    properties.sort_by_key(|(name, _)| *name);
                     for (name, property) in properties {
                         walk(property, format!("{pointer}/{name}"), out);
                     }
