@@ -205,8 +205,11 @@ pub(crate) fn undecodable_event(
     ))
 }
 
-/// A list item over the bound, named from the metadata within its first bytes.
+/// A list item over the bound, named from the metadata within its first `limit` bytes (of
+/// `prefix`, which holds at least those once the item crossed the bound): exactly those, so the
+/// name does not depend on how many more bytes had arrived when the reader saw it cross.
 pub(crate) fn oversized_item(prefix: &[u8], size: usize, limit: usize) -> UndecodableObject {
+    let prefix = &prefix[..prefix.len().min(limit)];
     UndecodableObject::new(
         meta_in_prefix(prefix),
         None,
@@ -215,8 +218,9 @@ pub(crate) fn oversized_item(prefix: &[u8], size: usize, limit: usize) -> Undeco
 }
 
 /// A watch line over the bound, named from the event type and metadata within its first
-/// bytes.
+/// `limit` bytes (as [`oversized_item`]).
 pub(crate) fn oversized_event(prefix: &[u8], size: usize, limit: usize) -> UndecodableObject {
+    let prefix = &prefix[..prefix.len().min(limit)];
     let event = match field_in_prefix(prefix, b"type") {
         Some(Field::Complete(t)) => serde_json::from_slice::<String>(t)
             .ok()
@@ -235,24 +239,28 @@ pub(crate) fn oversized_event(prefix: &[u8], size: usize, limit: usize) -> Undec
 }
 
 fn meta_in_prefix(prefix: &[u8]) -> LooseMeta {
-    match field_in_prefix(prefix, b"metadata") {
-        Some(Field::Complete(m)) => serde_json::from_slice(m).unwrap_or_default(),
-        // The metadata itself runs past the prefix (a large annotation, say). A built-in
-        // type's name, namespace and resourceVersion come first, so they are within it; a
-        // custom object's metadata keys come sorted, after annotations and managedFields,
-        // which the real bound (16 MiB, annotations capped at 256 KiB) still leaves in reach.
-        Some(Field::Partial(m)) => {
-            let string = |name: &[u8]| match field_in_prefix(m, name) {
-                Some(Field::Complete(v)) => serde_json::from_slice(v).ok(),
-                _ => None,
-            };
-            LooseMeta {
-                name: string(b"name"),
-                namespace: string(b"namespace"),
-                resource_version: string(b"resourceVersion"),
-            }
+    let Some(field) = field_in_prefix(prefix, b"metadata") else {
+        return LooseMeta::default();
+    };
+    if let Field::Complete(m) = field {
+        if let Ok(meta) = serde_json::from_slice(m) {
+            return meta;
         }
-        None => LooseMeta::default(),
+    }
+    // The metadata runs past the prefix (a large annotation, say), or does not decode whole (a
+    // field of the wrong type): its fields one by one. A built-in type's name, namespace and
+    // resourceVersion come first, so they are within it; a custom object's metadata keys come
+    // sorted, after annotations and managedFields, which the real bound (16 MiB, annotations
+    // capped at 256 KiB) still leaves in reach.
+    let m = field.bytes();
+    let string = |name: &[u8]| match field_in_prefix(m, name) {
+        Some(Field::Complete(v)) => serde_json::from_slice(v).ok(),
+        _ => None,
+    };
+    LooseMeta {
+        name: string(b"name"),
+        namespace: string(b"namespace"),
+        resource_version: string(b"resourceVersion"),
     }
 }
 
@@ -289,9 +297,23 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_item_is_named_from_its_first_limit_bytes_field_by_field_if_need_be() {
+        // Whole metadata that does not decode (namespace a number) is read field by field.
+        let item = br#"{"metadata":{"name":"big","resourceVersion":"9","namespace":5},"data":{}}"#;
+        let u = oversized_item(item, item.len(), 64);
+        assert_eq!(
+            (u.key().as_deref(), u.resource_version.as_str()),
+            (Some("big"), "9")
+        );
+        // A name past the first `limit` bytes is not read, however many bytes are at hand.
+        let u = oversized_item(item, item.len(), 20);
+        assert_eq!(u.key(), None);
+    }
+
+    #[test]
     fn an_oversized_event_is_named_from_its_first_bytes() {
         let prefix = br#"{"type":"DELETED","object":{"metadata":{"name":"big","resourceVersion":"9"},"data":{"k":"xxxx"#;
-        let u = oversized_event(prefix, 100, 50);
+        let u = oversized_event(prefix, 100, 90);
         assert_eq!(u.event, Some(WatchEventType::Deleted));
         assert_eq!(
             (u.key().as_deref(), u.resource_version.as_str()),
@@ -299,7 +321,7 @@ mod tests {
         );
         assert_eq!(
             u.to_string(),
-            "object big at resourceVersion 9 is 100 bytes, over the bound of 50 bytes on one object"
+            "object big at resourceVersion 9 is 100 bytes, over the bound of 90 bytes on one object"
         );
     }
 }
