@@ -161,7 +161,7 @@ fn the_demo_shows_every_step_once_and_leaves_nothing_behind() {
             "test-vm Active",
             "kubeloop-vm_kubeloop-demo_test-vm running",
             "VirtualMachine/test-vm",
-            "test-vm's journey through the leader vm-controller-",
+            "the Foo's and test-vm's journeys (the sample controller and both VM replicas) on one page, live in a browser: http://127.0.0.1:",
             "Lease holder vm-controller-",
             "became the leader",
             "LeaderElection Lease/controller101 vm-controller-",

@@ -30,7 +30,7 @@ pub use decision_cache::DecisionCache;
 pub use filters::{AuthConfig, Authorizer, Refusal};
 pub use journey::{
     JourneyData, JourneyFuture, JourneyQuery, JourneyRefusal, JourneySource, LocalTrace, MAX_KEYS,
-    QueueDepth, page as journey_page,
+    MAX_QUEUE_SERIES, QueueDepth, page as journey_page,
 };
 pub use limits::{AcceptBackoff, ServerLimits};
 pub use routes::{Check, CheckFn, ServeConfig};

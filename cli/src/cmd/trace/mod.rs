@@ -9,7 +9,10 @@
 //!
 //! `kubeloop trace --serve` serves the journey page (`kubeloop::ops`' `/debug/journey`, the
 //! same page and server) on a local port instead, with its data read through from the
-//! controller (same flags) or from a saved `kubeloop trace --json` file (`--file`).
+//! controller (same flags), from several controllers on one page (`--ops-address` given more
+//! than once: `merged.rs`), or from a saved `kubeloop trace --json` file (`--file`).
+
+mod merged;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,8 +30,10 @@ pub struct Args {
     key: Option<String>,
     /// The controller's metrics address (its --metrics-bind-address): https://host:port for
     /// its default secure server; host:port or :port for one run with --metrics-secure=false.
+    /// With --serve, give it once per controller to see several on one page (the token and
+    /// TLS flags apply to each).
     #[arg(long, default_value = "127.0.0.1:8080")]
-    ops_address: String,
+    ops_address: Vec<String>,
     /// A bearer token for a secure server (`kubectl create token SA`); its user needs `get` on
     /// /debug/trace (deploy/'s kubeloop:metrics-reader role).
     #[arg(long, env = "KUBELOOP_TRACE_TOKEN", hide_env_values = true)]
@@ -66,10 +71,11 @@ struct Controller {
 }
 
 impl Controller {
-    fn from_args(args: &Args) -> anyhow::Result<Self> {
-        let (tls, address) = match args.ops_address.strip_prefix("https://") {
+    /// The controller at `ops_address` (one of `--ops-address`), with the flags' TLS and token.
+    fn new(ops_address: &str, args: &Args) -> anyhow::Result<Self> {
+        let (tls, address) = match ops_address.strip_prefix("https://") {
             Some(rest) => (Some(tls_config(args)?), rest.trim_end_matches('/')),
-            None => (None, args.ops_address.as_str()),
+            None => (None, ops_address),
         };
         let address = match address.strip_prefix(':') {
             Some(port) => format!("127.0.0.1:{port}"),
@@ -92,7 +98,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         return serve(args).await;
     }
     let key = args.key.clone().context("give the key to trace")?;
-    let controller = Controller::from_args(&args)?;
+    let [ops_address] = args.ops_address.as_slice() else {
+        bail!("give one --ops-address to print a trace (several only with --serve)");
+    };
+    let controller = Controller::new(ops_address, &args)?;
     let address = &controller.address;
     let path = format!("/debug/trace?key={}&format=json", key.replace('/', "%2F"));
     let (status, body) = controller
@@ -126,13 +135,21 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listen = OpsServer::parse_bind_address(&args.listen)
         .context("--listen")?
         .context("--listen 0 serves nothing; give host:port")?;
-    let source: Arc<dyn JourneySource> = match &args.file {
-        Some(path) => Arc::new(SavedTrace::read(path, args.key.clone())),
-        None => Arc::new(ReadThrough {
-            controller: Controller::from_args(&args)?,
-        }),
-    };
     let stop = tokio_util::sync::CancellationToken::new();
+    let source: Arc<dyn JourneySource> = match (&args.file, args.ops_address.as_slice()) {
+        (Some(path), _) => Arc::new(SavedTrace::read(path, args.key.clone())),
+        (None, [one]) => Arc::new(ReadThrough {
+            controller: Controller::new(one, &args)?,
+        }),
+        (None, several) => {
+            let mut sources: Vec<(String, Arc<dyn JourneySource>)> = vec![];
+            for address in several {
+                let controller = Controller::new(address, &args)?;
+                sources.push((address.clone(), Arc::new(ReadThrough { controller })));
+            }
+            Arc::new(merged::Merged::start(sources, stop.clone()))
+        }
+    };
     let config = ServeConfig {
         journey: Some(source),
         ..Default::default()
