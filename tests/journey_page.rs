@@ -473,6 +473,33 @@ async fn bad_input_gets_words_on_the_page_and_an_open_page_does_not_hold_up_shut
         "{words}"
     );
 
+    // Two controllers on one page (`--ops-address` twice): the traced one's key, named with
+    // its address, and the untraced one named in the header with its words.
+    let (_both, url) = trace_serve(
+        cluster,
+        &format!("{ns}-two"),
+        &["--ops-address", &ops, "--ops-address", &plain_ops],
+    )
+    .await;
+    browser.goto(&url).await;
+    let header = browser
+        .until(
+            "both controllers on one page",
+            &format!(
+                "const s = document.getElementById('source').dataset.source || ''; \
+                 return document.querySelector('section[data-key=\"{ns}/followed @ {ops}\"]') \
+                 && s.includes('{plain_ops}: ') ? s : null;"
+            ),
+        )
+        .await;
+    let header = header.as_str().unwrap();
+    assert!(
+        header.starts_with(&format!(
+            "2 controllers: {ops}, {plain_ops} (not read now: "
+        )) && header.contains("no key is traced"),
+        "{header}"
+    );
+
     // A page left open and polling does not keep the controller from stopping.
     browser.goto(&format!("http://{ops}/debug/journey")).await;
     let polls = browser

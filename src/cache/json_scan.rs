@@ -18,6 +18,8 @@
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ValueEnd {
     started: bool,
+    /// The first byte was a delimiter: the value is nothing.
+    nothing: bool,
     scalar: bool,
     depth: usize,
     in_string: bool,
@@ -28,6 +30,12 @@ impl ValueEnd {
     /// A scan at the value's first byte.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether the value ended at its first byte, a `,`, `}` or `]` where a value starts (a
+    /// value that goes on up to the end of one chunk and ends at the start of the next is not).
+    pub fn was_nothing(&self) -> bool {
+        self.nothing
     }
 
     /// Scans the value's next bytes (those after everything fed before). `Some(n)`: the
@@ -45,6 +53,7 @@ impl ValueEnd {
             }
             i = 1;
             if self.scalar && is_delimiter(first) {
+                self.nothing = true;
                 return Some(0);
             }
         }

@@ -269,7 +269,8 @@ mod tests {
     /// What the fuzz targets found (`protobuf/testdata-fuzz/<target>/`), replayed: an item
     /// that is nothing in a JSON list (skipped at the same place until memory ran out), a
     /// field length near 2^64 in a protobuf list (an overflow), an item over the bound whose
-    /// metadata does not decode whole, named when cut short but not when read whole.
+    /// metadata does not decode whole, named when cut short but not when read whole, and a
+    /// skipped scalar ending at the start of a chunk taken for a value that is nothing.
     #[test]
     fn the_reader_targets_pass_on_the_inputs_they_once_failed_on() {
         crate::protobuf::fuzz::replay("json_list", fuzz_json_list);

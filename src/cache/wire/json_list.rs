@@ -291,9 +291,11 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         };
         self.scanned += n;
         let end = from + n;
-        if end == self.pos {
+        if self.scan.was_nothing() {
             // A `,`, `}` or `]` where a value starts: without this, an item that is nothing
-            // would be skipped at the same place again and again (`[}`).
+            // would be skipped at the same place again and again (`[}`). (Not `end == pos`: a
+            // skipped or oversized value's bytes are consumed as they are scanned, so one that
+            // ends at the start of a chunk ends where `pos` is.)
             return Err(self.malformed(self.pos, "a value"));
         }
         let bytes = &self.buf[self.pos..end];
@@ -496,6 +498,19 @@ mod tests {
                 matches!(&skip.reason, crate::cache::undecodable::UndecodableReason::Decode(m) if m.contains("invalid type")),
                 "{skip}"
             );
+        }
+    }
+
+    /// Found by the fuzz target `json_list`: a skipped scalar whose delimiter is the first
+    /// byte of the next chunk was taken for a value that is nothing (its bytes had been
+    /// consumed, so it ended where it seemed to start), and the body for malformed.
+    #[test]
+    fn a_skipped_scalar_that_ends_at_a_chunk_start_is_not_nothing() {
+        let text = r#"{"kind":12345,"metadata":{"resourceVersion":"4"},"items":[]}"#;
+        for chunk in 1..text.len() {
+            let list = decode_list(text, chunk, MAX_OBJECT_BYTES)
+                .unwrap_or_else(|e| panic!("chunks of {chunk}: {e}"));
+            assert_eq!(list.metadata.resource_version.as_deref(), Some("4"));
         }
     }
 

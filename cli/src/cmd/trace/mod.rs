@@ -144,6 +144,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         (None, several) => {
             let mut sources: Vec<(String, Arc<dyn JourneySource>)> = vec![];
             for address in several {
+                if sources.iter().any(|(seen, _)| seen == address) {
+                    continue; // one address given twice is one controller
+                }
                 let controller = Controller::new(address, &args)?;
                 sources.push((address.clone(), Arc::new(ReadThrough { controller })));
             }
