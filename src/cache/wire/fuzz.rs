@@ -270,11 +270,14 @@ mod tests {
     /// that is nothing in a JSON list (skipped at the same place until memory ran out), a
     /// field length near 2^64 in a protobuf list (an overflow), an item over the bound whose
     /// metadata does not decode whole, named when cut short but not when read whole, and a
-    /// skipped scalar ending at the start of a chunk taken for a value that is nothing.
+    /// skipped scalar ending at the start of a chunk taken for a value that is nothing, list
+    /// metadata over the bound refused in chunks but decoded (and refused otherwise) whole; a
+    /// protobuf watch frame over the bound named from the bytes of the frames after it.
     #[test]
     fn the_reader_targets_pass_on_the_inputs_they_once_failed_on() {
         crate::protobuf::fuzz::replay("json_list", fuzz_json_list);
         crate::protobuf::fuzz::replay("protobuf_list", fuzz_protobuf_list);
+        crate::protobuf::fuzz::replay("protobuf_watch", fuzz_protobuf_watch);
     }
 
     /// The targets on well-formed bodies, with each bound (choice bits 0-1), cut in several

@@ -300,6 +300,10 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         }
         let bytes = &self.buf[self.pos..end];
         match value {
+            // Over the bound is refused whether it arrived in one chunk or several.
+            Value::Metadata if bytes.len() > self.max_item_bytes => {
+                return Err(self.malformed(self.pos, "list metadata within the size bound"));
+            }
             Value::Metadata => {
                 self.metadata =
                     serde_json::from_slice(bytes).map_err(|source| ListDecodeError::Item {

@@ -90,8 +90,10 @@ where
                 }
             } else if let Some(len) = st.frames.next_len().filter(|&n| n > st.max_frame_bytes) {
                 let frame = &st.frames.unread()[4..];
-                if frame.len() >= len.min(OVERSIZED_PREFIX) {
-                    let skip = oversized_frame(frame, len, st.max_frame_bytes);
+                let named_from = len.min(OVERSIZED_PREFIX);
+                if frame.len() >= named_from {
+                    // Named from exactly that many bytes, never from the frames after it.
+                    let skip = oversized_frame(&frame[..named_from], len, st.max_frame_bytes);
                     st.oversized = Some((skip, len + 4));
                     continue;
                 }
