@@ -247,10 +247,8 @@ fn record_slow(key: &str, stage: Stage, kind: &str, detail: impl FnOnce() -> Str
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    if ring.len() == RING_CAPACITY {
-        ring.pop_front();
-    }
-    ring.push_back((
+    push_numbered(
+        ring,
         number,
         Step {
             at_unix_micros: wall.as_micros() as u64,
@@ -259,7 +257,7 @@ fn record_slow(key: &str, stage: Stage, kind: &str, detail: impl FnOnce() -> Str
             kind: kind.to_string(),
             detail: detail(),
         },
-    ));
+    );
     rings.next = number + 1;
 }
 
@@ -305,6 +303,23 @@ pub fn timeline(key: &str) -> Option<Vec<Step>> {
         .map(|ring| ring.iter().map(|(_, step)| step.clone()).collect())
 }
 
+/// Adds step number `number` to a key's ring, dropping its oldest once it holds
+/// [`RING_CAPACITY`]: how the recorder keeps each key, and how a reader that merges several
+/// processes' steps (`kubeloop trace --serve`) keeps its own.
+pub fn push_numbered(ring: &mut VecDeque<(u64, Step)>, number: u64, step: Step) {
+    if ring.len() == RING_CAPACITY {
+        ring.pop_front();
+    }
+    ring.push_back((number, step));
+}
+
+/// The steps of a numbered ring from number `since` on, oldest first: what [`steps_since`]
+/// gives each key.
+pub fn numbered_since(ring: &VecDeque<(u64, Step)>, since: u64) -> Vec<Step> {
+    let skip = ring.partition_point(|(n, _)| *n < since);
+    ring.iter().skip(skip).map(|(_, s)| s.clone()).collect()
+}
+
 /// The steps numbered `since` and later of the followed keys (only `key` if given; `None` if
 /// that key is not followed), at most `max_keys` keys in key order: what a page that polls
 /// asks for. `since` 0 is every step still in the rings.
@@ -322,13 +337,9 @@ pub fn steps_since(since: u64, key: Option<&str>, max_keys: usize) -> Option<Ste
     let keys = names
         .into_iter()
         .take(max_keys)
-        .map(|name| {
-            let ring = &rings.by_key[name];
-            let skip = ring.partition_point(|(n, _)| *n < since);
-            KeySteps {
-                key: name.clone(),
-                steps: ring.iter().skip(skip).map(|(_, s)| s.clone()).collect(),
-            }
+        .map(|name| KeySteps {
+            key: name.clone(),
+            steps: numbered_since(&rings.by_key[name], since),
         })
         .collect();
     Some(StepsSince {

@@ -18,7 +18,7 @@ use kubeloop::ops::{
     JourneyData, JourneyFuture, JourneyQuery, JourneyRefusal, JourneySource, MAX_KEYS,
     MAX_QUEUE_SERIES, QueueDepth,
 };
-use kubeloop::trace::{KeySteps, RING_CAPACITY, Step, StepsSince};
+use kubeloop::trace::{KeySteps, Step, StepsSince, numbered_since, push_numbered};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -112,13 +112,9 @@ impl Merged {
         let keys = names
             .iter()
             .take(MAX_KEYS)
-            .map(|&name| {
-                let ring = &state.keys[name];
-                let skip = ring.partition_point(|(n, _)| *n < query.since);
-                KeySteps {
-                    key: name.clone(),
-                    steps: ring.iter().skip(skip).map(|(_, s)| s.clone()).collect(),
-                }
+            .map(|&name| KeySteps {
+                key: name.clone(),
+                steps: numbered_since(&state.keys[name], query.since),
             })
             .collect();
         let mut source = format!(
@@ -192,10 +188,7 @@ async fn read_once(state: &Mutex<State>, i: usize, source: &dyn JourneySource, s
     for KeySteps { key, steps } in data.steps.keys {
         let ring = keys.entry(format!("{key} @ {}", source.name)).or_default();
         for step in steps {
-            if ring.len() == RING_CAPACITY {
-                ring.pop_front();
-            }
-            ring.push_back((*next, step));
+            push_numbered(ring, *next, step);
             *next += 1;
         }
     }
@@ -214,7 +207,7 @@ async fn read_once(state: &Mutex<State>, i: usize, source: &dyn JourneySource, s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeloop::trace::Stage;
+    use kubeloop::trace::{RING_CAPACITY, Stage};
 
     /// A controller that answers from a script, one answer a read.
     struct Scripted(Mutex<VecDeque<Result<JourneyData, JourneyRefusal>>>);
