@@ -952,6 +952,9 @@ enum SeededBug {
     /// Never lowers the Deployment's replicas (only scales up), with the Deployment named by
     /// `deploymentName`: a revert of a raise is ignored.
     IgnoresRevert,
+    /// Takes the Deployment named by `deploymentName` whoever owns it (scales it, reports its
+    /// replicas), with no event: a misoperation it must refuse is honoured.
+    AdoptsForeign,
 }
 
 /// A copy of the sample controller with `bug` in it.
@@ -991,11 +994,17 @@ fn seeded_controller(bug: SeededBug) -> kubeloop_testenv::perturb::ControllerFn 
                             .list(&Default::default())
                             .into_iter()
                             .find(|d| {
-                                (bug == SeededBug::GeneratedName
-                                    || d.metadata.name.as_deref() == Some(wanted_name.as_str()))
-                                    && d.metadata.owner_references.iter().flatten().any(|o| {
-                                        o.controller == Some(true) && Some(&o.uid) == uid.as_ref()
-                                    })
+                                let named =
+                                    d.metadata.name.as_deref() == Some(wanted_name.as_str());
+                                let owned = d.metadata.owner_references.iter().flatten().any(|o| {
+                                    o.controller == Some(true) && Some(&o.uid) == uid.as_ref()
+                                });
+                                match bug {
+                                    SeededBug::GeneratedName => owned,
+                                    // The seeded bug: a Deployment of that name is taken as is.
+                                    SeededBug::AdoptsForeign => named,
+                                    _ => named && owned,
+                                }
                             });
                         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
                         let deployment = match owned {
@@ -1172,7 +1181,8 @@ fn foo_schema() -> serde_json::Value {
 }
 
 /// A state campaign of the sample workload, with `controller` in place of the sample
-/// controller; `only` keeps the generated changes of that field.
+/// controller; `only` keeps the generated changes of that field, or the misoperation of that
+/// name (`KUBELOOP_STATE_CHANGE` overrides it).
 async fn state_campaign(
     controller: Option<kubeloop_testenv::perturb::ControllerFn>,
     only: Option<&str>,
@@ -1188,27 +1198,48 @@ async fn state_campaign(
     let only = std::env::var("KUBELOOP_STATE_CHANGE")
         .ok()
         .or(only.map(str::to_string));
+    let kept = |key: &str| only.as_ref().is_none_or(|o| o == key);
     let changes: Vec<_> = campaign
         .changes()
         .into_iter()
-        .filter(|c| only.as_ref().is_none_or(|p| c.pointer == *p))
+        .filter(|c| kept(&c.pointer))
         .collect();
-    assert!(!changes.is_empty(), "changes generated for {only:?}");
-    campaign.run(&changes).await.expect("the campaign runs")
+    let misoperations: Vec<_> = campaign
+        .misoperations()
+        .iter()
+        .filter(|m| kept(&m.name))
+        .cloned()
+        .collect();
+    assert!(
+        !changes.is_empty() || !misoperations.is_empty(),
+        "cases for {only:?}"
+    );
+    campaign
+        .run(&changes, &misoperations)
+        .await
+        .expect("the campaign runs")
 }
 
 /// The sample controller under the changes generated from the Foo CRD's schema: each bound
 /// of `spec.replicas` (1, 10; 0 and 11 refused by the apiserver) and of
-/// `spec.deploymentName`'s length (1, 253; 0 and 254 refused), each applied and reverted. It
-/// reaches the implied state after each, writes nothing on one more reconcile, and comes back
-/// after each revert of `replicas`. A revert of `deploymentName` leaves the Deployment made
-/// under the other name (the sample controller, like kubernetes/sample-controller, never
-/// deletes a Deployment it no longer names): that is the finding this asserts, and nothing
-/// else.
+/// `spec.deploymentName`'s length (1, 253; 0 and 254 refused), `spec.replicas` removed (the
+/// Deployment keeps its replicas, as kubernetes/sample-controller does) and
+/// `spec.deploymentName` removed (refused: it is required), each applied
+/// and reverted; then the misoperation `foreign-deployment` (the Foo pointed at a Deployment
+/// of nobody's). It reaches the implied state after each accepted change, writes nothing on
+/// one more reconcile, refuses the foreign Deployment with an event naming it and leaves it
+/// untouched, and comes back after each revert of `replicas`. A revert of `deploymentName`
+/// leaves the Deployment made under the other name (the sample controller, like
+/// kubernetes/sample-controller, never deletes a Deployment it no longer names): that is the
+/// finding this asserts, and nothing else.
 #[tokio::test(flavor = "multi_thread")]
 async fn state_campaign_the_sample_controller_reaches_each_generated_spec_and_returns() {
     let report = state_campaign(None, None).await;
-    assert_eq!((report.cases, report.refused), (8, 4), "{report:?}");
+    assert_eq!(
+        (report.cases, report.refused, report.must_refuse),
+        (11, 5, 1),
+        "{report:?}"
+    );
     let (name_findings, others): (Vec<&String>, Vec<&String>) = report
         .findings
         .iter()
@@ -1218,6 +1249,7 @@ async fn state_campaign_the_sample_controller_reaches_each_generated_spec_and_re
         "findings:\n{}",
         report.findings.join("\n")
     );
+    assert_eq!(name_findings.len(), 2, "{name_findings:?}");
     for finding in &name_findings {
         assert!(
             finding.contains("[returns after revert]")
@@ -1264,5 +1296,30 @@ async fn state_campaign_finds_a_restless_status_and_an_ignored_revert() {
     assert!(
         !ignores.findings.iter().any(|f| f.contains("[idempotence]")),
         "{ignores:?}"
+    );
+}
+
+/// The seeded bug the must-refuse oracle must find: a controller that takes the Deployment
+/// the Foo names whoever owns it scales the foreign Deployment and says nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn state_campaign_finds_a_foreign_deployment_taken_without_a_word() {
+    let adopts = state_campaign(
+        Some(seeded_controller(SeededBug::AdoptsForeign)),
+        Some("foreign-deployment"),
+    )
+    .await;
+    assert_eq!((adopts.cases, adopts.must_refuse), (1, 1), "{adopts:?}");
+    let [finding] = adopts.findings.as_slice() else {
+        panic!("one finding: {adopts:?}");
+    };
+    assert!(
+        finding.starts_with("misoperation foreign-deployment: FOUND")
+            && finding.contains("[must refuse] no Event about the Foo nor condition on it names")
+            && finding.contains(
+                "[must refuse] lost or changed: deployments.apps/foreign-dep .spec.replicas: \
+                 expected 1, got 2"
+            )
+            && finding.contains("KUBELOOP_STATE_CHANGE='foreign-deployment'"),
+        "{finding}"
     );
 }

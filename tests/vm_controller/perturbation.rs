@@ -43,3 +43,59 @@ async fn the_vm_controller_passes_a_crash_a_held_view_and_a_coalescing_on_the_fa
 async fn the_vm_controller_passes_a_crash_a_held_view_and_a_coalescing_on_podman() {
     vm_campaign_passes(kubeloop_testenv::perturb::VmEngine::Podman).await;
 }
+
+/// The VirtualMachine CRD's `openAPIV3Schema`, as committed.
+fn vm_schema() -> serde_json::Value {
+    let yaml = std::fs::read_to_string(vm::CRD).expect("reading crds/virtualmachine.yaml");
+    let crd: serde_json::Value =
+        serde_saphyr::from_str(&yaml).expect("crds/virtualmachine.yaml parses");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// The VM controller on podman under the changes generated from the VirtualMachine CRD's
+/// schema (kubeloop_testenv::perturb::vm_state): `cpu` at its bounds 1 and 9223372036 (0 and
+/// 9223372037 refused by the apiserver), `memory` at its bound 1 (0 refused), and each field
+/// removed (refused: all are required), each applied and reverted. 1 CPU reaches the
+/// implied state (Active, Ready for the VM's generation, a running container with those
+/// limits) and one more reconcile writes nothing; 9223372036 CPUs and 1 byte of memory are
+/// accepted by the apiserver but refused by podman, and the controller must say so on the VM
+/// (a condition or a Warning event naming the CPU or the memory limit) and change nothing
+/// else; after each revert the VM comes back. Every case passes, and the VM is deleted with
+/// no container left. `KUBELOOP_STATE_CHANGE=<pointer>` runs one field's changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn state_campaign_the_vm_controller_on_podman_reaches_refuses_and_returns() {
+    let cluster = testenv::shared().await;
+    install_crd(cluster).await;
+    let (workload, controller) = kubeloop_testenv::perturb::vm_state(
+        kubeloop_testenv::perturb::VmEngine::Podman,
+        vm_schema(),
+    );
+    let campaign = kubeloop_testenv::perturb::StateCampaign::new(
+        cluster.client_config(),
+        workload,
+        controller,
+        Default::default(),
+    );
+    let only = std::env::var("KUBELOOP_STATE_CHANGE").ok();
+    let changes: Vec<_> = campaign
+        .changes()
+        .into_iter()
+        .filter(|c| only.as_ref().is_none_or(|p| c.pointer == *p))
+        .collect();
+    let report = campaign
+        .run(&changes, &[])
+        .await
+        .expect("the campaign runs");
+    assert!(
+        report.findings.is_empty(),
+        "findings:\n{}",
+        report.findings.join("\n")
+    );
+    if only.is_none() {
+        assert_eq!(
+            (report.cases, report.refused, report.must_refuse),
+            (9, 6, 2),
+            "{report:?}"
+        );
+    }
+}

@@ -24,8 +24,8 @@
 //! | `plan.rs` | [`Perturbation`]: a crash after a write, a view held back, an object's events coalesced; generation and pruning |
 //! | `oracle.rs` | [`Snapshot`]s and their field-by-field [`diff`]; [`lagging`] `observedGeneration`s |
 //! | `campaign.rs` | [`Campaign`], [`Workload`], [`Action`]: the runs and the verdicts |
-//! | `state.rs` | [`StateCampaign`]: spec changes generated from a CRD's schema (Acto), with the oracles reaches-the-implied-state, idempotence and returns-after-revert |
-//! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman; `sample_state`) and how a campaign runs each controller |
+//! | `state.rs` | [`StateCampaign`]: spec changes generated from a CRD's schema (Acto: bounds, fields added and removed) and [`Misoperation`]s, with the oracles reaches-the-implied-state, idempotence, must-refuse and returns-after-revert |
+//! | `workloads.rs` | the controllers' workloads (`sample`, `vm` on the fake engine or podman; `sample_state`, `vm_state`) and how a campaign runs each controller |
 //!
 //! Limits: the hook reads watch events as JSON (it asks for JSON where an informer asked for
 //! protobuf), so the controller's wire differs from its default in a perturbed run; a
@@ -47,6 +47,9 @@ pub use hook::Hook;
 pub use log::{Delivery, Fired, Reconcile, RunLog, Write};
 pub use oracle::{BEHIND, CAUGHT_UP, Snapshot, diff, lagging, normalize};
 pub use plan::{Perturbation, PlanError};
-pub use state::{Implied, SpecChange, StateCampaign, StateReport, StateWorkload, spec_changes};
+pub use state::{
+    Implied, Misoperation, Refuses, SpecChange, StateCampaign, StateReport, StateWorkload,
+    spec_changes,
+};
 pub use workloads::{VmEngine, vm};
-pub use workloads::{sample, sample_state};
+pub use workloads::{sample, sample_state, vm_state};
