@@ -360,7 +360,10 @@ async fn an_object_the_encoder_refuses_is_an_error_naming_kind_and_field_and_sen
         "{message}"
     );
     assert!(seen.lock().is_empty(), "nothing was sent");
-    assert!(api.writes_protobuf(), "an encoder error is not the server's");
+    assert!(
+        api.writes_protobuf(),
+        "an encoder error is not the server's"
+    );
 }
 
 /// A custom resource's type: a kind the protobuf table does not know.
