@@ -131,7 +131,7 @@ where
         if self.writes_protobuf() {
             // Encoded before anything is sent: an object the encoder refuses sends nothing.
             let body = protobuf::to_vec(object).map_err(|e| unserializable(e.to_string()))?;
-            let request = self.request(verb, object, body, protobuf::CONTENT_TYPE)?;
+            let request = self.request(verb, object, body, Encoding::Protobuf)?;
             match self.send(request).await {
                 Err(Error::Api(status)) if refuses_protobuf(&status) => {
                     self.protobuf.store(false, Ordering::Relaxed);
@@ -146,17 +146,18 @@ where
         }
         let body = serde_json::to_vec(object)
             .map_err(|e| Error::BuildRequest(request::Error::SerializeBody(e)))?;
-        self.send(self.request(verb, object, body, JSON)?).await
+        self.send(self.request(verb, object, body, Encoding::Json)?)
+            .await
     }
 
-    /// The request of `verb` for `object` with `body` in `content_type`, asking for the same
+    /// The request of `verb` for `object` with `body` in `encoding`, asking for the same
     /// encoding back (protobuf with JSON as its fallback).
     fn request(
         &self,
         verb: Verb,
         object: &K,
         body: Vec<u8>,
-        content_type: &'static str,
+        encoding: Encoding,
     ) -> Result<http::Request<Vec<u8>>, Error> {
         let meta = object.meta();
         let Some(namespace) = meta.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
@@ -175,10 +176,9 @@ where
             Verb::ReplaceStatus => url.replace_subresource("status", name, &params, body),
         }
         .map_err(Error::BuildRequest)?;
-        let accept = if content_type == JSON {
-            JSON
-        } else {
-            PROTOBUF_ACCEPT
+        let (content_type, accept) = match encoding {
+            Encoding::Protobuf => (protobuf::CONTENT_TYPE, PROTOBUF_ACCEPT),
+            Encoding::Json => (JSON, JSON),
         };
         let headers = request.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

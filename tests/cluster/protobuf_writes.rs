@@ -13,9 +13,7 @@ use k8s_openapi::api::core::v1::{
     Container, Event, EventSource, ObjectReference, PodSpec, PodTemplateSpec,
 };
 use k8s_openapi::api::events::v1::{Event as V1Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, MicroTime, ObjectMeta, Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, ObjectMeta, Time};
 use kube_client::api::{Api, PostParams};
 use kube_client::client::Body;
 use kube_client::core::NamespaceResourceScope;
@@ -146,7 +144,12 @@ where
 
 async fn same<K>(api: &Api<K>, pb: &K, json: &K, step: &str)
 where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + PartialEq
+        + std::fmt::Debug,
 {
     let kind = K::kind(&());
     assert_eq!(
