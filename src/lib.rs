@@ -9,6 +9,7 @@
 //! | kubeloop | client-go / Kubernetes | feature |
 //! |---|---|---|
 //! | [`cache`]: reflector, FIFOs, indexer, listers, shared informers | `tools/cache` | always |
+//! | [`client`]: writes of whole objects (create, replace, replace_status), in protobuf for the built-in kinds | client-go `gentype` (typed clients' `PrefersProtobuf`), `rest` content negotiation | always |
 //! | [`watch`]: a watch resumed after cuts (`RetryWatcher`), waiting for a condition on a cache (`until_with_sync`) | `tools/watch` | always |
 //! | [`workqueue`]: dedup, delaying and rate-limiting queues | `util/workqueue` | always |
 //! | [`leaderelection`]: Lease-based leader election | `tools/leaderelection` | always |
@@ -164,6 +165,7 @@
 
 pub mod backoff;
 pub mod cache;
+pub mod client;
 #[cfg(any(feature = "sample-controller", feature = "vm-controller"))]
 pub mod controller;
 pub mod leaderelection;

@@ -199,7 +199,7 @@ impl ListWatchError {
 }
 
 /// A failure's `Status` body, in either wire: protobuf (`k8s\0` first) or JSON.
-fn decode_status(body: &[u8]) -> Option<Status> {
+pub(crate) fn decode_status(body: &[u8]) -> Option<Status> {
     if body.starts_with(&protobuf::MAGIC) {
         protobuf::from_slice(body).ok()
     } else {

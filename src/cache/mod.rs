@@ -143,6 +143,8 @@ pub use list_watch::{
     METADATA_WATCH_ACCEPT, WatchOptions,
 };
 pub use list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
+// A failed answer's Status in either encoding, which `client`'s writes read too.
+pub(crate) use list_watch_error::decode_status;
 pub use lister::{Lister, NamespaceLister};
 pub use metrics::{CacheMetrics, PROCESSING_LATENCY_BUCKETS, ReflectorMetrics};
 pub use processor::{
@@ -165,6 +167,8 @@ pub use store::{ReflectorStore, StoreError, TransformFunc, strip_managed_fields}
 pub use stored::{SentBytes, StoreKind};
 pub use thread_safe_store::{Indexer, Replaced, StoreTransaction, ThreadSafeStore};
 pub use undecodable::{MAX_OBJECT_BYTES, UndecodableObject, UndecodableReason, WatchEventType};
+// An answer's encoding by its Content-Type, which `client`'s writes read too.
+pub(crate) use wire::Encoding;
 pub use wire::{INITIAL_EVENTS_END_ANNOTATION, ListDecodeError, Wire};
 /// The fuzz targets' bodies for the LIST and watch readers (`fuzz/`; `--cfg fuzzing` only).
 #[cfg(fuzzing)]

@@ -12,11 +12,16 @@
 //!
 //! The parking_lot lock is never held across an `.await`: the object is cloned out, the request
 //! is made, and the answer stored back.
+//!
+//! Creates and updates go as protobuf ([`WriteApi`]), as client-go's typed Lease client sends
+//! them; the read is kube-client's `Api` (JSON).
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube_client::api::{Api, ObjectMeta, PostParams};
+use kube_client::api::{Api, ObjectMeta};
 use kube_client::{Client, Error as KubeError};
 use parking_lot::Mutex;
+
+use crate::client::WriteApi;
 
 use super::resource_lock::{
     LeaderElectionRecord, LockError, ResourceLock, lease_spec_to_record, record_to_lease_spec,
@@ -25,6 +30,7 @@ use super::resource_lock::{
 /// A Lease named `namespace/name`, contended for by `identity`.
 pub struct LeaseLock {
     api: Api<Lease>,
+    writes: WriteApi<Lease>,
     namespace: String,
     name: String,
     identity: String,
@@ -45,6 +51,7 @@ impl LeaseLock {
     /// checked (non-empty) when the elector is built.
     pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
         Self {
+            writes: WriteApi::new(client.clone()),
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -105,7 +112,7 @@ impl ResourceLock for LeaseLock {
             },
             spec: Some(record_to_lease_spec(record)),
         };
-        match self.api.create(&PostParams::default(), &lease).await {
+        match self.writes.create(&lease).await {
             Ok(created) => {
                 self.store_written(created);
                 Ok(())
@@ -127,11 +134,7 @@ impl ResourceLock for LeaseLock {
             });
         };
         lease.spec = Some(record_to_lease_spec(record));
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.writes.replace(&lease).await {
             Ok(updated) => {
                 self.store_written(updated);
                 Ok(())

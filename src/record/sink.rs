@@ -7,16 +7,21 @@
 //! three fields; for these scalar fields the two are the same). [`KubeEventsV1Sink`] creates
 //! events.k8s.io/v1 Events and patches a series with a strategic merge patch of `series`
 //! alone, the patch client-go computes (`createPatchBytesForSeries`).
+//!
+//! Creates of either API go as protobuf ([`WriteApi`]), as client-go's typed Event clients
+//! send them; the patches stay JSON, as client-go's do.
 
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1::Event as V1Event;
-use kube_client::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube_client::api::{ObjectMeta, Patch, PatchParams};
 use kube_client::core::NamespaceResourceScope;
 use kube_client::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::client::WriteApi;
 
 /// Why an Event could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -101,18 +106,22 @@ pub trait EventSink: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct KubeEventSink {
     client: Client,
+    creates: WriteApi<Event>,
 }
 
 impl KubeEventSink {
     /// A sink over `client`.
     pub fn new(client: Client) -> Self {
-        KubeEventSink { client }
+        KubeEventSink {
+            creates: WriteApi::new(client.clone()),
+            client,
+        }
     }
 }
 
 impl EventSink for KubeEventSink {
     async fn create(&self, event: &Event) -> Result<Event, RecordError> {
-        create(&self.client, event).await
+        create(&self.creates, event).await
     }
 
     async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
@@ -145,11 +154,15 @@ impl<K> EventKind for K where
 }
 
 /// Creates `event` in its namespace (`default` if it names none), without a resourceVersion.
-async fn create<K: EventKind>(client: &Client, event: &K) -> Result<K, RecordError> {
+async fn create<K: EventKind>(creates: &WriteApi<K>, event: &K) -> Result<K, RecordError> {
     let mut fresh = event.clone();
-    fresh.meta_mut().resource_version = None;
-    api_of(client, event)
-        .create(&PostParams::default(), &fresh)
+    let meta = fresh.meta_mut();
+    meta.resource_version = None;
+    if meta.namespace.as_deref().is_none_or(str::is_empty) {
+        meta.namespace = Some("default".to_string());
+    }
+    creates
+        .create(&fresh)
         .await
         .map_err(|e| RecordError::from_kube(event.meta(), e))
 }
@@ -188,18 +201,22 @@ pub trait EventsV1Sink: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct KubeEventsV1Sink {
     client: Client,
+    creates: WriteApi<V1Event>,
 }
 
 impl KubeEventsV1Sink {
     /// A sink over `client`.
     pub fn new(client: Client) -> Self {
-        KubeEventsV1Sink { client }
+        KubeEventsV1Sink {
+            creates: WriteApi::new(client.clone()),
+            client,
+        }
     }
 }
 
 impl EventsV1Sink for KubeEventsV1Sink {
     async fn create(&self, event: &V1Event) -> Result<V1Event, RecordError> {
-        create(&self.client, event).await
+        create(&self.creates, event).await
     }
 
     async fn patch_series(&self, event: &V1Event) -> Result<V1Event, RecordError> {

@@ -21,5 +21,6 @@ mod cli;
 mod foundation;
 mod leaderelection_lease_lock;
 mod protobuf_wire;
+mod protobuf_writes;
 mod runtime_cache_sync;
 mod watch_tools;

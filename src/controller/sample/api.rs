@@ -2,7 +2,9 @@
 //! fake (sample-controller's tests use client-go's fake clientsets for the same reason).
 //!
 //! Reads come from the informers' listers (shared, possibly stale); writes go to the
-//! apiserver. [`KubeSyncClient`] is the real implementation.
+//! apiserver: the Deployment's in protobuf, as sample-controller's typed clientset writes it
+//! ([`WriteApi`]), the Foo's status as JSON (a custom resource). [`KubeSyncClient`] is the
+//! real implementation.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use kube_client::{Api, Client};
 
 use super::types::Foo;
 use crate::cache::Lister;
+use crate::client::WriteApi;
 use crate::record::{AnyEventRecorder, EventType, object_reference};
 
 /// What `sync_handler` needs from the cluster.
@@ -64,6 +67,8 @@ pub struct KubeSyncClient {
     client: Client,
     foos: Lister<Foo>,
     deployments: Lister<Deployment>,
+    /// One for every namespace, so a server that refuses protobuf is learnt once.
+    deployment_writes: WriteApi<Deployment>,
     recorder: AnyEventRecorder,
 }
 
@@ -76,22 +81,12 @@ impl KubeSyncClient {
         recorder: AnyEventRecorder,
     ) -> Self {
         KubeSyncClient {
+            deployment_writes: WriteApi::new(client.clone()),
             client,
             foos,
             deployments,
             recorder,
         }
-    }
-
-    fn deployments_in(&self, deployment: &Deployment) -> Api<Deployment> {
-        Api::namespaced(
-            self.client.clone(),
-            deployment
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or("default"),
-        )
     }
 }
 
@@ -108,19 +103,14 @@ impl SyncClient for KubeSyncClient {
         &self,
         deployment: &Deployment,
     ) -> Result<Deployment, kube_client::Error> {
-        self.deployments_in(deployment)
-            .create(&PostParams::default(), deployment)
-            .await
+        self.deployment_writes.create(deployment).await
     }
 
     async fn update_deployment(
         &self,
         deployment: &Deployment,
     ) -> Result<Deployment, kube_client::Error> {
-        let name = deployment.metadata.name.as_deref().unwrap_or("");
-        self.deployments_in(deployment)
-            .replace(name, &PostParams::default(), deployment)
-            .await
+        self.deployment_writes.replace(deployment).await
     }
 
     async fn update_foo_status(&self, foo: &Foo) -> Result<Foo, kube_client::Error> {
