@@ -47,6 +47,18 @@ pub enum RecordError {
         #[source]
         source: kube_client::Error,
     },
+    /// The Event cannot be put in a request (the protobuf encoder refuses one of its
+    /// fields): nothing was sent, and sending it again cannot help, so it is not retried.
+    #[error("event {namespace}/{name} cannot be written: {source}")]
+    Unwritable {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        name: String,
+        /// The encoder's error, naming the kind and the field.
+        #[source]
+        source: kube_client::Error,
+    },
     /// The request did not get an answer (connection refused, timeout): worth retrying.
     #[error("writing event {namespace}/{name} failed: {source}")]
     Transport {
@@ -80,6 +92,11 @@ impl RecordError {
                 RecordError::NotFound { namespace, name }
             }
             kube_client::Error::Api(_) => RecordError::Rejected {
+                namespace,
+                name,
+                source,
+            },
+            kube_client::Error::BuildRequest(_) => RecordError::Unwritable {
                 namespace,
                 name,
                 source,
@@ -222,5 +239,39 @@ impl EventsV1Sink for KubeEventsV1Sink {
     async fn patch_series(&self, event: &V1Event) -> Result<V1Event, RecordError> {
         let patch = serde_json::json!({ "series": event.series });
         patch_named(&self.client, event, &Patch::Strategic(patch)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_the_encoder_refuses_is_not_retried_and_a_cut_connection_is() {
+        let meta = ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some("e".into()),
+            ..Default::default()
+        };
+        let unwritable = RecordError::from_kube(
+            &meta,
+            kube_client::Error::BuildRequest(kube_client::core::request::Error::SerializeBody(
+                serde::ser::Error::custom("core/v1 Event: at count: out of range"),
+            )),
+        );
+        assert!(
+            matches!(unwritable, RecordError::Unwritable { .. }) && !unwritable.is_retryable(),
+            "{unwritable:?}"
+        );
+        assert!(
+            unwritable
+                .to_string()
+                .contains("default/e cannot be written")
+        );
+        let cut = RecordError::from_kube(
+            &meta,
+            kube_client::Error::Service("connection reset".into()),
+        );
+        assert!(cut.is_retryable(), "{cut:?}");
     }
 }
