@@ -85,9 +85,7 @@ fn run(args: &[String]) -> Result<String, ReportError> {
         }
         ["sharding", file] => sharding::render(&Results::read(Path::new(file))?),
         ["vm-controller", file] => vm_controller::render(&Results::read(Path::new(file))?),
-        ["sample-controller", file] => {
-            sample_controller::render(&Results::read(Path::new(file))?)
-        }
+        ["sample-controller", file] => sample_controller::render(&Results::read(Path::new(file))?),
         ["splice", document, name, report] => {
             splice_file(Path::new(document), name, Path::new(report))?;
             Ok(String::new())

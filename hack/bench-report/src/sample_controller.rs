@@ -36,7 +36,12 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
         ("controller CPU", "controller_cpu_ticks", 1.0 / clk_tck, "s"),
         ("controller peak RSS", "peak_rss_kib", 1.0 / 1024.0, "MiB"),
         ("control plane CPU", "plane_cpu_ticks", 1.0 / clk_tck, "s"),
-        ("request bytes to the apiserver", "request_bytes", 1.0 / 1024.0, "KiB"),
+        (
+            "request bytes to the apiserver",
+            "request_bytes",
+            1.0 / 1024.0,
+            "KiB",
+        ),
     ];
     let rounds = results
         .lines()
@@ -56,9 +61,7 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
             let mut samples = Samples::default();
             for line in results.lines() {
                 if line.value("side")? == side {
-                    samples
-                        .add(line.value(key)?)
-                        .map_err(|e| line.error(e))?;
+                    samples.add(line.value(key)?).map_err(|e| line.error(e))?;
                 }
             }
             let (Some(median), Some(min), Some(max)) =

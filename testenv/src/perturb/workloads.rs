@@ -124,17 +124,14 @@ impl Engine {
     }
 }
 
+/// The engine of a run, by the run's namespace.
+type EngineOf = Arc<dyn Fn(&str) -> Engine + Send + Sync>;
+
 /// The VM controller on `engine` as campaigns run it, the engine of a run (by its
 /// namespace; it outlives the controller's restarts, as a real one does), and the audit that
 /// fails a run whose engine still holds a server of the run once every VM is gone: an orphan
 /// (and removes it).
-fn vm_controller(
-    engine: VmEngine,
-) -> (
-    ControllerFn,
-    Arc<dyn Fn(&str) -> Engine + Send + Sync>,
-    Audit,
-) {
+fn vm_controller(engine: VmEngine) -> (ControllerFn, EngineOf, Audit) {
     use std::collections::HashMap;
 
     use kubeloop::controller::vm::{DockerDriver, DockerDriverConfig, VmControllerConfig, run};
@@ -142,20 +139,19 @@ fn vm_controller(
     use parking_lot::Mutex;
 
     let fakes: Arc<Mutex<HashMap<String, kubeloop::controller::vm::FakeDriver>>> = Arc::default();
-    let engine_of: Arc<dyn Fn(&str) -> Engine + Send + Sync> =
-        Arc::new(move |namespace: &str| match engine {
-            VmEngine::Fake => Engine::Fake(
-                fakes
-                    .lock()
-                    .entry(namespace.to_string())
-                    .or_default()
-                    .clone(),
-            ),
-            VmEngine::Podman => Engine::Docker(DockerDriver::new(DockerDriverConfig {
-                managed_by: namespace.to_string(),
-                ..DockerDriverConfig::from_env()
-            })),
-        });
+    let engine_of: EngineOf = Arc::new(move |namespace: &str| match engine {
+        VmEngine::Fake => Engine::Fake(
+            fakes
+                .lock()
+                .entry(namespace.to_string())
+                .or_default()
+                .clone(),
+        ),
+        VmEngine::Podman => Engine::Docker(DockerDriver::new(DockerDriverConfig {
+            managed_by: namespace.to_string(),
+            ..DockerDriverConfig::from_env()
+        })),
+    });
     let controller: ControllerFn = {
         let engine_of = engine_of.clone();
         Arc::new(move |client, namespace, shutdown| {
