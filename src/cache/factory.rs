@@ -28,6 +28,7 @@ use super::identity::InformerName;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
+use super::shard_selector::ShardSelector;
 use super::shared_informer::{InformerConfig, SharedIndexInformer};
 use super::store::TransformFunc;
 use super::stored::StoreKind;
@@ -45,6 +46,11 @@ pub struct FactoryOptions {
     pub label_selector: Option<String>,
     /// `fieldSelector` for every list and watch.
     pub field_selector: Option<String>,
+    /// `shardSelector` for every list and watch (KEP-5866): only the objects whose namespace
+    /// (or uid) hashes into its ranges reach the caches, filtered by the apiserver when it
+    /// has the `ShardedListAndWatch` gate, and by the informer otherwise
+    /// ([`ListWatch::shards`]).
+    pub shard_selector: Option<ShardSelector>,
     /// Default handler resync period (client-go `defaultResync`; zero = none).
     pub resync_period: Duration,
     /// Reflector settings.
@@ -65,6 +71,8 @@ pub struct ListSelectors {
     pub label_selector: Option<String>,
     /// `fieldSelector` (`None` or empty: every object).
     pub field_selector: Option<String>,
+    /// `shardSelector` (`None`: every object; see [`FactoryOptions::shard_selector`]).
+    pub shard_selector: Option<ShardSelector>,
 }
 
 /// client-go's `TweakListOptionsFunc`: run once per informer the factory creates, on the
@@ -159,9 +167,10 @@ impl SharedInformerFactory {
         }
     }
 
-    /// client-go `WithTweakListOptions`: `tweak` sets the label and field selectors of every
+    /// client-go `WithTweakListOptions`: `tweak` sets the label, field and shard selectors of every
     /// list and watch of the informers created from now on (it starts from
-    /// [`FactoryOptions::label_selector`] and [`FactoryOptions::field_selector`]). Objects
+    /// [`FactoryOptions::label_selector`], [`FactoryOptions::field_selector`] and
+    /// [`FactoryOptions::shard_selector`]). Objects
     /// the selectors leave out never reach the caches.
     ///
     /// # Examples
@@ -274,6 +283,7 @@ impl SharedInformerFactory {
         let mut selectors = ListSelectors {
             label_selector: self.options.label_selector.clone(),
             field_selector: self.options.field_selector.clone(),
+            shard_selector: self.options.shard_selector.clone(),
         };
         if let Some(tweak) = &self.tweak {
             tweak(&mut selectors);
@@ -283,6 +293,9 @@ impl SharedInformerFactory {
         }
         if let Some(f) = &selectors.field_selector {
             lw = lw.fields(f);
+        }
+        if let Some(s) = selectors.shard_selector {
+            lw = lw.shards(s);
         }
         let informer = SharedIndexInformer::new(
             lw,
