@@ -276,6 +276,25 @@ mod tests {
         }
     }
 
+    // Seen on kube-apiserver v1.36.3 with ShardedListAndWatch on: a LIST with shard 0 of 4
+    // by namespace returned the ConfigMaps of shard-4lgxm and shard-87bkf and not those of
+    // shard-k4vnp or shard-mb42v (tests/cluster/cache_shard_selector.rs checks 40 such
+    // namespaces against the apiserver on every run).
+    #[test]
+    fn the_apiserver_put_these_namespaces_where_this_hash_does() {
+        let shard = ShardSelector::namespaces([HashRange::ring(4, 0).unwrap()]).unwrap();
+        assert_eq!(fnv1a_64(b"shard-4lgxm"), 0x32fd_6d8d_cdb8_bc40);
+        assert_eq!(fnv1a_64(b"shard-k4vnp"), 0x494b_bb73_f305_72a7);
+        for (namespace, selected) in [
+            ("shard-4lgxm", true),
+            ("shard-87bkf", true),
+            ("shard-k4vnp", false),
+            ("shard-mb42v", false),
+        ] {
+            assert_eq!(shard.contains(namespace), selected, "{namespace}");
+        }
+    }
+
     #[test]
     fn the_ring_tiles_the_space_as_list_options_documents_it() {
         let four: Vec<_> = (0..4).map(|i| HashRange::ring(4, i).unwrap()).collect();
