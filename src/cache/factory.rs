@@ -658,7 +658,8 @@ mod tests {
         factory.shutdown().await;
         let logs = String::from_utf8_lossy(&capture.0.lock()).to_string();
         assert_eq!(
-            logs.matches("the apiserver did not filter by shardSelector").count(),
+            logs.matches("the apiserver did not filter by shardSelector")
+                .count(),
             1,
             "{logs}"
         );

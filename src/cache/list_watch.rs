@@ -687,8 +687,7 @@ impl ShardFilter {
     /// Says once when a list came back without the echo, or with another selector's, so it
     /// is known that the filter here is doing the work.
     fn check_echo(&self, echo: Option<&str>, url: &str) {
-        if echo == Some(self.query.as_str()) || self.said_unfiltered.swap(true, Ordering::Relaxed)
-        {
+        if echo == Some(self.query.as_str()) || self.said_unfiltered.swap(true, Ordering::Relaxed) {
             return;
         }
         match echo {
@@ -728,9 +727,9 @@ impl ShardFilter {
     /// changes, so an object never moves in or out of a shard by an update).
     fn keeps<K: Resource>(&self, event: &WatchEvent<K>) -> bool {
         match event {
-            WatchEvent::Added(object) | WatchEvent::Modified(object) | WatchEvent::Deleted(object) => {
-                self.selects(object)
-            }
+            WatchEvent::Added(object)
+            | WatchEvent::Modified(object)
+            | WatchEvent::Deleted(object) => self.selects(object),
             WatchEvent::Bookmark(_) | WatchEvent::Error(_) => true,
         }
     }

@@ -162,9 +162,7 @@ pub use resourceversion::{
     InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
     newest_resource_version,
 };
-pub use shard_selector::{
-    HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64,
-};
+pub use shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };

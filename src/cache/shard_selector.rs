@@ -345,9 +345,7 @@ mod tests {
         );
         assert_eq!(
             HashRange::new(0, (1 << 64) + 1),
-            Err(ShardSelectorError::EndBeyondSpace {
-                end: (1 << 64) + 1
-            })
+            Err(ShardSelectorError::EndBeyondSpace { end: (1 << 64) + 1 })
         );
     }
 

@@ -601,7 +601,10 @@ mod tests {
 
         let off = ClusterOptions::apiserver_only().with_feature_gate("ShardedListAndWatch", false);
         let args = apiserver_args(Path::new("/c"), 2379, addr, &off);
-        let gates: Vec<_> = args.iter().filter(|a| a.starts_with("--feature-gates")).collect();
+        let gates: Vec<_> = args
+            .iter()
+            .filter(|a| a.starts_with("--feature-gates"))
+            .collect();
         assert_eq!(gates, ["--feature-gates=ShardedListAndWatch=false"]);
 
         let none = ClusterOptions {

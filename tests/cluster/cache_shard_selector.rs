@@ -48,7 +48,10 @@ impl Fixture {
         let run = namespaces[0].clone();
         for ns in &namespaces {
             Api::<ConfigMap>::namespaced(client.clone(), ns)
-                .create(&PostParams::default(), &configmap("cm", &[(RUN_LABEL, &run)], "x"))
+                .create(
+                    &PostParams::default(),
+                    &configmap("cm", &[(RUN_LABEL, &run)], "x"),
+                )
                 .await
                 .unwrap();
         }
@@ -97,7 +100,10 @@ async fn server_list(
         .iter()
         .map(|cm| cm.metadata.namespace.clone().unwrap())
         .collect();
-    (namespaces, list.metadata.shard_info.map(|info| info.selector))
+    (
+        namespaces,
+        list.metadata.shard_info.map(|info| info.selector),
+    )
 }
 
 /// An informer over every namespace with the run's label and `shard`, listing by LIST or by
@@ -169,12 +175,18 @@ async fn check_informer(
             .await
             .unwrap();
     }
-    fixture.late.push((outside.clone(), format!("{outside}/{name}")));
-    fixture.late.push((inside.clone(), format!("{inside}/{name}")));
+    fixture
+        .late
+        .push((outside.clone(), format!("{outside}/{name}")));
+    fixture
+        .late
+        .push((inside.clone(), format!("{inside}/{name}")));
     let inside_key = format!("{inside}/{name}");
-    eventually("the watch to bring the ConfigMap inside the shard", Duration::from_secs(30), || async {
-        cached(&informer).contains(&inside_key).then_some(())
-    })
+    eventually(
+        "the watch to bring the ConfigMap inside the shard",
+        Duration::from_secs(30),
+        || async { cached(&informer).contains(&inside_key).then_some(()) },
+    )
     .await;
     assert_eq!(
         cached(&informer),
@@ -222,7 +234,11 @@ async fn with_the_gate_on_the_apiserver_filters_by_shard_and_the_informer_caches
             .labels(&fixture.label_selector())
             .shards(shard.clone());
         let page = lw.list(&ListOptions::default()).await.unwrap();
-        assert_eq!(page.shard_info.as_deref(), Some(shard.to_query().as_str()), "{wire:?}");
+        assert_eq!(
+            page.shard_info.as_deref(),
+            Some(shard.to_query().as_str()),
+            "{wire:?}"
+        );
         let keys: BTreeSet<String> = page
             .items
             .iter()
