@@ -107,6 +107,7 @@ impl ListerWatcher<ConfigMap> for ChannelSource {
             resource_version: "1".into(),
             continue_token: None,
             undecodable: vec![],
+            shard_info: None,
         })
     }
     fn watch(

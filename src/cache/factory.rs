@@ -28,6 +28,7 @@ use super::identity::InformerName;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
+use super::shard_selector::ShardSelector;
 use super::shared_informer::{InformerConfig, SharedIndexInformer};
 use super::store::TransformFunc;
 use super::stored::StoreKind;
@@ -45,6 +46,11 @@ pub struct FactoryOptions {
     pub label_selector: Option<String>,
     /// `fieldSelector` for every list and watch.
     pub field_selector: Option<String>,
+    /// `shardSelector` for every list and watch (KEP-5866): only the objects whose namespace
+    /// (or uid) hashes into its ranges reach the caches, filtered by the apiserver when it
+    /// has the `ShardedListAndWatch` gate, and by the informer otherwise
+    /// ([`ListWatch::shards`]).
+    pub shard_selector: Option<ShardSelector>,
     /// Default handler resync period (client-go `defaultResync`; zero = none).
     pub resync_period: Duration,
     /// Reflector settings.
@@ -65,6 +71,8 @@ pub struct ListSelectors {
     pub label_selector: Option<String>,
     /// `fieldSelector` (`None` or empty: every object).
     pub field_selector: Option<String>,
+    /// `shardSelector` (`None`: every object; see [`FactoryOptions::shard_selector`]).
+    pub shard_selector: Option<ShardSelector>,
 }
 
 /// client-go's `TweakListOptionsFunc`: run once per informer the factory creates, on the
@@ -159,9 +167,10 @@ impl SharedInformerFactory {
         }
     }
 
-    /// client-go `WithTweakListOptions`: `tweak` sets the label and field selectors of every
+    /// client-go `WithTweakListOptions`: `tweak` sets the label, field and shard selectors of every
     /// list and watch of the informers created from now on (it starts from
-    /// [`FactoryOptions::label_selector`] and [`FactoryOptions::field_selector`]). Objects
+    /// [`FactoryOptions::label_selector`], [`FactoryOptions::field_selector`] and
+    /// [`FactoryOptions::shard_selector`]). Objects
     /// the selectors leave out never reach the caches.
     ///
     /// # Examples
@@ -274,6 +283,7 @@ impl SharedInformerFactory {
         let mut selectors = ListSelectors {
             label_selector: self.options.label_selector.clone(),
             field_selector: self.options.field_selector.clone(),
+            shard_selector: self.options.shard_selector.clone(),
         };
         if let Some(tweak) = &self.tweak {
             tweak(&mut selectors);
@@ -283,6 +293,9 @@ impl SharedInformerFactory {
         }
         if let Some(f) = &selectors.field_selector {
             lw = lw.fields(f);
+        }
+        if let Some(s) = selectors.shard_selector {
+            lw = lw.shards(s);
         }
         let informer = SharedIndexInformer::new(
             lw,
@@ -575,5 +588,80 @@ mod tests {
             "{requests:?}"
         );
         factory.shutdown().await;
+    }
+
+    // kubeloop's own (KEP-5866): the factory's shard selector goes out on every request, and
+    // from a server that ignores it (as one without the ShardedListAndWatch gate does) the
+    // informer keeps the shard only, saying once that it filtered.
+    #[tokio::test]
+    async fn a_shard_selector_the_server_ignores_is_applied_by_the_informer() {
+        use crate::cache::{HashRange, ShardSelector};
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Capture {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let _logs = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        );
+
+        let in_namespace = |namespace: &str| {
+            let mut cm = labelled("cm", "any");
+            cm.metadata.namespace = Some(namespace.into());
+            cm
+        };
+        // "a" hashes to 0xaf63dc4c8601ec8c (shard 2 of 4), "abc" to 0xe71fa2190541574b (3).
+        let objects = vec![in_namespace("a"), in_namespace("abc")];
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let addr = fake_apiserver(objects, requests.clone()).await;
+        let client = Client::try_from(kube_client::Config::new(
+            format!("http://{addr}").parse().unwrap(),
+        ))
+        .unwrap();
+        let options = FactoryOptions {
+            shard_selector: Some(
+                ShardSelector::namespaces([HashRange::ring(4, 3).unwrap()]).unwrap(),
+            ),
+            reflector: ReflectorConfig {
+                use_watch_list: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let factory = SharedInformerFactory::new(client, options);
+        let informer = factory.informer::<ConfigMap>();
+        factory.start();
+        assert!(informer.wait_for_cache_sync().await);
+        assert_eq!(informer.indexer().list_keys(), ["abc/cm"]);
+        crate::testing::eventually("the watch to open", Duration::from_secs(10), || async {
+            (requests.lock().len() >= 2).then_some(())
+        })
+        .await;
+        let requests = requests.lock().clone();
+        assert!(
+            requests.iter().all(|r| r.contains(
+                "shardSelector=shardRange%28object.metadata.namespace%2C%20%270xc000000000000000%27"
+            )),
+            "{requests:?}"
+        );
+        factory.shutdown().await;
+        let logs = String::from_utf8_lossy(&capture.0.lock()).to_string();
+        assert_eq!(
+            logs.matches("the apiserver did not filter by shardSelector")
+                .count(),
+            1,
+            "{logs}"
+        );
     }
 }

@@ -266,6 +266,7 @@ impl<K: CacheObject> ListerWatcher<K> for FakeControllerSource<K> {
                     ..skip.clone()
                 })
                 .collect(),
+            shard_info: None,
         };
         futures::future::Either::Right(async move { Ok(page) })
     }

@@ -30,6 +30,16 @@
 //! metadata only, through the same list, streaming list and watch. [`ListWatch::wire`] with
 //! [`Wire::Json`] asks for JSON only.
 //!
+//! A shard selector ([`ListWatch::shards`], KEP-5866, `shard_selector.rs`) goes out as the
+//! `shardSelector` parameter of every list and watch. An apiserver with the
+//! `ShardedListAndWatch` gate filters and echoes the selector in the list's
+//! `metadata.shardInfo` ([`ListPage::shard_info`]); one without it (every release before 1.36,
+//! and 1.36 by default) ignores the parameter and sends everything, which is then filtered
+//! here by the same hash, said once in a log line. Either way an object outside the selector
+//! (a list item, or a watch event's object other than a bookmark's) is dropped here before
+//! any cache sees it: with the echo present that is a cheap defence, without it the whole
+//! filter.
+//!
 //! Below `send`, kube-client's retry layer (`Config::default_retry`, on by default) retries
 //! 429, 503 and 504 answers itself, honouring `Retry-After`, as client-go's rest client
 //! does; an answer reaches this module as an error only when those retries run out, or
@@ -37,15 +47,19 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use kube_client::client::Body;
+use kube_client::core::WatchEvent;
 use kube_client::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
+use super::shard_selector::ShardSelector;
 use super::store::TransformFunc;
 use super::stored::SentBytes;
 use super::undecodable::{MAX_OBJECT_BYTES, UndecodableObject};
@@ -117,6 +131,10 @@ pub struct ListPage<K> {
     /// The items of this page that were skipped: not decodable into `K`, or over the size
     /// bound. Never fatal to the page.
     pub undecodable: Vec<UndecodableObject>,
+    /// `metadata.shardInfo.selector`: the shard selector the apiserver filtered this page by
+    /// (KEP-5866), `None` when it did not filter (no selector asked for, or a server without
+    /// the `ShardedListAndWatch` gate).
+    pub shard_info: Option<String>,
 }
 
 /// LIST and WATCH of one resource type (client-go `ListerWatcher`).
@@ -213,6 +231,8 @@ pub struct ListWatch<K: Resource> {
     description: String,
     label_selector: Option<String>,
     field_selector: Option<String>,
+    /// `shardSelector`, and the filter applied here to what comes back.
+    shard: Option<ShardFilter>,
     /// The bound on one watch line or list item.
     max_object_bytes: usize,
     /// What a protobuf list or watch of `K` is made of; `None` asks for JSON only.
@@ -228,6 +248,7 @@ impl<K: Resource> Clone for ListWatch<K> {
             description: self.description.clone(),
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
+            shard: self.shard.clone(),
             max_object_bytes: self.max_object_bytes,
             protobuf: self.protobuf.clone(),
             _marker: std::marker::PhantomData,
@@ -263,6 +284,7 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
             description: format!("{api_version}/{plural}"),
             label_selector: None,
             field_selector: None,
+            shard: None,
             max_object_bytes: MAX_OBJECT_BYTES,
             protobuf: ProtobufType::of::<K>(dyntype),
             _marker: std::marker::PhantomData,
@@ -294,6 +316,19 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     pub fn fields(mut self, selector: &str) -> Self {
         self.field_selector = Some(selector.to_string()).filter(|s| !s.is_empty());
         self
+    }
+
+    /// Restricts to the objects `selector` selects (`shardSelector`, KEP-5866): filtered by
+    /// the apiserver when it has the `ShardedListAndWatch` gate, and here in any case (see the
+    /// module's doc).
+    pub fn shards(mut self, selector: ShardSelector) -> Self {
+        self.shard = Some(ShardFilter::new(selector));
+        self
+    }
+
+    /// The shard selector of every list and watch, if any.
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.shard.as_ref().map(|s| &s.selector)
     }
 
     /// Skips a watch line or a list item over `bytes` as undecodable. Default
@@ -338,6 +373,9 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
         }
         if let Some(f) = &self.field_selector {
             q.push("fieldSelector", f);
+        }
+        if let Some(s) = &self.shard {
+            q.push("shardSelector", &s.query);
         }
     }
 
@@ -535,6 +573,7 @@ impl<K: CacheObject> ListWatch<K> {
         let max_object_bytes = self.max_object_bytes;
         let accept = self.list_accept();
         let protobuf = self.protobuf.clone();
+        let shard = self.shard.clone();
         async move {
             // The body is decoded item by item as it arrives (wire/): a LIST the watch cache
             // answers whole is never held whole.
@@ -572,12 +611,18 @@ impl<K: CacheObject> ListWatch<K> {
                     .map_err(|e| list_decode_error(&url, e))?;
                 reader.as_mut().consume(n);
             }
-            let list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
+            let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
+            let shard_info = list.metadata.shard_info.map(|info| info.selector);
+            if let Some(shard) = &shard {
+                shard.check_echo(shard_info.as_deref(), &url);
+                shard.retain(&mut list.items, &mut list.sent);
+            }
             let page = ListPage {
                 items: list.items,
                 resource_version: list.metadata.resource_version.unwrap_or_default(),
                 continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
                 undecodable: list.undecodable,
+                shard_info,
             };
             Ok((page, list.sent))
         }
@@ -593,6 +638,7 @@ impl<K: CacheObject> ListWatch<K> {
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
         let accept = self.watch_accept();
+        let shard = self.shard.clone();
         async move {
             let mut req = get_request(&url, accept);
             // As kube-client's request_events: watch streams are not compressed (a gzip
@@ -603,13 +649,88 @@ impl<K: CacheObject> ListWatch<K> {
             );
             let res = send(&client, "WATCH", &url, req).await?;
             let encoding = Encoding::of(res.headers().get(http::header::CONTENT_TYPE));
-            Ok(watch_events(
-                encoding,
-                res.into_body(),
-                url,
-                max_object_bytes,
-                keep_sent,
-            ))
+            let events = watch_events(encoding, res.into_body(), url, max_object_bytes, keep_sent);
+            Ok(match shard {
+                None => events,
+                Some(shard) => events
+                    .try_filter(move |(event, _)| futures::future::ready(shard.keeps(event)))
+                    .boxed(),
+            })
+        }
+    }
+}
+
+/// A [`ShardSelector`] as a [`ListWatch`] applies it: the rendered parameter, the filter of
+/// what comes back, and whether the log line about a server that did not filter was written
+/// (once per `ListWatch` and its clones, not once per relist).
+#[derive(Clone)]
+struct ShardFilter {
+    selector: ShardSelector,
+    /// `selector` rendered, as sent and as a filtering server echoes it.
+    query: String,
+    said_unfiltered: Arc<AtomicBool>,
+}
+
+impl ShardFilter {
+    fn new(selector: ShardSelector) -> Self {
+        Self {
+            query: selector.to_query(),
+            selector,
+            said_unfiltered: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn selects<K: Resource>(&self, object: &K) -> bool {
+        self.selector.matches(object.meta())
+    }
+
+    /// Says once when a list came back without the echo, or with another selector's, so it
+    /// is known that the filter here is doing the work.
+    fn check_echo(&self, echo: Option<&str>, url: &str) {
+        if echo == Some(self.query.as_str()) || self.said_unfiltered.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        match echo {
+            None => tracing::info!(
+                %url,
+                selector = %self.query,
+                "the apiserver did not filter by shardSelector (no metadata.shardInfo: the \
+                 ShardedListAndWatch feature gate is off, or the server predates 1.36); \
+                 objects outside the shard are dropped here instead"
+            ),
+            Some(echo) => tracing::warn!(
+                %url,
+                selector = %self.query,
+                %echo,
+                "the apiserver echoed another shard selector than the one sent; objects \
+                 outside the one sent are dropped here"
+            ),
+        }
+    }
+
+    /// Keeps the items the selector selects, and the bytes sent for them (`sent` is either
+    /// empty or one entry per item, in item order).
+    fn retain<K: Resource>(&self, items: &mut Vec<K>, sent: &mut Vec<SentBytes>) {
+        if sent.is_empty() {
+            items.retain(|item| self.selects(item));
+            return;
+        }
+        let kept: Vec<bool> = items.iter().map(|item| self.selects(item)).collect();
+        let mut flags = kept.iter().copied();
+        items.retain(|_| flags.next().unwrap_or(true));
+        let mut flags = kept.iter().copied();
+        sent.retain(|_| flags.next().unwrap_or(true));
+    }
+
+    /// Whether a watch event goes on: a bookmark or an error always; an object's event only
+    /// when the selector selects the object (the field hashed, namespace or uid, never
+    /// changes, so an object never moves in or out of a shard by an update).
+    fn keeps<K: Resource>(&self, event: &WatchEvent<K>) -> bool {
+        match event {
+            WatchEvent::Added(object)
+            | WatchEvent::Modified(object)
+            | WatchEvent::Deleted(object) => self.selects(object),
+            WatchEvent::Bookmark(_) | WatchEvent::Error(_) => true,
         }
     }
 }
@@ -773,5 +894,73 @@ mod tests {
             "/apis/test.kubeloop.dev/v1/namespaces/ns/widgets?watch=true\
              &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&sendInitialEvents=true"
         );
+    }
+
+    fn in_namespace(namespace: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube_client::core::ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(format!("cm-{namespace}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    // kubeloop's own (KEP-5866): the selector goes out on both verbs, rendered as the
+    // apiserver renders it.
+    #[tokio::test]
+    async fn a_shard_selector_goes_out_on_every_list_and_watch() {
+        use crate::cache::{HashRange, ShardSelector};
+        let shard = ShardSelector::namespaces([HashRange::ring(4, 0).unwrap()]).unwrap();
+        let lw = ListWatch::<ConfigMap>::all(client()).shards(shard.clone());
+        assert_eq!(lw.shard_selector(), Some(&shard));
+        let selector = "shardSelector=shardRange%28object.metadata.namespace%2C%20\
+                        %270x0000000000000000%27%2C%20%270x4000000000000000%27%29";
+        assert_eq!(
+            lw.list_url(&ListOptions::default()),
+            format!("/api/v1/configmaps?{selector}")
+        );
+        assert_eq!(
+            lw.watch_url(&WatchOptions {
+                resource_version: "5".into(),
+                ..Default::default()
+            }),
+            format!("/api/v1/configmaps?watch=true&{selector}&resourceVersion=5")
+        );
+    }
+
+    // kubeloop's own: what comes back outside the shard is dropped, the bytes sent for a
+    // list item with it; bookmarks always pass.
+    #[test]
+    fn the_shard_filter_drops_objects_outside_and_keeps_bookmarks() {
+        use crate::cache::{HashRange, ShardSelector, fnv1a_64};
+        // Only namespace "a" (0xaf63dc4c8601ec8c).
+        let a = fnv1a_64(b"a");
+        let filter = ShardFilter::new(
+            ShardSelector::namespaces([HashRange::new(a, u128::from(a) + 1).unwrap()]).unwrap(),
+        );
+        let sent = |n: &str| SentBytes {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            message: n.as_bytes().to_vec(),
+        };
+        let mut items = vec![in_namespace("b"), in_namespace("a"), in_namespace("c")];
+        let mut bytes = vec![sent("b"), sent("a"), sent("c")];
+        filter.retain(&mut items, &mut bytes);
+        assert_eq!(items, [in_namespace("a")]);
+        assert_eq!(bytes, [sent("a")]);
+        let mut items = vec![in_namespace("a"), in_namespace("b")];
+        filter.retain(&mut items, &mut Vec::new());
+        assert_eq!(items, [in_namespace("a")]);
+
+        assert!(filter.keeps(&WatchEvent::Added(in_namespace("a"))));
+        assert!(!filter.keeps(&WatchEvent::Modified(in_namespace("b"))));
+        assert!(!filter.keeps(&WatchEvent::Deleted(in_namespace("b"))));
+        let bookmark: WatchEvent<ConfigMap> = serde_json::from_str(
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#,
+        )
+        .unwrap();
+        assert!(filter.keeps(&bookmark));
     }
 }

@@ -35,6 +35,7 @@
 //! | `compact.rs`           | the compact store's codec (zstd frames of the sent protobuf or of JSON, trained dictionaries; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
+//! | `shard_selector.rs`    | [`ShardSelector`], [`HashRange`]: KEP-5866's `shardSelector`, and the same test here | apimachinery `pkg/sharding`, apiserver `pkg/sharding` (none in client-go) |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
 //! | `keys.rs`              | [`meta_namespace_key`], [`KeyFunc`], [`split_meta_namespace_key`] | `store.go` (keys)                              |
 //! | `resourceversion.rs`   | [`compare_resource_version`]: which of two resourceVersions is newer | apimachinery `util/resourceversion` (KEP-5504) |
@@ -112,6 +113,7 @@ mod queue;
 mod real_fifo;
 mod reflector;
 mod resourceversion;
+mod shard_selector;
 mod shared_informer;
 mod store;
 mod stored;
@@ -160,6 +162,7 @@ pub use resourceversion::{
     InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
     newest_resource_version,
 };
+pub use shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,
 };

@@ -149,6 +149,7 @@ pub(super) fn apiserver_args(
     if !options.controller_manager {
         args.push("--disable-admission-plugins=ServiceAccount".into());
     }
+    args.extend(options.feature_gates_flag());
     args.extend(options.apiserver_args.iter().cloned());
     args
 }
@@ -580,6 +581,38 @@ mod tests {
         let args = apiserver_args(Path::new("/c"), 2379, loopback, &ClusterOptions::full());
         assert!(args.iter().any(|a| a == "--bind-address=127.0.0.1"));
         assert!(args.iter().any(|a| a == "--endpoint-reconciler-type=none"));
+    }
+
+    #[test]
+    fn every_cluster_turns_sharded_list_and_watch_on_unless_a_test_turns_it_off() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 6443));
+        for options in [
+            ClusterOptions::apiserver_only(),
+            ClusterOptions::full(),
+            ClusterOptions::node(),
+        ] {
+            let args = apiserver_args(Path::new("/c"), 2379, addr, &options);
+            assert!(
+                args.iter()
+                    .any(|a| a == "--feature-gates=ShardedListAndWatch=true"),
+                "{args:?}"
+            );
+        }
+
+        let off = ClusterOptions::apiserver_only().with_feature_gate("ShardedListAndWatch", false);
+        let args = apiserver_args(Path::new("/c"), 2379, addr, &off);
+        let gates: Vec<_> = args
+            .iter()
+            .filter(|a| a.starts_with("--feature-gates"))
+            .collect();
+        assert_eq!(gates, ["--feature-gates=ShardedListAndWatch=false"]);
+
+        let none = ClusterOptions {
+            feature_gates: Vec::new(),
+            ..ClusterOptions::apiserver_only()
+        };
+        let args = apiserver_args(Path::new("/c"), 2379, addr, &none);
+        assert!(!args.iter().any(|a| a.starts_with("--feature-gates")));
     }
 
     #[test]

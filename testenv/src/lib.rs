@@ -70,7 +70,7 @@ pub use error::TestEnvError;
 pub(crate) use error::{create_dir, write_file};
 pub use helpers::{Kubectl, ensure_crd, scrape_metrics};
 pub use node::{BRIDGE, ENGINE_LABEL, NODE_IP, NODE_NAME, POD_SUBNET};
-pub use options::ClusterOptions;
+pub use options::{ClusterOptions, SHARDED_LIST_AND_WATCH};
 pub use ports::free_port;
 pub use process::ManagedProcess;
 pub use programs::{Kubeloop, example, kubeloop_binary};

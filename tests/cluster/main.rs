@@ -17,6 +17,7 @@
 mod cache_consistency;
 mod cache_factory_options;
 mod cache_informer;
+mod cache_shard_selector;
 mod cli;
 mod foundation;
 mod leaderelection_lease_lock;

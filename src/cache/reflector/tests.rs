@@ -96,6 +96,7 @@ impl FakeLw {
             resource_version: rv.into(),
             continue_token: cont.map(String::from),
             undecodable: vec![],
+            shard_info: None,
         }));
         self
     }
@@ -110,6 +111,7 @@ impl FakeLw {
             resource_version: rv.into(),
             continue_token: None,
             undecodable,
+            shard_info: None,
         }));
         self
     }
