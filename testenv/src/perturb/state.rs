@@ -352,10 +352,16 @@ impl StateCampaign {
             namespace.clone(),
             self.controller.clone(),
         );
-        let result = self
-            .cases_in(&admin, &namespace, &hook, changes, misoperations)
-            .await;
-        let gone = self.delete_primary(&admin, &namespace).await;
+        let run = Run {
+            campaign: self,
+            api: Api::namespaced_with(admin.clone(), &namespace, &self.workload.resources[0]),
+            name: self.primary_name(),
+            admin,
+            namespace: namespace.clone(),
+            hook,
+        };
+        let result = run.cases_in(changes, misoperations).await;
+        let gone = run.delete_primary().await;
         controller.stop().await;
         let mut report = result?;
         match gone {
@@ -387,10 +393,6 @@ impl StateCampaign {
         Ok(report)
     }
 
-    fn primary_api(&self, admin: &Client, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(admin.clone(), namespace, &self.workload.resources[0])
-    }
-
     fn primary_name(&self) -> String {
         self.workload
             .object
@@ -399,20 +401,33 @@ impl StateCampaign {
             .unwrap_or_default()
             .to_string()
     }
+}
 
+/// One run of a campaign: its namespace, the admin client, the hook the controller writes
+/// through and the object's API; the cases are judged here.
+struct Run<'c> {
+    campaign: &'c StateCampaign,
+    admin: Client,
+    namespace: String,
+    hook: Hook,
+    /// The object's resource in the run's namespace.
+    api: Api<DynamicObject>,
+    /// The object's name.
+    name: String,
+}
+
+impl Run<'_> {
     /// Deletes the object and waits (within the bound) until it is gone: true once it is.
-    async fn delete_primary(&self, admin: &Client, namespace: &str) -> Result<bool, CampaignError> {
-        let api = self.primary_api(admin, namespace);
-        let name = self.primary_name();
-        match api.delete(&name, &DeleteParams::default()).await {
+    async fn delete_primary(&self) -> Result<bool, CampaignError> {
+        match self.api.delete(&self.name, &DeleteParams::default()).await {
             Err(kube_client::Error::Api(status)) if status.code == 404 => return Ok(true),
             result => {
                 result?;
             }
         }
-        let deadline = Instant::now() + self.settings.converge;
+        let deadline = Instant::now() + self.campaign.settings.converge;
         while Instant::now() < deadline {
-            if api.get_opt(&name).await?.is_none() {
+            if self.api.get_opt(&self.name).await?.is_none() {
                 return Ok(true);
             }
             tokio::time::sleep(kubeloop::testing::POLL_INTERVAL).await;
@@ -422,25 +437,20 @@ impl StateCampaign {
 
     async fn cases_in(
         &self,
-        admin: &Client,
-        namespace: &str,
-        hook: &Hook,
         changes: &[SpecChange],
         misoperations: &[Misoperation],
     ) -> Result<StateReport, CampaignError> {
-        let api = self.primary_api(admin, namespace);
-        let object: DynamicObject = serde_json::from_value(self.workload.object.clone())
+        let object: DynamicObject = serde_json::from_value(self.campaign.workload.object.clone())
             .map_err(kube_client::Error::SerdeError)?;
-        let name = self.primary_name();
-        api.create(&PostParams::default(), &object).await?;
+        self.api.create(&PostParams::default(), &object).await?;
         let mut report = StateReport::default();
-        let mut base = match self.reached(admin, namespace, &api, &name).await? {
+        let mut base = match self.reached().await? {
             Ok(snapshot) => snapshot,
             Err(problems) => {
                 report.findings.push(format!(
                     "{}: the object as created did not reach its implied state within {:?}: {}",
-                    self.workload.name,
-                    self.settings.converge,
+                    self.campaign.workload.name,
+                    self.campaign.settings.converge,
                     problems.join(", ")
                 ));
                 return Ok(report);
@@ -448,45 +458,26 @@ impl StateCampaign {
         };
         for change in changes {
             report.cases += 1;
-            let case = self
-                .change(
-                    admin,
-                    namespace,
-                    hook,
-                    &api,
-                    &name,
-                    change,
-                    &base,
-                    &mut report,
-                )
-                .await?;
+            let case = self.change(change, &base, &mut report).await?;
             self.judge(case, &mut report);
             // The next change is judged from where this one left the objects, so that a
             // finding is the change's own and not one carried over.
-            if let Ok(settled) = self.reached(admin, namespace, &api, &name).await? {
+            if let Ok(settled) = self.reached().await? {
                 base = settled;
             }
         }
         for misoperation in misoperations {
             report.cases += 1;
             report.must_refuse += 1;
-            let case = self
-                .misoperation(admin, namespace, &api, &name, misoperation)
-                .await?;
+            let case = self.misoperation(misoperation).await?;
             self.judge(case, &mut report);
         }
         Ok(report)
     }
 
     /// Applies `change`, judges it, reverts it.
-    #[allow(clippy::too_many_arguments)]
     async fn change<'a>(
         &self,
-        admin: &Client,
-        namespace: &str,
-        hook: &Hook,
-        api: &Api<DynamicObject>,
-        name: &str,
         change: &'a SpecChange,
         base: &Snapshot,
         report: &mut StateReport,
@@ -497,13 +488,14 @@ impl StateCampaign {
             found: Vec::new(),
         };
         let patch = merge_patch(&change.pointer, change.value.clone());
-        let patched = match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        let patched = match self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Err(kube_client::Error::Api(status)) if !change.allowed && status.code == 422 => {
                 report.refused += 1;
-                let lost = diff(base, &self.snapshot(admin, namespace).await?);
+                let lost = diff(base, &self.snapshot().await?);
                 if !lost.is_empty() {
                     case.found.push(format!(
                         "refused, yet the state changed: {}",
@@ -526,49 +518,50 @@ impl StateCampaign {
             case.found
                 .push("the apiserver accepted a value beyond the schema's bound".into());
         }
-        if let Some(names) = (self.workload.refuses)(&patched) {
+        if let Some(names) = (self.campaign.workload.refuses)(&patched) {
             report.must_refuse += 1;
-            case.found.extend(
-                self.refused(admin, namespace, api, name, &names, base, &patched)
-                    .await?,
-            );
-        } else {
             case.found
-                .extend(self.honoured(admin, namespace, hook, api, name).await?);
+                .extend(self.refused(&names, base, &patched).await?);
+        } else {
+            case.found.extend(self.honoured().await?);
         }
         // Returns after the revert.
-        let before = self.workload.object.pointer(&change.pointer).cloned();
+        let before = self
+            .campaign
+            .workload
+            .object
+            .pointer(&change.pointer)
+            .cloned();
         let revert = merge_patch(&change.pointer, before.unwrap_or(Value::Null));
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&revert))
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&revert))
             .await?;
-        case.found
-            .extend(self.returned(admin, namespace, base).await?);
+        case.found.extend(self.returned(base).await?);
         Ok(case)
     }
 
     /// Reaches the implied state, then idempotence: a fresh controller reconciles the
     /// converged object and must write nothing of the compared resources.
-    async fn honoured(
-        &self,
-        admin: &Client,
-        namespace: &str,
-        hook: &Hook,
-        api: &Api<DynamicObject>,
-        name: &str,
-    ) -> Result<Vec<String>, CampaignError> {
-        if let Err(problems) = self.reached(admin, namespace, api, name).await? {
+    async fn honoured(&self) -> Result<Vec<String>, CampaignError> {
+        if let Err(problems) = self.reached().await? {
             return Ok(vec![format!(
                 "[reaches the implied state] not within {:?}: {}",
-                self.settings.converge,
+                self.campaign.settings.converge,
                 problems.join(", ")
             )]);
         }
-        let before = hook.log().writes.len();
-        hook.crash_now();
-        tokio::time::sleep(self.settings.quiet * 2).await;
-        let compared: Vec<String> = self.workload.resources.iter().map(resource_name).collect();
+        let before = self.hook.log().writes.len();
+        self.hook.crash_now();
+        tokio::time::sleep(self.campaign.settings.quiet * 2).await;
+        let compared: Vec<String> = self
+            .campaign
+            .workload
+            .resources
+            .iter()
+            .map(resource_name)
+            .collect();
         let mut writes: BTreeMap<String, usize> = BTreeMap::new();
-        for w in &hook.log().writes[before..] {
+        for w in &self.hook.log().writes[before..] {
             let base = w.resource.split('/').next().unwrap_or(&w.resource);
             if compared.iter().any(|c| c == base) {
                 *writes
@@ -592,10 +585,6 @@ impl StateCampaign {
     /// reverts it and removes what it set up.
     async fn misoperation<'a>(
         &self,
-        admin: &Client,
-        namespace: &str,
-        api: &Api<DynamicObject>,
-        name: &str,
         misoperation: &'a Misoperation,
     ) -> Result<Case<'a>, CampaignError> {
         let mut case = Case {
@@ -604,7 +593,7 @@ impl StateCampaign {
             found: Vec::new(),
         };
         let setup_api = |resource: &ApiResource| {
-            Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, resource)
+            Api::<DynamicObject>::namespaced_with(self.admin.clone(), &self.namespace, resource)
         };
         for (resource, object) in &misoperation.setup {
             let object: DynamicObject =
@@ -613,7 +602,7 @@ impl StateCampaign {
                 .create(&PostParams::default(), &object)
                 .await?;
         }
-        let base = match self.reached(admin, namespace, api, name).await? {
+        let base = match self.reached().await? {
             Ok(base) => base,
             Err(problems) => {
                 case.found.push(format!(
@@ -623,31 +612,22 @@ impl StateCampaign {
                 return Ok(case);
             }
         };
-        let patched = api
+        let patched = self
+            .api
             .patch(
-                name,
+                &self.name,
                 &PatchParams::default(),
                 &Patch::Merge(&misoperation.patch),
             )
             .await?;
         let patched = serde_json::to_value(patched).unwrap_or(Value::Null);
-        case.found.extend(
-            self.refused(
-                admin,
-                namespace,
-                api,
-                name,
-                &misoperation.names,
-                &base,
-                &patched,
-            )
-            .await?,
-        );
-        let revert = revert_of(&misoperation.patch, &self.workload.object);
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&revert))
-            .await?;
         case.found
-            .extend(self.returned(admin, namespace, &base).await?);
+            .extend(self.refused(&misoperation.names, &base, &patched).await?);
+        let revert = revert_of(&misoperation.patch, &self.campaign.workload.object);
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&revert))
+            .await?;
+        case.found.extend(self.returned(&base).await?);
         for (resource, object) in &misoperation.setup {
             let setup_name = object
                 .pointer("/metadata/name")
@@ -663,25 +643,21 @@ impl StateCampaign {
     /// The must-refuse oracle for the object as `patched`: within the bound an Event about it
     /// or a condition on it names every one of `names`; then, once quiet, every other compared
     /// object is as in `base` and the object's spec is still `patched`'s.
-    #[allow(clippy::too_many_arguments)]
     async fn refused(
         &self,
-        admin: &Client,
-        namespace: &str,
-        api: &Api<DynamicObject>,
-        name: &str,
         names: &[String],
         base: &Snapshot,
         patched: &Value,
     ) -> Result<Vec<String>, CampaignError> {
         let events: Api<k8s_openapi::api::core::v1::Event> =
-            Api::namespaced(admin.clone(), namespace);
+            Api::namespaced(self.admin.clone(), &self.namespace);
         let kind = patched.get("kind").and_then(Value::as_str).unwrap_or("");
         let names_all = |message: &str| names.iter().all(|n| message.contains(n.as_str()));
-        let deadline = Instant::now() + self.settings.converge;
+        let deadline = Instant::now() + self.campaign.settings.converge;
         let mut found = Vec::new();
         loop {
-            let object = serde_json::to_value(api.get(name).await?).unwrap_or(Value::Null);
+            let object =
+                serde_json::to_value(self.api.get(&self.name).await?).unwrap_or(Value::Null);
             let on_a_condition = object
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
@@ -700,7 +676,7 @@ impl StateCampaign {
                         .items
                         .iter()
                         .any(|e| {
-                            e.involved_object.name.as_deref() == Some(name)
+                            e.involved_object.name.as_deref() == Some(self.name.as_str())
                                 && e.involved_object.kind.as_deref() == Some(kind)
                                 && e.message.as_deref().is_some_and(names_all)
                         }),
@@ -714,15 +690,19 @@ impl StateCampaign {
                     "[must refuse] no Event about the {kind} nor condition on it names {} \
                      within {:?}",
                     names.join(" and "),
-                    self.settings.converge
+                    self.campaign.settings.converge
                 ));
                 break;
             }
             tokio::time::sleep(kubeloop::testing::POLL_INTERVAL).await;
         }
         // Nothing lost: what the refusal left, once it stayed so for the quiet period.
-        tokio::time::sleep(self.settings.quiet).await;
-        let primary = format!("{}/{name}", resource_name(&self.workload.resources[0]));
+        tokio::time::sleep(self.campaign.settings.quiet).await;
+        let primary = format!(
+            "{}/{}",
+            resource_name(&self.campaign.workload.resources[0]),
+            self.name
+        );
         let others = |s: &Snapshot| {
             Snapshot(
                 s.0.iter()
@@ -731,17 +711,14 @@ impl StateCampaign {
                     .collect(),
             )
         };
-        let changed = diff(
-            &others(base),
-            &others(&self.snapshot(admin, namespace).await?),
-        );
+        let changed = diff(&others(base), &others(&self.snapshot().await?));
         if !changed.is_empty() {
             found.push(format!(
                 "[must refuse] lost or changed: {}",
                 changed.join(", ")
             ));
         }
-        match api.get_opt(name).await? {
+        match self.api.get_opt(&self.name).await? {
             None => found.push(format!("[must refuse] the {kind} itself is gone")),
             Some(now) => {
                 let spec = serde_json::to_value(&now)
@@ -760,19 +737,14 @@ impl StateCampaign {
     }
 
     /// Returns after the revert: the compared objects come back to `base` within the bound.
-    async fn returned(
-        &self,
-        admin: &Client,
-        namespace: &str,
-        base: &Snapshot,
-    ) -> Result<Vec<String>, CampaignError> {
-        let difference = self.back_to(admin, namespace, base).await?;
+    async fn returned(&self, base: &Snapshot) -> Result<Vec<String>, CampaignError> {
+        let difference = self.back_to(base).await?;
         Ok(if difference.is_empty() {
             Vec::new()
         } else {
             vec![format!(
                 "[returns after revert] not within {:?}: {}",
-                self.settings.converge,
+                self.campaign.settings.converge,
                 difference.join(", ")
             )]
         })
@@ -787,42 +759,37 @@ impl StateCampaign {
             "{}: FOUND {}\n  replay: {}",
             case.label,
             case.found.join("; "),
-            self.replay_command(case.replay)
+            self.campaign.replay_command(case.replay)
         );
         println!("{line}");
         report.findings.push(line);
     }
 
-    async fn snapshot(&self, admin: &Client, namespace: &str) -> Result<Snapshot, CampaignError> {
+    async fn snapshot(&self) -> Result<Snapshot, CampaignError> {
         Ok(snapshot(
-            admin,
-            namespace,
-            &self.workload.resources,
-            &self.workload.ignored,
+            &self.admin,
+            &self.namespace,
+            &self.campaign.workload.resources,
+            &self.campaign.workload.ignored,
         )
         .await?)
     }
     /// Waits until the implied state holds and the compared objects stay unchanged for the
     /// quiet period: the settled snapshot, or the last problems when the bound passed.
-    async fn reached(
-        &self,
-        admin: &Client,
-        namespace: &str,
-        api: &Api<DynamicObject>,
-        name: &str,
-    ) -> Result<Result<Snapshot, Vec<String>>, CampaignError> {
-        let deadline = Instant::now() + self.settings.converge;
+    async fn reached(&self) -> Result<Result<Snapshot, Vec<String>>, CampaignError> {
+        let deadline = Instant::now() + self.campaign.settings.converge;
         let mut last: Option<(Snapshot, Instant)> = None;
         loop {
-            let object = serde_json::to_value(api.get(name).await?).unwrap_or(Value::Null);
-            let now = self.snapshot(admin, namespace).await?;
-            let problems = (self.workload.implied)(object, now.clone()).await;
+            let object =
+                serde_json::to_value(self.api.get(&self.name).await?).unwrap_or(Value::Null);
+            let now = self.snapshot().await?;
+            let problems = (self.campaign.workload.implied)(object, now.clone()).await;
             if !problems.is_empty() {
                 last = None;
             } else {
                 match &last {
                     Some((seen, since)) if *seen == now => {
-                        if since.elapsed() >= self.settings.quiet {
+                        if since.elapsed() >= self.campaign.settings.quiet {
                             return Ok(Ok(now));
                         }
                     }
@@ -842,19 +809,15 @@ impl StateCampaign {
 
     /// Waits until the compared objects equal `base` for the quiet period: empty, or the
     /// last difference when the bound passed.
-    async fn back_to(
-        &self,
-        admin: &Client,
-        namespace: &str,
-        base: &Snapshot,
-    ) -> Result<Vec<String>, CampaignError> {
-        let deadline = Instant::now() + self.settings.converge;
+    async fn back_to(&self, base: &Snapshot) -> Result<Vec<String>, CampaignError> {
+        let deadline = Instant::now() + self.campaign.settings.converge;
         let mut equal_since: Option<Instant> = None;
         loop {
-            let difference = diff(base, &self.snapshot(admin, namespace).await?);
+            let difference = diff(base, &self.snapshot().await?);
             if !difference.is_empty() {
                 equal_since = None;
-            } else if equal_since.get_or_insert_with(Instant::now).elapsed() >= self.settings.quiet
+            } else if equal_since.get_or_insert_with(Instant::now).elapsed()
+                >= self.campaign.settings.quiet
             {
                 return Ok(Vec::new());
             }
