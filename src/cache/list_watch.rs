@@ -612,7 +612,7 @@ impl<K: CacheObject> ListWatch<K> {
                 reader.as_mut().consume(n);
             }
             let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
-            let shard_info = list.metadata.shard_info.map(|info| info.selector);
+            let shard_info = shard_echo(&mut list.metadata);
             if let Some(shard) = &shard {
                 shard.check_echo(shard_info.as_deref(), &url);
                 shard.retain(&mut list.items, &mut list.sent);
@@ -757,6 +757,21 @@ impl Query {
 
     fn finish(self, path: &str) -> String {
         format!("{path}{}", self.out)
+    }
+}
+
+k8s_openapi::k8s_if_ge_1_36! {
+    /// The selector a list echoes in `metadata.shardInfo` (a server that filtered it by one).
+    fn shard_echo(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta) -> Option<String> {
+        meta.shard_info.take().map(|info| info.selector)
+    }
+}
+
+k8s_openapi::k8s_if_le_1_35! {
+    /// k8s-openapi before v1_36 has no `ListMeta.shardInfo` (its field is dropped in decoding):
+    /// the list reads as unfiltered, and the selector is applied here.
+    fn shard_echo(_: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta) -> Option<String> {
+        None
     }
 }
 
