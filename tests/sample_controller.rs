@@ -1195,21 +1195,7 @@ async fn state_campaign(
         controller.unwrap_or(sample_controller),
         Default::default(),
     );
-    let only = std::env::var("KUBELOOP_STATE_CHANGE")
-        .ok()
-        .or(only.map(str::to_string));
-    let kept = |key: &str| only.as_ref().is_none_or(|o| o == key);
-    let changes: Vec<_> = campaign
-        .changes()
-        .into_iter()
-        .filter(|c| kept(&c.pointer))
-        .collect();
-    let misoperations: Vec<_> = campaign
-        .misoperations()
-        .iter()
-        .filter(|m| kept(&m.name))
-        .cloned()
-        .collect();
+    let (changes, misoperations) = campaign.cases(only);
     assert!(
         !changes.is_empty() || !misoperations.is_empty(),
         "cases for {only:?}"

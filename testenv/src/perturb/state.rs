@@ -307,9 +307,27 @@ impl StateCampaign {
         spec_changes(&self.workload.schema, &self.workload.object)
     }
 
-    /// The workload's misoperations.
-    pub fn misoperations(&self) -> &[Misoperation] {
-        &self.workload.misoperations
+    /// The generated changes and the misoperations a test runs: those whose field pointer or
+    /// name is `KUBELOOP_STATE_CHANGE` when it is set (the replay command), else `only`'s,
+    /// else all.
+    pub fn cases(&self, only: Option<&str>) -> (Vec<SpecChange>, Vec<Misoperation>) {
+        let only = std::env::var("KUBELOOP_STATE_CHANGE")
+            .ok()
+            .or(only.map(str::to_string));
+        let kept = |key: &str| only.as_deref().is_none_or(|o| o == key);
+        let changes = self
+            .changes()
+            .into_iter()
+            .filter(|c| kept(&c.pointer))
+            .collect();
+        let misoperations = self
+            .workload
+            .misoperations
+            .iter()
+            .filter(|m| kept(&m.name))
+            .cloned()
+            .collect();
+        (changes, misoperations)
     }
 
     /// The command that runs the case of `key` again: a change's field (every change of

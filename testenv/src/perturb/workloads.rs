@@ -73,6 +73,16 @@ pub enum VmEngine {
     Podman,
 }
 
+impl VmEngine {
+    /// The name of a VM workload on this engine (it names the run's namespace).
+    fn workload_name(self) -> &'static str {
+        match self {
+            VmEngine::Fake => "vm-fake",
+            VmEngine::Podman => "vm-podman",
+        }
+    }
+}
+
 /// The run's engine: a fake kept per namespace, or a Docker driver labelled with it.
 #[derive(Clone)]
 enum Engine {
@@ -200,10 +210,7 @@ pub fn vm(engine: VmEngine) -> (Workload, ControllerFn) {
         })
     };
     let workload = Workload {
-        name: match engine {
-            VmEngine::Fake => "vm-fake".into(),
-            VmEngine::Podman => "vm-podman".into(),
-        },
+        name: engine.workload_name().into(),
         resources: vec![vm.clone()],
         steps: vec![
             Action::Create(vm.clone(), object("vm-a")),
@@ -380,10 +387,7 @@ pub fn vm_state(engine: VmEngine, schema: serde_json::Value) -> (StateWorkload, 
         VmEngine::Podman => podman_refuses(vm),
     });
     let workload = StateWorkload {
-        name: match engine {
-            VmEngine::Fake => "vm-fake".into(),
-            VmEngine::Podman => "vm-podman".into(),
-        },
+        name: engine.workload_name().into(),
         test: "--test vm_controller state_campaign_the_vm_controller".into(),
         resources: vec![ApiResource::erase::<VirtualMachine>(&())],
         ignored: VM_IGNORED.iter().map(|p| p.to_string()).collect(),
