@@ -28,6 +28,7 @@ use super::identity::InformerName;
 use super::list_watch::{CacheObject, ListWatch};
 use super::metrics::CacheMetrics;
 use super::reflector::ReflectorConfig;
+use super::shard_scope::ShardScope;
 use super::shard_selector::ShardSelector;
 use super::shared_informer::{InformerConfig, SharedIndexInformer};
 use super::store::TransformFunc;
@@ -51,6 +52,11 @@ pub struct FactoryOptions {
     /// has the `ShardedListAndWatch` gate, and by the informer otherwise
     /// ([`ListWatch::shards`]).
     pub shard_selector: Option<ShardSelector>,
+    /// The shards a replica of a sharded controller holds, changing while the informers run
+    /// ([`ListWatch::shard_scope`]); when set, it replaces the shard selector of every
+    /// informer (the tweak's included). The runtime's ring keeps it
+    /// ([`crate::runtime::ShardRing::watch_held_shards`]).
+    pub shard_scope: Option<ShardScope>,
     /// Default handler resync period (client-go `defaultResync`; zero = none).
     pub resync_period: Duration,
     /// Reflector settings.
@@ -296,6 +302,9 @@ impl SharedInformerFactory {
         }
         if let Some(s) = selectors.shard_selector {
             lw = lw.shards(s);
+        }
+        if let Some(scope) = &self.options.shard_scope {
+            lw = lw.shard_scope(scope.clone());
         }
         let informer = SharedIndexInformer::new(
             lw,

@@ -48,9 +48,10 @@
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use futures::{AsyncBufRead, AsyncBufReadExt, StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt, StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use kube_client::client::Body;
 use kube_client::core::WatchEvent;
@@ -59,6 +60,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
+use super::shard_scope::ShardScope;
 use super::shard_selector::ShardSelector;
 use super::store::TransformFunc;
 use super::stored::SentBytes;
@@ -221,6 +223,13 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     fn supports_watch_list(&self) -> bool {
         true
     }
+
+    /// Whether what this lister-watcher selects changed since its last list (its
+    /// [`ShardScope`](super::ShardScope) moved on): the reflector then lists again at once
+    /// instead of watching. client-go has no counterpart (its selectors never change).
+    fn selection_changed(&self) -> bool {
+        false
+    }
 }
 
 /// The real [`ListerWatcher`]: requests through a kube-client [`Client`].
@@ -232,7 +241,7 @@ pub struct ListWatch<K: Resource> {
     label_selector: Option<String>,
     field_selector: Option<String>,
     /// `shardSelector`, and the filter applied here to what comes back.
-    shard: Option<ShardFilter>,
+    shard: Option<ShardSource>,
     /// The bound on one watch line or list item.
     max_object_bytes: usize,
     /// What a protobuf list or watch of `K` is made of; `None` asks for JSON only.
@@ -322,13 +331,56 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     /// the apiserver when it has the `ShardedListAndWatch` gate, and here in any case (see the
     /// module's doc).
     pub fn shards(mut self, selector: ShardSelector) -> Self {
-        self.shard = Some(ShardFilter::new(selector));
+        self.shard = Some(ShardSource::Fixed(ShardFilter::new(selector)));
         self
     }
 
-    /// The shard selector of every list and watch, if any.
-    pub fn shard_selector(&self) -> Option<&ShardSelector> {
-        self.shard.as_ref().map(|s| &s.selector)
+    /// Restricts to the shards `scope` holds at each list, which change while the informer
+    /// runs (`shard_scope.rs`): each change ends the watch and lists again with the new
+    /// selector. Replaces [`shards`](Self::shards). A scoped list-watch does not stream its
+    /// lists (paged LISTs only): a scope holding nothing lists nothing, without a request.
+    pub fn shard_scope(mut self, scope: ShardScope) -> Self {
+        self.shard = Some(ShardSource::Scoped(ScopedShards {
+            listed: scope.register(),
+            scope,
+            listing: Arc::default(),
+            said_unfiltered: Arc::default(),
+        }));
+        self
+    }
+
+    /// The shard selector of the next list and watch, if any (for a scope holding nothing,
+    /// `None`, and nothing is listed).
+    pub fn shard_selector(&self) -> Option<ShardSelector> {
+        match &self.shard {
+            None => None,
+            Some(ShardSource::Fixed(f)) => Some(f.selector.clone()),
+            Some(ShardSource::Scoped(s)) => s.scope.selector(),
+        }
+    }
+
+    /// What a request started now asks for: for a list's first page, and for a watch, the
+    /// scope as it is now; for a later page, what its first page asked for (a continue token
+    /// holds the first page's selector).
+    fn shard_now(&self, continuing: bool) -> ShardNow {
+        match &self.shard {
+            None => ShardNow::Everything,
+            Some(ShardSource::Fixed(f)) => ShardNow::Filter(f.clone()),
+            Some(ShardSource::Scoped(s)) => {
+                let mut listing = s.listing.lock();
+                if !continuing || listing.is_none() {
+                    *listing = Some(s.scope.snapshot());
+                }
+                match listing.clone() {
+                    Some((_, Some(selector))) => ShardNow::Filter(ShardFilter {
+                        query: selector.to_query(),
+                        selector,
+                        said_unfiltered: s.said_unfiltered.clone(),
+                    }),
+                    _ => ShardNow::Nothing,
+                }
+            }
+        }
     }
 
     /// Skips a watch line or a list item over `bytes` as undecodable. Default
@@ -367,22 +419,35 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
         }
     }
 
-    fn selector_params(&self, q: &mut Query) {
+    fn selector_params(&self, q: &mut Query, shard: Option<&ShardFilter>) {
         if let Some(l) = &self.label_selector {
             q.push("labelSelector", l);
         }
         if let Some(f) = &self.field_selector {
             q.push("fieldSelector", f);
         }
-        if let Some(s) = &self.shard {
+        if let Some(s) = shard {
             q.push("shardSelector", &s.query);
+        }
+    }
+
+    /// The shard filter a URL built now carries (a scope's as it is now).
+    fn shard_for_url(&self) -> Option<ShardFilter> {
+        match &self.shard {
+            None => None,
+            Some(ShardSource::Fixed(f)) => Some(f.clone()),
+            Some(ShardSource::Scoped(s)) => s.scope.selector().map(ShardFilter::new),
         }
     }
 
     /// The LIST URL for `options`.
     pub fn list_url(&self, options: &ListOptions) -> String {
+        self.list_url_with(options, self.shard_for_url().as_ref())
+    }
+
+    fn list_url_with(&self, options: &ListOptions, shard: Option<&ShardFilter>) -> String {
         let mut q = Query::default();
-        self.selector_params(&mut q);
+        self.selector_params(&mut q, shard);
         if let Some(l) = options.limit {
             q.push("limit", &l.to_string());
         }
@@ -400,9 +465,13 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
 
     /// The WATCH URL for `options`.
     pub fn watch_url(&self, options: &WatchOptions) -> String {
+        self.watch_url_with(options, self.shard_for_url().as_ref())
+    }
+
+    fn watch_url_with(&self, options: &WatchOptions, shard: Option<&ShardFilter>) -> String {
         let mut q = Query::default();
         q.push("watch", "true");
-        self.selector_params(&mut q);
+        self.selector_params(&mut q, shard);
         if !options.resource_version.is_empty() {
             q.push("resourceVersion", &options.resource_version);
         }
@@ -556,6 +625,16 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
     fn fields_at_length(&self) -> bool {
         self.asks_for_protobuf()
     }
+
+    /// Not on a [`ShardScope`]: a streaming list cannot be cut short by a change of the
+    /// scope and listed again the way a paged one is.
+    fn supports_watch_list(&self) -> bool {
+        !matches!(self.shard, Some(ShardSource::Scoped(_)))
+    }
+
+    fn selection_changed(&self) -> bool {
+        matches!(&self.shard, Some(ShardSource::Scoped(s)) if s.changed())
+    }
 }
 
 impl<K: CacheObject> ListWatch<K> {
@@ -568,13 +647,23 @@ impl<K: CacheObject> ListWatch<K> {
         keep_sent: bool,
     ) -> impl Future<Output = Result<(ListPage<K>, Vec<SentBytes>), ListWatchError>> + Send + 'static
     {
-        let url = self.list_url(options);
+        let shard = self.shard_now(options.continue_token.is_some());
+        let url = self.list_url_with(options, shard.filter());
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
         let accept = self.list_accept();
         let protobuf = self.protobuf.clone();
-        let shard = self.shard.clone();
         async move {
+            if let ShardNow::Nothing = shard {
+                let nothing = ListPage {
+                    items: Vec::new(),
+                    resource_version: String::new(),
+                    continue_token: None,
+                    undecodable: Vec::new(),
+                    shard_info: None,
+                };
+                return Ok((nothing, Vec::new()));
+            }
             // The body is decoded item by item as it arrives (wire/): a LIST the watch cache
             // answers whole is never held whole.
             let res = send(&client, "LIST", &url, get_request(&url, accept)).await?;
@@ -613,7 +702,7 @@ impl<K: CacheObject> ListWatch<K> {
             }
             let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
             let shard_info = shard_echo(&mut list.metadata);
-            if let Some(shard) = &shard {
+            if let Some(shard) = shard.filter() {
                 shard.check_echo(shard_info.as_deref(), &url);
                 shard.retain(&mut list.items, &mut list.sent);
             }
@@ -634,12 +723,34 @@ impl<K: CacheObject> ListWatch<K> {
         options: &WatchOptions,
         keep_sent: bool,
     ) -> impl Future<Output = Result<SentWatchStream<K>, ListWatchError>> + Send + 'static {
-        let url = self.watch_url(options);
+        let scoped = match &self.shard {
+            Some(ShardSource::Scoped(s)) => s.watch_now(),
+            _ => None,
+        };
+        let shard = match &scoped {
+            Some(watch) => watch.shard.clone(),
+            None => self.shard_now(false),
+        };
+        let url = self.watch_url_with(options, shard.filter());
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
         let accept = self.watch_accept();
-        let shard = self.shard.clone();
         async move {
+            let ended = match scoped {
+                None => None,
+                Some(ScopedWatch { changed: None, .. }) => {
+                    // The list the store holds is of another selection: end at once, and
+                    // the reflector lists again.
+                    return Ok(futures::stream::empty().boxed());
+                }
+                Some(ScopedWatch { changed: Some(changed), .. }) => Some(changed),
+            };
+            if let (ShardNow::Nothing, Some(ended)) = (&shard, ended.clone()) {
+                // Nothing held: nothing to watch until the scope changes.
+                return Ok(futures::stream::once(ended)
+                    .filter_map(|()| futures::future::ready(None))
+                    .boxed());
+            }
             let mut req = get_request(&url, accept);
             // As kube-client's request_events: watch streams are not compressed (a gzip
             // member per event is more than its decompression layer reads).
@@ -650,12 +761,100 @@ impl<K: CacheObject> ListWatch<K> {
             let res = send(&client, "WATCH", &url, req).await?;
             let encoding = Encoding::of(res.headers().get(http::header::CONTENT_TYPE));
             let events = watch_events(encoding, res.into_body(), url, max_object_bytes, keep_sent);
-            Ok(match shard {
+            let events = match shard.filter().cloned() {
                 None => events,
                 Some(shard) => events
                     .try_filter(move |(event, _)| futures::future::ready(shard.keeps(event)))
                     .boxed(),
+            };
+            Ok(match ended {
+                None => events,
+                Some(ended) => events.take_until(ended).boxed(),
             })
+        }
+    }
+}
+
+/// Where a [`ListWatch`]'s shard selector comes from.
+#[derive(Clone)]
+enum ShardSource {
+    /// [`ListWatch::shards`]: one selector for the list-watch's life.
+    Fixed(ShardFilter),
+    /// [`ListWatch::shard_scope`]: the scope's at each list.
+    Scoped(ScopedShards),
+}
+
+/// A [`ShardScope`] as one list-watch (and its clones) follows it.
+#[derive(Clone)]
+struct ScopedShards {
+    scope: ShardScope,
+    /// The generation and selector of the list under way or last made (`None`: none yet).
+    listing: Arc<parking_lot::Mutex<Option<(u64, Option<ShardSelector>)>>>,
+    /// The scope's record of the generation this list-watch last listed at.
+    listed: Arc<AtomicU64>,
+    said_unfiltered: Arc<AtomicBool>,
+}
+
+/// A watch opened on a scope.
+struct ScopedWatch {
+    shard: ShardNow,
+    /// Resolves when the scope moves on; `None` when the store's list is of another
+    /// generation than the scope's now (the watch must not open).
+    changed: Option<futures::future::Shared<BoxFuture<'static, ()>>>,
+}
+
+impl ScopedShards {
+    /// Whether the scope moved on since the last list.
+    fn changed(&self) -> bool {
+        self.listing
+            .lock()
+            .as_ref()
+            .is_some_and(|(generation, _)| *generation != self.scope.generation())
+    }
+
+    /// The watch that follows the last list: of its selection if the scope is still there
+    /// (which marks the list as in the store: a reflector watches only after its list went to
+    /// its store), else one that must not open.
+    fn watch_now(&self) -> Option<ScopedWatch> {
+        let (generation, selector) = self.listing.lock().clone()?;
+        if generation != self.scope.generation() {
+            return Some(ScopedWatch {
+                shard: ShardNow::Nothing,
+                changed: None,
+            });
+        }
+        self.scope.mark_listed(&self.listed, generation);
+        let changed: BoxFuture<'static, ()> = Box::pin(self.scope.changed_since(generation));
+        Some(ScopedWatch {
+            shard: match selector {
+                Some(selector) => ShardNow::Filter(ShardFilter {
+                    query: selector.to_query(),
+                    selector,
+                    said_unfiltered: self.said_unfiltered.clone(),
+                }),
+                None => ShardNow::Nothing,
+            },
+            changed: Some(changed.shared()),
+        })
+    }
+}
+
+/// What one request asks for.
+#[derive(Clone)]
+enum ShardNow {
+    /// No shard selector.
+    Everything,
+    /// The objects this selector selects.
+    Filter(ShardFilter),
+    /// A scope holding no shard: nothing (no request is made).
+    Nothing,
+}
+
+impl ShardNow {
+    fn filter(&self) -> Option<&ShardFilter> {
+        match self {
+            ShardNow::Filter(f) => Some(f),
+            _ => None,
         }
     }
 }
@@ -929,7 +1128,7 @@ mod tests {
         use crate::cache::{HashRange, ShardSelector};
         let shard = ShardSelector::namespaces([HashRange::ring(4, 0).unwrap()]).unwrap();
         let lw = ListWatch::<ConfigMap>::all(client()).shards(shard.clone());
-        assert_eq!(lw.shard_selector(), Some(&shard));
+        assert_eq!(lw.shard_selector(), Some(shard.clone()));
         let selector = "shardSelector=shardRange%28object.metadata.namespace%2C%20\
                         %270x0000000000000000%27%2C%20%270x4000000000000000%27%29";
         assert_eq!(
@@ -943,6 +1142,44 @@ mod tests {
             }),
             format!("/api/v1/configmaps?watch=true&{selector}&resourceVersion=5")
         );
+    }
+
+    // kubeloop's own: a list-watch on a shard scope that holds nothing sends nothing (this
+    // client's server does not exist: any request would fail), watches until the scope
+    // changes, and then wants a list of the new selection, which it asks the server for.
+    #[tokio::test]
+    async fn a_shard_scope_holding_nothing_lists_nothing_and_a_change_ends_the_watch() {
+        use crate::cache::ShardScope;
+        let scope = ShardScope::namespaces(4).unwrap();
+        let lw = ListWatch::<ConfigMap>::all(client()).shard_scope(scope.clone());
+        assert!(!lw.supports_watch_list());
+        let page = lw.list(&ListOptions::default()).await.expect("no request is made");
+        assert!(page.items.is_empty() && page.shard_info.is_none());
+        assert!(!lw.selection_changed());
+        let mut watch = lw.watch(&WatchOptions::default()).await.expect("no request is made");
+        let next = tokio::spawn(async move { watch.next().await.is_none() });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!next.is_finished(), "the watch waits while the scope holds nothing");
+        let generation = scope.hold(1);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), next)
+                .await
+                .expect("a change of the scope ends the watch")
+                .unwrap(),
+            "it ends without an event"
+        );
+        assert!(lw.selection_changed());
+        let opened = lw.watch(&WatchOptions::default()).await.expect("no request is made");
+        assert_eq!(opened.collect::<Vec<_>>().await.len(), 0, "no watch of a stale list");
+        let listing = lw.list(&ListOptions::default()).await;
+        assert!(listing.is_err(), "the new selection is asked for: {listing:?}");
+        assert!(
+            lw.list_url(&ListOptions::default()).contains("0x4000000000000000%27%2C%20%270x8000000000000000"),
+            "{}",
+            lw.list_url(&ListOptions::default())
+        );
+        assert!(!lw.selection_changed());
+        let _ = generation;
     }
 
     // kubeloop's own: what comes back outside the shard is dropped, the bytes sent for a

@@ -35,6 +35,7 @@
 //! | `compact.rs`           | the compact store's codec (zstd frames of the sent protobuf or of JSON, trained dictionaries; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
+//! | `shard_scope.rs`       | [`ShardScope`]: the shard selector of the shards a replica holds, changing as they move | none |
 //! | `shard_selector.rs`    | [`ShardSelector`], [`HashRange`]: KEP-5866's `shardSelector`, and the same test here | apimachinery `pkg/sharding`, apiserver `pkg/sharding` (none in client-go) |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
 //! | `keys.rs`              | [`meta_namespace_key`], [`KeyFunc`], [`split_meta_namespace_key`] | `store.go` (keys)                              |
@@ -113,6 +114,7 @@ mod queue;
 mod real_fifo;
 mod reflector;
 mod resourceversion;
+mod shard_scope;
 mod shard_selector;
 mod shared_informer;
 mod store;
@@ -162,6 +164,7 @@ pub use resourceversion::{
     InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
     newest_resource_version,
 };
+pub use shard_scope::ShardScope;
 pub use shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 pub use shared_informer::{
     HandlerOptions, HandlerRegistration, InformerConfig, InformerError, SharedIndexInformer,

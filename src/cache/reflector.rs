@@ -638,6 +638,9 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     }
 
     async fn start_watch(&mut self) -> State<K> {
+        if self.lw.selection_changed() {
+            return self.initial_state();
+        }
         let timeout = self.watch_timeout();
         let options = WatchOptions {
             resource_version: self.last_sync_rv.clone(),
@@ -674,6 +677,10 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 
     /// The watch ended without an error from the server.
     fn watch_closed(&mut self, started: Instant, events: u64) -> State<K> {
+        if self.lw.selection_changed() {
+            // kubeloop: a shard scope moved on (`shard_scope.rs`): list the new selection now.
+            return self.initial_state();
+        }
         if events == 0 && started.elapsed() < SHORT_WATCH {
             self.report(ReflectorError::ShortWatch {
                 type_name: self.type_name.clone(),

@@ -146,6 +146,21 @@ impl HashRange {
         })
     }
 
+    /// The index of the ring range ([`ring`](Self::ring)) of a ring of `shards` that holds
+    /// `hash`. `shards` must be at least 1.
+    pub fn ring_index(shards: u32, hash: u64) -> u32 {
+        let shards = shards.max(1);
+        // floor(hash * shards / 2^64) is the index or one below it: a range starts at its
+        // bound rounded down, so a hash equal to a rounded-down bound is already in the next.
+        let index = ((u128::from(hash) * u128::from(shards)) >> 64) as u32;
+        let next_start = u128::from(index + 1) * SPACE_END / u128::from(shards);
+        if index + 1 < shards && u128::from(hash) >= next_start {
+            index + 1
+        } else {
+            index
+        }
+    }
+
     /// The inclusive start.
     pub fn start(&self) -> u64 {
         self.start
@@ -273,6 +288,26 @@ mod tests {
             ("foobar", 0x8594_4171_f739_67e8),
         ] {
             assert_eq!(fnv1a_64(input.as_bytes()), hash, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn ring_index_names_the_range_that_holds_the_hash_even_at_rounded_bounds() {
+        for shards in [1, 2, 3, 4, 7, 200] {
+            let mut probes = vec![0, u64::MAX, 0xcbf2_9ce4_8422_2325];
+            for i in 0..shards {
+                let range = HashRange::ring(shards, i).unwrap();
+                probes.push(range.start());
+                probes.push(range.start().wrapping_sub(1));
+                probes.push((range.end() - 1) as u64);
+            }
+            for hash in probes {
+                let index = HashRange::ring_index(shards, hash);
+                assert!(
+                    HashRange::ring(shards, index).unwrap().contains(hash),
+                    "{hash:#x} of {shards} shards: not in range {index}"
+                );
+            }
         }
     }
 

@@ -51,6 +51,7 @@ use tokio_util::task::TaskTracker;
 
 use super::context::ReconcileContext;
 use super::key::{ObjectKey, shard_of};
+use crate::cache::ShardScope;
 use crate::leaderelection::LeaderContext;
 
 /// One period during which this process may reconcile: a leadership term, or, without leader
@@ -73,6 +74,16 @@ impl std::fmt::Debug for Term {
             .field("in_flight", &self.tracker.len())
             .finish()
     }
+}
+
+/// How keys are split into shards.
+#[derive(Debug, Clone)]
+pub(crate) enum ShardMap {
+    /// By [`shard_of`] the key (`namespace/name`) over this many shards (1: no sharding).
+    Keys(u32),
+    /// By the namespace's hash range in the ring of this scope (the ranges its list-watches
+    /// ask the apiserver for).
+    Namespaces(ShardScope),
 }
 
 /// Where the workers stand: which shards this process holds a live term for, and the keys it
@@ -99,8 +110,8 @@ struct GateInner {
 /// shards) and the workers (which wait for an open shard and ask, per key, for its term).
 #[derive(Debug)]
 pub(crate) struct Gate {
-    /// Number of shards the key space is split into (1 without sharding).
-    shards: u32,
+    /// How the key space is split into shards (one shard without sharding).
+    shards: ShardMap,
     inner: Mutex<GateInner>,
     /// Bumped on every change of `inner`, to wake waiting workers.
     changed: watch::Sender<()>,
@@ -221,9 +232,9 @@ impl Term {
 
 impl Gate {
     /// A gate over `shards` shards (at least 1), none open.
-    pub fn new(shards: u32) -> Arc<Self> {
+    pub fn new(shards: ShardMap) -> Arc<Self> {
         Arc::new(Gate {
-            shards: shards.max(1),
+            shards,
             inner: Mutex::new(GateInner {
                 closed: false,
                 terms: BTreeMap::new(),
@@ -274,7 +285,12 @@ impl Gate {
 
     /// The shard a key belongs to.
     pub fn shard_of(&self, key: &ObjectKey) -> u32 {
-        shard_of(key.as_str(), self.shards)
+        match &self.shards {
+            ShardMap::Keys(shards) => shard_of(key.as_str(), *shards),
+            ShardMap::Namespaces(scope) => {
+                scope.shard_of_namespace(key.namespace().unwrap_or_default())
+            }
+        }
     }
 
     /// The term to reconcile `key` in, or [`Dispatch::Parked`] if its shard has no live term

@@ -38,8 +38,8 @@ use super::context::ReconcileContext;
 use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{Lane, Queues};
-use super::leadership::{Gate, Term};
-use super::sharding::RingContext;
+use super::leadership::{Gate, ShardMap, Term};
+use super::sharding::{RingContext, Sharding};
 use super::terms::{LeaderTask, ShardTerms, start_leader_tasks, term_callbacks};
 use super::worker::{WorkerShared, worker_loop};
 use crate::cache::{CacheObject, InformerError};
@@ -176,7 +176,13 @@ impl<K: CacheObject> Controller<K> {
             reconcile,
             error_policy,
         });
-        let gate = Gate::new(self.sharding.as_ref().map_or(1, |s| s.shards));
+        let gate = Gate::new(match &self.sharding {
+            None => ShardMap::Keys(1),
+            Some(Sharding {
+                scope: Some(scope), ..
+            }) => ShardMap::Namespaces(scope.clone()),
+            Some(sharding) => ShardMap::Keys(sharding.shards),
+        });
         let mut workers = JoinSet::new();
         info!(controller = %name, workers = self.options.workers, requeue_workers, "starting workers");
         for id in 0..self.options.workers {
@@ -208,6 +214,7 @@ impl<K: CacheObject> Controller<K> {
                         controller: name.clone(),
                         gate: gate.clone(),
                         queue: queue.clone(),
+                        scope: sharding.scope.clone(),
                         leader_tasks,
                     },
                     ring_stop.clone(),
@@ -255,6 +262,7 @@ impl<K: CacheObject> Controller<K> {
                         gate: gate.clone(),
                         queue: queue.clone(),
                         leader_tasks: Some(leader_tasks),
+                        scope: None,
                     },
                 );
                 let mut elector = tokio::spawn((election.run)(callbacks, elector_stop.clone()));

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::context::ReconcileContext;
 use super::leadership::{Gate, Term};
 use super::queue::ControllerQueue;
+use crate::cache::ShardScope;
 use crate::leaderelection::LeaderCallbacks;
 
 /// A task that runs only while this process leads (controller-runtime's
@@ -32,13 +33,31 @@ pub(crate) struct ShardTerms {
     pub gate: Arc<Gate>,
     pub queue: ControllerQueue,
     pub leader_tasks: Option<Arc<Vec<LeaderTask>>>,
+    /// The informers' shard scope, when they cache only the shards held
+    /// ([`crate::runtime::ShardRing::watch_held_shards`]).
+    pub scope: Option<ShardScope>,
 }
 
 impl ShardTerms {
     /// One term, from the elector's start to the end of every reconcile it started: opens the
     /// shard (its parked keys go back to the queue), runs the leader tasks, and when the
     /// term's token is cancelled puts the shard back in standby and waits for what it started.
+    ///
+    /// With a shard scope, the term first holds its shard in the scope and waits until the
+    /// informers listed its range (a term that ends meanwhile releases it and returns), and
+    /// releases it once the term's reconciles ended.
     pub async fn serve(&self, name: &str, term: Term) {
+        if let Some(scope) = &self.scope {
+            let generation = scope.hold(self.shard);
+            info!(controller = %name, shard = self.shard, "listing the shard's range before its term opens");
+            tokio::select! {
+                () = scope.listed(generation) => {}
+                () = term.ended() => {
+                    scope.release(self.shard);
+                    return;
+                }
+            }
+        }
         if let Some(tasks) = &self.leader_tasks {
             start_leader_tasks(name, &term, tasks);
         }
@@ -52,6 +71,9 @@ impl ShardTerms {
         info!(controller = %name, shard = self.shard, in_flight, time_to_fence = ?term.time_to_fence(), "term ending: cancelled in-flight reconciles, waiting for them");
         term.wait_for_in_flight().await;
         info!(controller = %name, shard = self.shard, "every reconcile of the term has ended");
+        if let Some(scope) = &self.scope {
+            scope.release(self.shard);
+        }
     }
 }
 

@@ -46,6 +46,8 @@ use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{BusyKeys, Lane};
 use super::leadership::{Dispatch, Gate, GateWatch};
+#[cfg(test)]
+use super::leadership::ShardMap;
 use super::queue::ControllerQueue;
 use super::reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 use crate::trace::Stage;
@@ -318,7 +320,7 @@ pub(crate) async fn run_workers<F, Fut, E>(
     E: Display + Send + 'static,
 {
     let shared = Arc::new(shared(queue.into(), config.name, reconcile));
-    let gate = Gate::new(1);
+    let gate = Gate::new(ShardMap::Keys(1));
     gate.open(0, Term::unfenced(CancellationToken::new()));
     let mut workers = JoinSet::new();
     for id in 0..config.workers.max(1) {
@@ -346,7 +348,7 @@ where
     E: Display,
 {
     let shared = shared(queue.into(), name.to_string(), reconcile);
-    let gate = Gate::new(1);
+    let gate = Gate::new(ShardMap::Keys(1));
     gate.open(0, Term::unfenced(CancellationToken::new()));
     !matches!(
         process_next(&shared, Lane::Main, &gate).await,

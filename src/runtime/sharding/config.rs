@@ -6,6 +6,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::lease_ring::RingStore;
+use crate::cache::ShardScope;
 use crate::leaderelection::{ConfigError, LeaderElectionConfig};
 
 /// How a controller is sharded. Build with [`ShardingConfig::new`] and adjust the timings
@@ -45,6 +46,16 @@ pub enum ShardingError {
     BadRingName {
         /// The ring's name.
         ring: String,
+    },
+    /// The shard scope given to [`ShardRing::watch_held_shards`] has another shard count.
+    #[error("sharding ring {ring:?} has {shards} shards, its shard scope {scope}")]
+    ScopeMismatch {
+        /// The ring's name.
+        ring: String,
+        /// The ring's shard count.
+        shards: u32,
+        /// The scope's.
+        scope: u32,
     },
     /// The lease timings are invalid (the same rules as leader election's).
     #[error(transparent)]
@@ -110,6 +121,7 @@ impl ShardingConfig {
 pub struct ShardRing<R: RingStore> {
     pub(super) config: ShardingConfig,
     pub(super) store: Arc<R>,
+    pub(super) scope: Option<ShardScope>,
 }
 
 impl<R: RingStore> ShardRing<R> {
@@ -119,7 +131,30 @@ impl<R: RingStore> ShardRing<R> {
         Ok(ShardRing {
             config,
             store: Arc::new(store),
+            scope: None,
         })
+    }
+
+    /// Each replica caches only the shards it holds: keys are split by their namespace's
+    /// hash range (the ranges of `scope`'s ring, [`crate::cache::HashRange::ring`]) instead
+    /// of the hash of `namespace/name`, and the informers made with `scope`
+    /// ([`crate::cache::FactoryOptions::shard_scope`]) ask the apiserver for the ranges of
+    /// the shards this replica holds (KEP-5866; filtered here on a server without it). A
+    /// shard's term opens only once those informers have listed its range, and a shard
+    /// given up leaves the caches with the next list, after its term's reconciles ended.
+    ///
+    /// Every replica of a ring must agree on this: a ring sharded by key and one sharded by
+    /// namespace assign keys differently.
+    pub fn watch_held_shards(mut self, scope: ShardScope) -> Result<Self, ShardingError> {
+        if scope.shards() != self.config.shards {
+            return Err(ShardingError::ScopeMismatch {
+                ring: self.config.ring.clone(),
+                shards: self.config.shards,
+                scope: scope.shards(),
+            });
+        }
+        self.scope = Some(scope);
+        Ok(self)
     }
 
     /// The configuration this ring runs with.

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::assign::{assign, member_lease_name, shard_lease_name};
 use super::config::{ShardRing, ShardingConfig};
 use super::lease_ring::{RingLease, RingRole, RingStore};
+use crate::cache::ShardScope;
 use crate::leaderelection::{
     ConfigError, LeaderCallbacks, LeaderElectionRecord, LeaderElector, ResourceLock,
 };
@@ -29,11 +30,15 @@ pub(crate) struct RingContext {
     pub gate: Arc<Gate>,
     pub queue: ControllerQueue,
     pub leader_tasks: Arc<Vec<LeaderTask>>,
+    pub scope: Option<ShardScope>,
 }
 
 /// The ring with its store type erased, as the builder keeps it.
 pub(crate) struct Sharding {
     pub shards: u32,
+    /// The scope the informers ask for ([`ShardRing::watch_held_shards`]): keys are then
+    /// sharded by their namespace's hash range, and each term holds its shard in the scope.
+    pub scope: Option<ShardScope>,
     pub run:
         Box<dyn FnOnce(RingContext, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>,
 }
@@ -42,6 +47,7 @@ impl<R: RingStore> ShardRing<R> {
     pub(crate) fn erase(self) -> Sharding {
         Sharding {
             shards: self.config.shards,
+            scope: self.scope.clone(),
             run: Box::new(move |ctx, stop| Box::pin(run_ring(self, ctx, stop))),
         }
     }
@@ -83,7 +89,7 @@ fn expiry(record: &LeaderElectionRecord, since: Instant) -> Instant {
 /// replica should own. On `stop`, every shard's term ends and its Lease is released (after its
 /// reconciles ended), then the member Lease.
 async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: CancellationToken) {
-    let ShardRing { config, store } = ring;
+    let ShardRing { config, store, .. } = ring;
     let me = config.identity.clone();
     let metrics = ShardMetrics::global().for_controller(&ctx.controller);
 
@@ -256,6 +262,7 @@ fn start_shard<R: RingStore>(
         gate: ctx.gate.clone(),
         queue: ctx.queue.clone(),
         leader_tasks: (shard == 0).then(|| ctx.leader_tasks.clone()),
+        scope: ctx.scope.clone(),
     });
     let controller = ctx.controller.clone();
     let (acquired, released) = (metrics.clone(), metrics.clone());
