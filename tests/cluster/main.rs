@@ -24,4 +24,5 @@ mod leaderelection_lease_lock;
 mod protobuf_wire;
 mod protobuf_writes;
 mod runtime_cache_sync;
+mod runtime_shard_watches;
 mod watch_tools;
