@@ -842,8 +842,14 @@ async fn without_the_crd_the_binary_says_so_and_a_sigterm_before_sync_is_an_erro
     assert_eq!(status.code(), Some(1), "{stderr}");
 }
 
-/// A sharded replica of the controller in this process, contending as `identity`.
-fn start_sharded(client: &Client, namespace: &str, identity: &str) -> Running {
+/// A sharded replica of the controller in this process, contending as `identity`; with
+/// `watch_held_shards`, its informers list and watch only the shards it holds.
+fn start_sharded(
+    client: &Client,
+    namespace: &str,
+    identity: &str,
+    watch_held_shards: bool,
+) -> Running {
     let shutdown = CancellationToken::new();
     let config = ControllerConfig {
         namespace: Some(namespace.to_string()),
@@ -854,6 +860,7 @@ fn start_sharded(client: &Client, namespace: &str, identity: &str) -> Running {
             ..kubeloop::runtime::ShardingConfig::new("foos", 4, identity)
         }),
         sharding_namespace: namespace.to_string(),
+        watch_held_shards,
         ..Default::default()
     };
     let task = tokio::spawn(run(client.clone(), config, shutdown.clone()));
@@ -881,9 +888,20 @@ async fn foo_shard_holders(client: &Client, namespace: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_sharded_replicas_split_the_foos_and_one_takes_all_when_the_other_stops() {
+    two_sharded_replicas(false).await;
+}
+
+// The same with `--watch-held-shards`: the Foos of one namespace are all in one shard, so one
+// replica caches them all and the other none until it takes that shard over.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_watching_only_their_shards_split_and_hand_over_the_foos() {
+    two_sharded_replicas(true).await;
+}
+
+async fn two_sharded_replicas(watch_held_shards: bool) {
     let (client, ns, apis) = setup("sample-shards").await;
-    let first = start_sharded(&client, &ns, "first");
-    let second = start_sharded(&client, &ns, "second");
+    let first = start_sharded(&client, &ns, "first", watch_held_shards);
+    let second = start_sharded(&client, &ns, "second", watch_held_shards);
     eventually("two shards each", WAIT, || async {
         let h = foo_shard_holders(&client, &ns).await;
         h.iter().filter(|h| *h == "first").count() == 2

@@ -47,6 +47,11 @@ pub struct Args {
     /// Namespace of the shard ring's Leases (default: $POD_NAMESPACE, then "default").
     #[arg(long)]
     pub shard_lease_namespace: Option<String>,
+    /// With --shards: shard by the namespace's hash range and list and watch only the shards
+    /// held (KEP-5866's shardSelector; filtered here on an apiserver without the
+    /// ShardedListAndWatch gate). Every replica must agree.
+    #[arg(long, requires = "shards")]
+    pub watch_held_shards: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -66,6 +71,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 common::holder_identity(None),
             )
         }),
+        watch_held_shards: args.watch_held_shards,
         sharding_namespace: args
             .shard_lease_namespace
             .clone()

@@ -28,7 +28,9 @@ use super::api::KubeSyncClient;
 use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
-use crate::cache::{CacheMetrics, FactoryOptions, InformerName, SharedInformerFactory};
+use crate::cache::{
+    CacheMetrics, FactoryOptions, InformerName, ShardScope, SharedInformerFactory,
+};
 use crate::record::{AnyEventBroadcaster, default_reporting_instance};
 use crate::runtime::{
     Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
@@ -63,6 +65,10 @@ pub struct ControllerConfig {
     pub sharding: Option<ShardingConfig>,
     /// Namespace of the shard ring's Leases.
     pub sharding_namespace: String,
+    /// With `sharding`: split the Foos by their namespace's hash range, and have the informers
+    /// list and watch only the shards this replica holds
+    /// ([`crate::runtime::ShardRing::watch_held_shards`]).
+    pub watch_held_shards: bool,
     /// Read-your-writes: how long a sync waits at most for the caches to hold the Foo's last
     /// Deployment and status writes (`None`: no wait; see
     /// [`crate::runtime::Controller::read_your_writes`]).
@@ -81,6 +87,7 @@ impl Default for ControllerConfig {
             ready: Arc::default(),
             sharding: None,
             sharding_namespace: "default".to_string(),
+            watch_held_shards: false,
             freshness_wait: Some(crate::runtime::DEFAULT_FRESHNESS_WAIT),
         }
     }
@@ -98,12 +105,23 @@ pub async fn run(
         &default_reporting_instance(CONTROLLER_NAME),
     )
     .await;
+    let ring = match config.sharding.clone() {
+        Some(sharding) => Some(ShardRing::new(
+            sharding,
+            LeaseRing::new(client.clone(), &config.sharding_namespace),
+        )?),
+        None => None,
+    };
+    let scope = ring.as_ref().filter(|_| config.watch_held_shards).map(|ring| {
+        ShardScope::namespaces(ring.config().shards).expect("a checked ring has shards")
+    });
     let factory = SharedInformerFactory::new(
         client.clone(),
         FactoryOptions {
             namespace: config.namespace.clone(),
             resync_period: config.resync,
             metrics: config.cache_metrics.clone(),
+            shard_scope: scope.clone(),
             ..Default::default()
         },
     );
@@ -129,11 +147,10 @@ pub async fn run(
     if let Some(provider) = config.queue_metrics.clone() {
         controller = controller.queue_metrics(provider);
     }
-    if let Some(sharding) = config.sharding.clone() {
-        let ring = ShardRing::new(
-            sharding,
-            LeaseRing::new(client.clone(), &config.sharding_namespace),
-        )?;
+    if let Some(mut ring) = ring {
+        if let Some(scope) = scope {
+            ring = ring.watch_held_shards(scope)?;
+        }
         controller = controller.sharding(ring);
     }
     tokio::spawn(warn_if_crd_missing(
