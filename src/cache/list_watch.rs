@@ -60,7 +60,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
-use super::shard_scope::ShardScope;
+use super::shard_scope::{Selection, ShardScope};
 use super::shard_selector::ShardSelector;
 use super::store::TransformFunc;
 use super::stored::SentBytes;
@@ -743,7 +743,10 @@ impl<K: CacheObject> ListWatch<K> {
                     // the reflector lists again.
                     return Ok(futures::stream::empty().boxed());
                 }
-                Some(ScopedWatch { changed: Some(changed), .. }) => Some(changed),
+                Some(ScopedWatch {
+                    changed: Some(changed),
+                    ..
+                }) => Some(changed),
             };
             if let (ShardNow::Nothing, Some(ended)) = (&shard, ended.clone()) {
                 // Nothing held: nothing to watch until the scope changes.
@@ -789,7 +792,7 @@ enum ShardSource {
 struct ScopedShards {
     scope: ShardScope,
     /// The generation and selector of the list under way or last made (`None`: none yet).
-    listing: Arc<parking_lot::Mutex<Option<(u64, Option<ShardSelector>)>>>,
+    listing: Arc<parking_lot::Mutex<Option<Selection>>>,
     /// The scope's record of the generation this list-watch last listed at.
     listed: Arc<AtomicU64>,
     said_unfiltered: Arc<AtomicBool>,
@@ -1153,13 +1156,22 @@ mod tests {
         let scope = ShardScope::namespaces(4).unwrap();
         let lw = ListWatch::<ConfigMap>::all(client()).shard_scope(scope.clone());
         assert!(!lw.supports_watch_list());
-        let page = lw.list(&ListOptions::default()).await.expect("no request is made");
+        let page = lw
+            .list(&ListOptions::default())
+            .await
+            .expect("no request is made");
         assert!(page.items.is_empty() && page.shard_info.is_none());
         assert!(!lw.selection_changed());
-        let mut watch = lw.watch(&WatchOptions::default()).await.expect("no request is made");
+        let mut watch = lw
+            .watch(&WatchOptions::default())
+            .await
+            .expect("no request is made");
         let next = tokio::spawn(async move { watch.next().await.is_none() });
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(!next.is_finished(), "the watch waits while the scope holds nothing");
+        assert!(
+            !next.is_finished(),
+            "the watch waits while the scope holds nothing"
+        );
         let generation = scope.hold(1);
         assert!(
             tokio::time::timeout(std::time::Duration::from_secs(5), next)
@@ -1169,12 +1181,23 @@ mod tests {
             "it ends without an event"
         );
         assert!(lw.selection_changed());
-        let opened = lw.watch(&WatchOptions::default()).await.expect("no request is made");
-        assert_eq!(opened.collect::<Vec<_>>().await.len(), 0, "no watch of a stale list");
+        let opened = lw
+            .watch(&WatchOptions::default())
+            .await
+            .expect("no request is made");
+        assert_eq!(
+            opened.collect::<Vec<_>>().await.len(),
+            0,
+            "no watch of a stale list"
+        );
         let listing = lw.list(&ListOptions::default()).await;
-        assert!(listing.is_err(), "the new selection is asked for: {listing:?}");
         assert!(
-            lw.list_url(&ListOptions::default()).contains("0x4000000000000000%27%2C%20%270x8000000000000000"),
+            listing.is_err(),
+            "the new selection is asked for: {listing:?}"
+        );
+        assert!(
+            lw.list_url(&ListOptions::default())
+                .contains("0x4000000000000000%27%2C%20%270x8000000000000000"),
             "{}",
             lw.list_url(&ListOptions::default())
         );

@@ -43,6 +43,9 @@ use tokio::sync::watch;
 
 use super::shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 
+/// A scope's generation and the selector of its shards then (`None`: none held).
+pub(crate) type Selection = (u64, Option<ShardSelector>);
+
 /// A changing set of held shards of a namespace-hash ring, shared by the list-watches that
 /// ask for it and the sharding ring that holds the shards. Cheap to clone (one shared state).
 #[derive(Clone)]
@@ -123,7 +126,11 @@ impl ShardScope {
     /// # Panics
     /// If `shard` is not below [`shards`](Self::shards): the ring and the scope disagree.
     pub fn hold(&self, shard: u32) -> u64 {
-        assert!(shard < self.inner.shards, "shard {shard} of a scope of {}", self.inner.shards);
+        assert!(
+            shard < self.inner.shards,
+            "shard {shard} of a scope of {}",
+            self.inner.shards
+        );
         self.change(|held| held.insert(shard))
     }
 
@@ -168,7 +175,7 @@ impl ShardScope {
     }
 
     /// The current generation and its selector, read together.
-    pub(crate) fn snapshot(&self) -> (u64, Option<ShardSelector>) {
+    pub(crate) fn snapshot(&self) -> Selection {
         let state = self.inner.state.lock();
         (state.generation, state.selector.clone())
     }
@@ -194,7 +201,10 @@ impl ShardScope {
     }
 
     /// Resolves once the generation is no longer `generation`.
-    pub(crate) fn changed_since(&self, generation: u64) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn changed_since(
+        &self,
+        generation: u64,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let scope = self.clone();
         let mut rx = self.inner.changed.subscribe();
         async move {
@@ -242,7 +252,11 @@ mod tests {
             "shardRange(object.metadata.namespace, '0x0000000000000000', '0xc000000000000000')"
         );
         assert_eq!(scope.release(1), 4);
-        assert_eq!(scope.release(1), 4, "releasing what is not held changes nothing");
+        assert_eq!(
+            scope.release(1),
+            4,
+            "releasing what is not held changes nothing"
+        );
         assert_eq!(
             scope.selector().unwrap().to_query(),
             "shardRange(object.metadata.namespace, '0x0000000000000000', '0x4000000000000000') || \
@@ -260,7 +274,10 @@ mod tests {
         for ns in ["", "default", "kube-system", "a", "abc", "ns-17"] {
             let shard = scope.shard_of_namespace(ns);
             let range = HashRange::ring(4, shard).unwrap();
-            assert!(range.contains(fnv1a_64(ns.as_bytes())), "{ns:?} in shard {shard}");
+            assert!(
+                range.contains(fnv1a_64(ns.as_bytes())),
+                "{ns:?} in shard {shard}"
+            );
         }
         // Fixed: cluster-scoped objects ("" hashes to 0xcbf29ce484222325) are in shard 3 of 4.
         assert_eq!(scope.shard_of_namespace(""), 3);

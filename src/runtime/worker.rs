@@ -45,9 +45,9 @@ use super::context::ReconcileContext;
 use super::freshness::Freshness;
 use super::key::ObjectKey;
 use super::lanes::{BusyKeys, Lane};
-use super::leadership::{Dispatch, Gate, GateWatch};
 #[cfg(test)]
 use super::leadership::ShardMap;
+use super::leadership::{Dispatch, Gate, GateWatch};
 use super::queue::ControllerQueue;
 use super::reconcile_metrics::{ReconcileMetrics, ReconcileResult};
 use crate::trace::Stage;

@@ -145,7 +145,12 @@ impl Replica {
 
     /// The keys its cache holds.
     fn cached(&self) -> BTreeSet<String> {
-        self.cache.lister().list(&Default::default()).iter().map(|cm| key(cm)).collect()
+        self.cache
+            .lister()
+            .list(&Default::default())
+            .iter()
+            .map(|cm| key(cm))
+            .collect()
     }
 
     /// Shuts its runtime down: no task of it runs again, nothing is released.
@@ -241,8 +246,13 @@ async fn settled(
             ));
         }
     }
-    if holders.iter().any(|h| !replicas.iter().any(|r| r.name == *h)) {
-        return Err(format!("a shard is not held by a live replica: {holders:?}"));
+    if holders
+        .iter()
+        .any(|h| !replicas.iter().any(|r| r.name == *h))
+    {
+        return Err(format!(
+            "a shard is not held by a live replica: {holders:?}"
+        ));
     }
     Ok(holders)
 }
@@ -294,19 +304,38 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
             namespaces.push(ns.unwrap());
         }
     }
-    let per_shard = namespaces.iter().fold([0usize; SHARDS as usize], |mut n, ns| {
-        n[shard_of(&format!("{ns}/x")) as usize] += 1;
-        n
-    });
-    assert!(per_shard.iter().all(|n| *n > 0), "every shard has namespaces: {per_shard:?}");
+    let per_shard = namespaces
+        .iter()
+        .fold([0usize; SHARDS as usize], |mut n, ns| {
+            n[shard_of(&format!("{ns}/x")) as usize] += 1;
+            n
+        });
+    assert!(
+        per_shard.iter().all(|n| *n > 0),
+        "every shard has namespaces: {per_shard:?}"
+    );
 
     let log: Log = Arc::default();
     let mut replicas: Vec<Replica> = (0..REPLICAS)
-        .map(|i| Replica::start(cluster, &lease_ns, &run, &format!("replica-{i}"), log.clone()))
+        .map(|i| {
+            Replica::start(
+                cluster,
+                &lease_ns,
+                &run,
+                &format!("replica-{i}"),
+                log.clone(),
+            )
+        })
         .collect();
     // One shard each before any ConfigMap exists, so that each is seen first by its owner.
     let none = BTreeSet::new();
-    wait_settled(&client, &lease_ns, &replicas.iter().collect::<Vec<_>>(), &none).await;
+    wait_settled(
+        &client,
+        &lease_ns,
+        &replicas.iter().collect::<Vec<_>>(),
+        &none,
+    )
+    .await;
 
     let mut keys = BTreeSet::new();
     for chunk in namespaces.chunks(20) {
@@ -314,8 +343,11 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
             let run = &run;
             async move {
-                api.create(&PostParams::default(), &configmap("cm", &[(RUN_LABEL, &run)], "x"))
-                    .await
+                api.create(
+                    &PostParams::default(),
+                    &configmap("cm", &[(RUN_LABEL, run)], "x"),
+                )
+                .await
             }
         }));
         for created in made.await {
@@ -326,7 +358,8 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     let holders = wait_settled(&client, &lease_ns, &all, &keys).await;
     eventually("every ConfigMap reconciled", WAIT, || async {
         let log = log.lock();
-        keys.iter().all(|k| log.iter().any(|r| r.key == *k && r.end.is_some()))
+        keys.iter()
+            .all(|k| log.iter().any(|r| r.key == *k && r.end.is_some()))
     })
     .await;
     for r in log.lock().iter() {
@@ -346,28 +379,41 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
         .iter()
         .position(|r| r.name == holders[0])
         .expect("shard 0 is held by a replica");
-    let lost: Vec<u32> = (0..SHARDS).filter(|s| holders[*s as usize] == holders[0]).collect();
+    let lost: Vec<u32> = (0..SHARDS)
+        .filter(|s| holders[*s as usize] == holders[0])
+        .collect();
     let killed = Instant::now();
     replicas[victim].kill();
     let survivors: Vec<&Replica> = replicas.iter().filter(|r| r.runtime.is_some()).collect();
     let after = wait_settled(&client, &lease_ns, &survivors, &keys).await;
-    let lost_keys: Vec<&String> = keys.iter().filter(|k| lost.contains(&shard_of(k))).collect();
+    let lost_keys: Vec<&String> = keys
+        .iter()
+        .filter(|k| lost.contains(&shard_of(k)))
+        .collect();
     assert!(!lost_keys.is_empty());
-    eventually("every key of the lost shards reconciled by its new owner", WAIT, || async {
-        let log = log.lock();
-        lost_keys.iter().all(|k| {
-            log.iter().any(|r| {
-                r.key == **k
-                    && r.start > killed
-                    && r.end.is_some()
-                    && r.replica == after[shard_of(k) as usize]
+    eventually(
+        "every key of the lost shards reconciled by its new owner",
+        WAIT,
+        || async {
+            let log = log.lock();
+            lost_keys.iter().all(|k| {
+                log.iter().any(|r| {
+                    r.key == **k
+                        && r.start > killed
+                        && r.end.is_some()
+                        && r.replica == after[shard_of(k) as usize]
+                })
             })
-        })
-    })
+        },
+    )
     .await;
 
     let found = overlaps(&log.lock(), killed);
-    assert!(found.is_empty(), "reconciles of two replicas overlapped: {:?}", &found[..found.len().min(3)]);
+    assert!(
+        found.is_empty(),
+        "reconciles of two replicas overlapped: {:?}",
+        &found[..found.len().min(3)]
+    );
     for replica in &mut replicas {
         replica.stop().await;
     }

@@ -28,9 +28,7 @@ use super::api::KubeSyncClient;
 use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
-use crate::cache::{
-    CacheMetrics, FactoryOptions, InformerName, ShardScope, SharedInformerFactory,
-};
+use crate::cache::{CacheMetrics, FactoryOptions, InformerName, ShardScope, SharedInformerFactory};
 use crate::record::{AnyEventBroadcaster, default_reporting_instance};
 use crate::runtime::{
     Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
@@ -112,9 +110,12 @@ pub async fn run(
         )?),
         None => None,
     };
-    let scope = ring.as_ref().filter(|_| config.watch_held_shards).map(|ring| {
-        ShardScope::namespaces(ring.config().shards).expect("a checked ring has shards")
-    });
+    let scope = ring
+        .as_ref()
+        .filter(|_| config.watch_held_shards)
+        .map(|ring| {
+            ShardScope::namespaces(ring.config().shards).expect("a checked ring has shards")
+        });
     let factory = SharedInformerFactory::new(
         client.clone(),
         FactoryOptions {

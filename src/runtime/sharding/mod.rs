@@ -46,7 +46,11 @@
 //! set): a new owner reconciles every key of a shard it takes over, as a new leader does.
 //! Leader tasks (the VM controller's orphan sweep) run in the term of shard 0.
 //!
-//! Informers run on every replica, so taking over a shard is warm.
+//! Informers run on every replica and cache everything, so taking over a shard is warm; unless
+//! the ring watches only the shards held ([`ShardRing::watch_held_shards`]): keys are then
+//! split by their namespace's hash range, each replica's informers list and watch only its
+//! shards' ranges (KEP-5866's `shardSelector`, `crate::cache::ShardScope`), and a shard's term
+//! opens once its range is listed (`terms.rs`).
 
 mod assign;
 mod config;
