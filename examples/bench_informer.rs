@@ -25,6 +25,9 @@
 //! the two Rust informers are compared on the same allocator; the `kubeloop` binary's mimalloc
 //! is measured separately (benches/README.md, "Informer").
 
+#[path = "bench_common/measure.rs"]
+mod measure;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -164,19 +167,19 @@ where
     let _ = cms.delete("probe", &DeleteParams::default()).await;
     cms.create(&PostParams::default(), &probe(-1)).await?;
 
-    let base = proc_status("VmRSS");
-    let cpu0 = cpu_time();
+    let base = measure::proc_status("VmRSS");
+    let cpu0 = measure::cpu_time();
     let start = Instant::now();
     informer.start();
     if !informer.wait_for_cache_sync().await {
         return Err("cache did not sync".into());
     }
     let synced = start.elapsed();
-    let cpu = cpu_time() - cpu0;
-    let peak = proc_status("VmHWM");
+    let cpu = measure::cpu_time() - cpu0;
+    let peak = measure::proc_status("VmHWM");
     let objects = informer.indexer().list_keys().len();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = proc_status("VmRSS");
+    let after = measure::proc_status("VmRSS");
 
     let mut sent = Vec::with_capacity(args.updates);
     for i in 0..args.updates {
@@ -270,21 +273,3 @@ fn pct(sorted: &[f64], p: usize) -> f64 {
     sorted[i]
 }
 
-fn cpu_time() -> Duration {
-    // SAFETY: rusage is plain integers, for which all zeroes is a value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we pass.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// A KiB field of /proc/self/status.
-fn proc_status(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}

@@ -180,8 +180,9 @@ impl ShardScope {
         (state.generation, state.selector.clone())
     }
 
-    /// The current generation.
-    pub(crate) fn generation(&self) -> u64 {
+    /// The current generation: it moves on with each change of the held shards (what
+    /// [`listed`](Self::listed) waits for).
+    pub fn generation(&self) -> u64 {
         self.inner.state.lock().generation
     }
 

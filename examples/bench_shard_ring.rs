@@ -1,0 +1,284 @@
+//! kubeloop's program for `hack/bench-shard-watches`: ConfigMaps over many namespaces, cached by
+//! one unsharded informer, or by one replica of a ring whose informers list and watch only the
+//! shards it holds (`ShardRing::watch_held_shards`, KEP-5866's `shardSelector`).
+//!
+//! ```text
+//! bench_shard_ring --kubeconfig K --label KEY=VALUE --create N --namespaces M
+//!     creates N ConfigMaps of 1 KiB over M new namespaces, each with the label; prints
+//!     CREATED objects=N namespaces=M
+//! bench_shard_ring --kubeconfig K --label KEY=VALUE
+//!     RESULT side=unsharded objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
+//! bench_shard_ring --kubeconfig K --label KEY=VALUE --replica ID --ring R --lease-namespace NS
+//!     --shards S --expect E
+//!     RESULT side=replica identity= held= objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
+//!     then, for each shard it takes over later:
+//!     TAKEOVER identity= gained= objects= listed_ms=
+//!     and runs until killed.
+//! ```
+//!
+//! `synced_ms` and `cpu_ms` run from just before the informer starts: for the unsharded side
+//! to `has_synced`; for a replica to the moment it holds `E` shards and its informer has
+//! listed them and holds their objects. `rx_bytes` is `rchar` of /proc/self/io then: every
+//! byte the process read, which for this program is the apiserver's answers (as sent: TLS)
+//! and a few KiB of files. `listed_ms` runs from the moment a replica's held shards grew to
+//! the moment its cache holds the new shards' objects.
+//!
+//! Both sides are this program with the same informer (typed store, protobuf, client-go's
+//! defaults otherwise), the system allocator; a replica's lease timings are 4 s / 3 s /
+//! 0.5 s (the tests'), so that a killed replica's shards move within seconds.
+
+#[path = "bench_common/measure.rs"]
+mod measure;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube_client::api::{Api, ObjectMeta, PostParams};
+use kube_client::config::{KubeConfigOptions, Kubeconfig};
+use kube_client::Client;
+use kubeloop::cache::{FactoryOptions, ShardScope, SharedIndexInformer, SharedInformerFactory};
+use kubeloop::runtime::{
+    Action, Controller, LeaseRing, ObjectKey, ReconcileContext, ShardRing, ShardingConfig,
+    default_error_policy,
+};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Default)]
+struct Args {
+    kubeconfig: String,
+    label: String,
+    create: usize,
+    namespaces: usize,
+    replica: Option<String>,
+    ring: String,
+    lease_namespace: String,
+    shards: u32,
+    expect: usize,
+}
+
+fn parse_args() -> Result<Args, Error> {
+    let mut args = Args {
+        namespaces: 200,
+        ring: "bench".into(),
+        lease_namespace: "default".into(),
+        shards: 4,
+        expect: 1,
+        ..Default::default()
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--kubeconfig" => args.kubeconfig = value()?,
+            "--label" => args.label = value()?,
+            "--create" => args.create = value()?.parse()?,
+            "--namespaces" => args.namespaces = value()?.parse()?,
+            "--replica" => args.replica = Some(value()?),
+            "--ring" => args.ring = value()?,
+            "--lease-namespace" => args.lease_namespace = value()?,
+            "--shards" => args.shards = value()?.parse()?,
+            "--expect" => args.expect = value()?.parse()?,
+            other => return Err(format!("unknown flag {other}").into()),
+        }
+    }
+    if args.kubeconfig.is_empty() || !args.label.contains('=') {
+        return Err("--kubeconfig and --label KEY=VALUE are required".into());
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args = parse_args()?;
+    let config = kube_client::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&args.kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = Client::try_from(config)?;
+    if args.create > 0 {
+        return create(&args, client).await;
+    }
+    match &args.replica {
+        None => unsharded(&args, client).await,
+        Some(identity) => replica(&args, client, identity).await,
+    }
+}
+
+/// `--create`: the namespaces, then the ConfigMaps spread over them, 32 requests at a time.
+async fn create(args: &Args, client: Client) -> Result<(), Error> {
+    let (key, value) = args.label.split_once('=').expect("checked");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for i in 0..args.namespaces {
+        let name = format!("{}-{i}", value);
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces.create(&PostParams::default(), &ns).await?;
+        names.push(name);
+    }
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let requests = (0..args.create).map(|i| {
+        // 1 KiB of hex from a xorshift: as hard to compress as random data.
+        let mut data = String::with_capacity(1024);
+        for _ in 0..64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            data.push_str(&format!("{seed:016x}"));
+        }
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &names[i % names.len()]);
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("cm-{i}")),
+                labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([("payload".to_string(), data)])),
+            ..Default::default()
+        };
+        async move { api.create(&PostParams::default(), &cm).await }
+    });
+    let mut made = futures::stream::iter(requests).buffer_unordered(32);
+    while let Some(result) = made.next().await {
+        result?;
+    }
+    println!("CREATED objects={} namespaces={}", args.create, args.namespaces);
+    Ok(())
+}
+
+fn factory(args: &Args, client: Client, scope: Option<ShardScope>) -> SharedInformerFactory {
+    SharedInformerFactory::new(
+        client,
+        FactoryOptions {
+            label_selector: Some(args.label.clone()),
+            shard_scope: scope,
+            ..Default::default()
+        },
+    )
+}
+
+/// The bytes this process has read so far (`rchar`).
+fn rx_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
+    let informer = factory(args, client, None).informer::<ConfigMap>();
+    let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
+    informer.start();
+    if !informer.wait_for_cache_sync().await {
+        return Err("cache did not sync".into());
+    }
+    println!(
+        "RESULT side=unsharded objects={} synced_ms={} cpu_ms={} peak_rss_kib={} rx_bytes={}",
+        informer.lister().list(&Default::default()).len(),
+        start.elapsed().as_millis(),
+        (measure::cpu_time() - cpu0).as_millis(),
+        measure::proc_status("VmHWM"),
+        rx_bytes() - rx0,
+    );
+    Ok(())
+}
+
+/// Once the scope holds at least `expect` shards, waits until the informer listed them and
+/// its cache stopped growing (the list's objects reach the cache through its queue); the
+/// shards held and the objects cached then.
+async fn held_and_cached(
+    scope: &ShardScope,
+    informer: &SharedIndexInformer<ConfigMap>,
+    expect: usize,
+) -> (Vec<u32>, usize) {
+    loop {
+        let held = scope.held();
+        if held.len() >= expect {
+            let generation = scope.generation();
+            scope.listed(generation).await;
+            let mut cached = usize::MAX;
+            loop {
+                let now = informer.lister().list(&Default::default()).len();
+                if now == cached {
+                    break;
+                }
+                cached = now;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if scope.generation() == generation {
+                return (held, cached);
+            }
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Error> {
+    let scope = ShardScope::namespaces(args.shards)?;
+    let informer = factory(args, client.clone(), Some(scope.clone())).informer::<ConfigMap>();
+    let ring = ShardRing::new(
+        ShardingConfig {
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(500),
+            ..ShardingConfig::new(args.ring.clone(), args.shards, identity)
+        },
+        LeaseRing::new(client, &args.lease_namespace),
+    )?
+    .watch_held_shards(scope.clone())?;
+    let controller = Controller::new("bench-shard-ring", informer.clone()).sharding(ring);
+    let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
+    tokio::spawn(controller.run(
+        |_key: ObjectKey, _ctx: ReconcileContext| async { Ok::<_, Error>(Action::Done) },
+        default_error_policy,
+        Default::default(),
+    ));
+    let (mut held, objects) = held_and_cached(&scope, &informer, args.expect).await;
+    println!(
+        "RESULT side=replica identity={identity} held={} objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={} rx_bytes={}",
+        list(&held),
+        start.elapsed().as_millis(),
+        (measure::cpu_time() - cpu0).as_millis(),
+        measure::proc_status("VmHWM"),
+        rx_bytes() - rx0,
+    );
+    loop {
+        let now = scope.held();
+        if now.len() > held.len() {
+            let grew = Instant::now();
+            let gained: Vec<u32> = now.iter().filter(|s| !held.contains(s)).copied().collect();
+            let (after, objects) = held_and_cached(&scope, &informer, now.len()).await;
+            println!(
+                "TAKEOVER identity={identity} gained={} held={} objects={objects} listed_ms={}",
+                list(&gained),
+                list(&after),
+                grew.elapsed().as_millis()
+            );
+            held = after;
+        } else {
+            held = now;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn list(shards: &[u32]) -> String {
+    shards
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
