@@ -272,4 +272,3 @@ fn pct(sorted: &[f64], p: usize) -> f64 {
     let i = (sorted.len() * p).div_ceil(100).saturating_sub(1);
     sorted[i]
 }
-

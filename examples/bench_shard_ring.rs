@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube_client::Client;
 use kube_client::api::{Api, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
-use kube_client::Client;
 use kubeloop::cache::{FactoryOptions, ShardScope, SharedIndexInformer, SharedInformerFactory};
 use kubeloop::runtime::{
     Action, Controller, LeaseRing, ObjectKey, ReconcileContext, ShardRing, ShardingConfig,
@@ -151,7 +151,10 @@ async fn create(args: &Args, client: Client) -> Result<(), Error> {
     while let Some(result) = made.next().await {
         result?;
     }
-    println!("CREATED objects={} namespaces={}", args.create, args.namespaces);
+    println!(
+        "CREATED objects={} namespaces={}",
+        args.create, args.namespaces
+    );
     Ok(())
 }
 
@@ -281,4 +284,3 @@ fn list(shards: &[u32]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
-

@@ -14,6 +14,7 @@ mod fairness;
 mod informer;
 mod results;
 mod sample_controller;
+mod shard_watches;
 mod sharding;
 mod splice;
 mod stamp;
@@ -37,6 +38,7 @@ const USAGE: &str = "usage: bench-report COMMAND ...
   sharding RESULTS                hack/bench-sharding's table
   vm-controller RESULTS           hack/bench-vm-controller's table
   sample-controller RESULTS       hack/bench-sample-controller's table
+  shard-watches RESULTS           hack/bench-shard-watches's table
   splice DOCUMENT NAME REPORT     REPORT's text, fenced, between DOCUMENT's
                                   `<!-- NAME:start -->` and `<!-- NAME:end -->` lines
 --charts DIR also writes an SVG chart of each table into DIR (made if missing) and names
@@ -86,6 +88,7 @@ fn run(args: &[String]) -> Result<String, ReportError> {
         ["sharding", file] => sharding::render(&Results::read(Path::new(file))?),
         ["vm-controller", file] => vm_controller::render(&Results::read(Path::new(file))?),
         ["sample-controller", file] => sample_controller::render(&Results::read(Path::new(file))?),
+        ["shard-watches", file] => shard_watches::render(&Results::read(Path::new(file))?),
         ["splice", document, name, report] => {
             splice_file(Path::new(document), name, Path::new(report))?;
             Ok(String::new())
