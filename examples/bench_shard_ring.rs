@@ -18,9 +18,11 @@
 //!
 //! `synced_ms` and `cpu_ms` run from just before the informer starts: for the unsharded side
 //! to `has_synced`; for a replica to the moment it holds `E` shards and its informer has
-//! listed them and holds their objects. `rx_bytes` is `rchar` of /proc/self/io then: every
-//! byte the process read, which for this program is the apiserver's answers (as sent: TLS)
-//! and a few KiB of files. `listed_ms` runs from the moment a replica's held shards grew to
+//! listed them and holds their objects (its object count unchanged over 100 ms: up to 0.1 s
+//! of each replica's time is that wait). `rx_bytes` is what the process received over its
+//! open TCP connections then (TCP_INFO's `tcpi_bytes_received`: the apiserver's answers as
+//! sent, TLS included; the informer keeps its connections open, so nothing it received is
+//! lost with a closed one). `listed_ms` runs from the moment a replica's held shards grew to
 //! the moment its cache holds the new shards' objects.
 //!
 //! Both sides are this program with the same informer (typed store, protobuf, client-go's
@@ -93,6 +95,10 @@ fn parse_args() -> Result<Args, Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args = parse_args()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let config = kube_client::Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&args.kubeconfig)?,
         &KubeConfigOptions::default(),
@@ -114,7 +120,9 @@ async fn create(args: &Args, client: Client) -> Result<(), Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut names = Vec::new();
     for i in 0..args.namespaces {
-        let name = format!("{}-{i}", value);
+        // The number first: FNV-1a's last bytes barely reach the top bits a shard range is
+        // cut on, so names that differ only at their end fall in the same shard.
+        let name = format!("ns{i}-{value}");
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -169,14 +177,8 @@ fn factory(args: &Args, client: Client, scope: Option<ShardScope>) -> SharedInfo
     )
 }
 
-/// The bytes this process has read so far (`rchar`).
 fn rx_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    measure::tcp_bytes_received()
 }
 
 async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
@@ -198,8 +200,7 @@ async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
 }
 
 /// Once the scope holds at least `expect` shards, waits until the informer listed them and
-/// its cache stopped growing (the list's objects reach the cache through its queue); the
-/// shards held and the objects cached then.
+/// its cache holds what it listed; the shards held and the objects cached then.
 async fn held_and_cached(
     scope: &ShardScope,
     informer: &SharedIndexInformer<ConfigMap>,
@@ -210,14 +211,17 @@ async fn held_and_cached(
         if held.len() >= expect {
             let generation = scope.generation();
             scope.listed(generation).await;
+            // The queue hands a list over as one batch, which leaves the queue before it has
+            // reached the cache: the count must also have stopped changing (100 ms apart; the
+            // times reported include that wait).
             let mut cached = usize::MAX;
             loop {
                 let now = informer.lister().list(&Default::default()).len();
-                if now == cached {
+                if informer.queued_items() == 0 && now == cached {
                     break;
                 }
                 cached = now;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if scope.generation() == generation {
                 return (held, cached);

@@ -126,12 +126,24 @@ impl ShardScope {
     /// # Panics
     /// If `shard` is not below [`shards`](Self::shards): the ring and the scope disagree.
     pub fn hold(&self, shard: u32) -> u64 {
-        assert!(
-            shard < self.inner.shards,
-            "shard {shard} of a scope of {}",
-            self.inner.shards
-        );
-        self.change(|held| held.insert(shard))
+        self.hold_all([shard])
+    }
+
+    /// Adds `shards` to the held set in one change (so one list); the generation the
+    /// list-watches must reach to have them (the current one if all were held already).
+    ///
+    /// # Panics
+    /// As [`hold`](Self::hold).
+    pub fn hold_all(&self, shards: impl IntoIterator<Item = u32>) -> u64 {
+        let shards: Vec<u32> = shards.into_iter().collect();
+        if let Some(shard) = shards.iter().find(|s| **s >= self.inner.shards) {
+            panic!("shard {shard} of a scope of {}", self.inner.shards);
+        }
+        self.change(|held| {
+            shards
+                .into_iter()
+                .fold(false, |changed, shard| held.insert(shard) | changed)
+        })
     }
 
     /// Removes `shard` from the held set (its objects leave the caches with the next list);

@@ -579,6 +579,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         self.shared.fifo.has_synced()
     }
 
+    /// Items in the informer's queue that have not reached its cache yet (what client-go
+    /// 1.36's `informer_queued_items` reports).
+    pub fn queued_items(&self) -> usize {
+        self.shared.fifo.len()
+    }
+
     /// Waits until synced; `false` if the informer is shut down first.
     pub async fn wait_for_cache_sync(&self) -> bool {
         self.shared.wait_until(|s| s.fifo.has_synced()).await

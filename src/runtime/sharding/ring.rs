@@ -117,6 +117,14 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
     info!(controller = %ctx.controller, ring = %config.ring, shards = config.shards, identity = %me, "joined the shard ring");
 
     let ctx = Arc::new(ctx);
+    // A ring whose informers cache only the shards held lists on every shard it takes: it
+    // takes none in its first retry period, so that replicas started together see each
+    // other's member Leases and split the shards before anyone lists more than its share.
+    let first_take = Instant::now()
+        + ctx
+            .scope
+            .as_ref()
+            .map_or(Duration::ZERO, |_| config.retry_period);
     let mut observed = Observations::default();
     let mut running: BTreeMap<u32, Running<R::Lock>> = BTreeMap::new();
     let mut stopping: Vec<JoinHandle<()>> = Vec::new();
@@ -172,11 +180,24 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     }
                 }
                 let owners = assign(config.shards, &members, &holders);
+                if now < first_take {
+                    wake = wake.min(first_take);
+                } else if let Some(scope) = &ctx.scope {
+                    // The shards this replica is to hold are listed together, in one list,
+                    // while their electors acquire them (their terms open once listed).
+                    let taking = owners.iter().enumerate().filter(|(shard, owner)| {
+                        owner.as_deref() == Some(me.as_str())
+                            && !running
+                                .get(&(*shard as u32))
+                                .is_some_and(|r| !r.task.is_finished())
+                    });
+                    scope.hold_all(taking.map(|(shard, _)| shard as u32));
+                }
                 for (shard, owner) in owners.iter().enumerate() {
                     let shard = shard as u32;
                     let mine = owner.as_deref() == Some(me.as_str());
                     let is_running = running.get(&shard).is_some_and(|r| !r.task.is_finished());
-                    if mine && !is_running {
+                    if mine && !is_running && now >= first_take {
                         match start_shard(
                             &config,
                             &store,
@@ -190,11 +211,20 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                                 running.insert(shard, r);
                             }
                             Err(e) => {
-                                warn!(controller = %ctx.controller, shard, error = %e, "cannot contend for shard")
+                                warn!(controller = %ctx.controller, shard, error = %e, "cannot contend for shard");
+                                if let Some(scope) = &ctx.scope {
+                                    scope.release(shard);
+                                }
                             }
                         }
                     } else if !mine && let Some(r) = running.remove(&shard) {
                         info!(controller = %ctx.controller, shard, to = owner.as_deref().unwrap_or(""), "handing shard over");
+                        if let Some(scope) = &ctx.scope
+                            && !r.elector.is_leader()
+                        {
+                            // No term to end, which would release it.
+                            scope.release(shard);
+                        }
                         r.stop.cancel();
                         stopping.push(r.task);
                     }
@@ -232,6 +262,12 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
         let _ = task.await;
     }
     let _ = member_task.await;
+    if let Some(scope) = &ctx.scope {
+        // Shards assigned but never acquired have no term that released them.
+        for shard in scope.held() {
+            scope.release(shard);
+        }
+    }
     metrics.set_held(0);
     info!(controller = %ctx.controller, "left the shard ring; Leases released");
 }
