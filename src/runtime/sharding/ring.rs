@@ -187,9 +187,9 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     // while their electors acquire them (their terms open once listed).
                     let taking = owners.iter().enumerate().filter(|(shard, owner)| {
                         owner.as_deref() == Some(me.as_str())
-                            && !running
+                            && running
                                 .get(&(*shard as u32))
-                                .is_some_and(|r| !r.task.is_finished())
+                                .is_none_or(|r| r.task.is_finished())
                     });
                     scope.hold_all(taking.map(|(shard, _)| shard as u32));
                 }
