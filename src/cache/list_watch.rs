@@ -230,6 +230,16 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     fn selection_changed(&self) -> bool {
         false
     }
+
+    /// kubeloop: called when [`selection_changed`](Self::selection_changed) before the
+    /// relist. True when the selection only grew since the list the store holds (a
+    /// [`ShardScope`](super::ShardScope) took shards and gave none up): the next LIST then
+    /// asks for the added part alone, and the reflector lists it at exactly the version its
+    /// store is at and adds what comes back instead of replacing the store. False (the
+    /// default): the next list is of the whole selection.
+    fn prepare_gained_list(&self) -> bool {
+        false
+    }
 }
 
 /// The real [`ListerWatcher`]: requests through a kube-client [`Client`].
@@ -337,13 +347,16 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
 
     /// Restricts to the shards `scope` holds at each list, which change while the informer
     /// runs (`shard_scope.rs`): each change ends the watch and lists again with the new
-    /// selector. Replaces [`shards`](Self::shards). A scoped list-watch does not stream its
-    /// lists (paged LISTs only): a scope holding nothing lists nothing, without a request.
+    /// selector (or, when shards were only added, the added ones alone: see
+    /// [`ListerWatcher::prepare_gained_list`]). Replaces [`shards`](Self::shards). A scoped
+    /// list-watch does not stream its lists (paged LISTs only): a scope holding nothing lists
+    /// nothing, without a request.
     pub fn shard_scope(mut self, scope: ShardScope) -> Self {
         self.shard = Some(ShardSource::Scoped(ScopedShards {
             listed: scope.register(),
             scope,
             listing: Arc::default(),
+            stored: Arc::default(),
             said_unfiltered: Arc::default(),
         }));
         self
@@ -359,26 +372,30 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
         }
     }
 
-    /// What a request started now asks for: for a list's first page, and for a watch, the
-    /// scope as it is now; for a later page, what its first page asked for (a continue token
-    /// holds the first page's selector).
+    /// What a list's request asks for: for a first page, the scope as it is now (or the
+    /// shards [`prepare_gained_list`](ListerWatcher::prepare_gained_list) made the next list
+    /// ask for); for a later page, what its first page asked for (a continue token holds the
+    /// first page's selector).
     fn shard_now(&self, continuing: bool) -> ShardNow {
         match &self.shard {
             None => ShardNow::Everything,
             Some(ShardSource::Fixed(f)) => ShardNow::Filter(f.clone()),
             Some(ShardSource::Scoped(s)) => {
                 let mut listing = s.listing.lock();
-                if !continuing || listing.is_none() {
-                    *listing = Some(s.scope.snapshot());
+                let keep = listing
+                    .as_mut()
+                    .is_some_and(|l| continuing || std::mem::take(&mut l.gained_only));
+                if !keep {
+                    let selection = s.scope.snapshot();
+                    *listing = Some(Listing {
+                        asked: selection.selector.clone(),
+                        selection,
+                        gained_only: false,
+                    });
                 }
-                match listing.clone() {
-                    Some((_, Some(selector))) => ShardNow::Filter(ShardFilter {
-                        query: selector.to_query(),
-                        selector,
-                        said_unfiltered: s.said_unfiltered.clone(),
-                    }),
-                    _ => ShardNow::Nothing,
-                }
+                let asked = listing.as_ref().and_then(|l| l.asked.clone());
+                drop(listing);
+                s.ask(asked)
             }
         }
     }
@@ -635,6 +652,10 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
     fn selection_changed(&self) -> bool {
         matches!(&self.shard, Some(ShardSource::Scoped(s)) if s.changed())
     }
+
+    fn prepare_gained_list(&self) -> bool {
+        matches!(&self.shard, Some(ShardSource::Scoped(s)) if s.prepare_gained_list())
+    }
 }
 
 impl<K: CacheObject> ListWatch<K> {
@@ -791,8 +812,11 @@ enum ShardSource {
 #[derive(Clone)]
 struct ScopedShards {
     scope: ShardScope,
-    /// The generation and selector of the list under way or last made (`None`: none yet).
-    listing: Arc<parking_lot::Mutex<Option<Selection>>>,
+    /// The list under way or last made (`None`: none yet).
+    listing: Arc<parking_lot::Mutex<Option<Listing>>>,
+    /// The selection of the list the store is known to hold: that of the last list a watch
+    /// followed (a reflector watches only after its list went to its store).
+    stored: Arc<parking_lot::Mutex<Option<Selection>>>,
     /// The scope's record of the generation this list-watch last listed at.
     listed: Arc<AtomicU64>,
     said_unfiltered: Arc<AtomicBool>,
@@ -806,37 +830,80 @@ struct ScopedWatch {
     changed: Option<futures::future::Shared<BoxFuture<'static, ()>>>,
 }
 
+/// A list on a scope.
+struct Listing {
+    /// The scope when the list began: what the store holds once the list is in it.
+    selection: Selection,
+    /// What its requests ask for: the selection's selector, or for a list of the gained
+    /// shards alone, theirs (`None`: nothing, and no request is made).
+    asked: Option<ShardSelector>,
+    /// Made by `prepare_gained_list` for the next list, which has not begun.
+    gained_only: bool,
+}
+
 impl ScopedShards {
     /// Whether the scope moved on since the last list.
     fn changed(&self) -> bool {
         self.listing
             .lock()
             .as_ref()
-            .is_some_and(|(generation, _)| *generation != self.scope.generation())
+            .is_some_and(|l| l.selection.generation != self.scope.generation())
+    }
+
+    /// A request for `asked`'s objects (`None`: none).
+    fn ask(&self, asked: Option<ShardSelector>) -> ShardNow {
+        match asked {
+            Some(selector) => ShardNow::Filter(ShardFilter {
+                query: selector.to_query(),
+                selector,
+                said_unfiltered: self.said_unfiltered.clone(),
+            }),
+            None => ShardNow::Nothing,
+        }
+    }
+
+    /// See [`ListerWatcher::prepare_gained_list`]. Only when the store is known to hold the
+    /// last list made (a list made since, which failed or whose watch never opened, may or
+    /// may not be in the store: then everything is listed again).
+    fn prepare_gained_list(&self) -> bool {
+        let mut listing = self.listing.lock();
+        let stored = self.stored.lock();
+        let (Some(last), Some(stored)) = (listing.as_ref(), stored.as_ref()) else {
+            return false;
+        };
+        let now = self.scope.snapshot();
+        if last.selection.generation != stored.generation
+            || now.generation == stored.generation
+            || !stored.held.is_subset(&now.held)
+        {
+            return false;
+        }
+        *listing = Some(Listing {
+            asked: self.scope.gained(stored, &now),
+            selection: now,
+            gained_only: true,
+        });
+        true
     }
 
     /// The watch that follows the last list: of its selection if the scope is still there
     /// (which marks the list as in the store: a reflector watches only after its list went to
     /// its store), else one that must not open.
     fn watch_now(&self) -> Option<ScopedWatch> {
-        let (generation, selector) = self.listing.lock().clone()?;
-        if generation != self.scope.generation() {
+        let selection = self.listing.lock().as_ref()?.selection.clone();
+        if selection.generation != self.scope.generation() {
             return Some(ScopedWatch {
                 shard: ShardNow::Nothing,
                 changed: None,
             });
         }
-        self.scope.mark_listed(&self.listed, generation);
-        let changed: BoxFuture<'static, ()> = Box::pin(self.scope.changed_since(generation));
+        self.scope.mark_listed(&self.listed, selection.generation);
+        let changed: BoxFuture<'static, ()> =
+            Box::pin(self.scope.changed_since(selection.generation));
+        let shard = self.ask(selection.selector.clone());
+        *self.stored.lock() = Some(selection);
         Some(ScopedWatch {
-            shard: match selector {
-                Some(selector) => ShardNow::Filter(ShardFilter {
-                    query: selector.to_query(),
-                    selector,
-                    said_unfiltered: self.said_unfiltered.clone(),
-                }),
-                None => ShardNow::Nothing,
-            },
+            shard,
             changed: Some(changed.shared()),
         })
     }
@@ -1203,6 +1270,65 @@ mod tests {
         );
         assert!(!lw.selection_changed());
         let _ = generation;
+    }
+
+    // kubeloop's own: once the store holds a list of shard 1 (the watch after it opened),
+    // taking shard 2 as well makes the next list ask for shard 2 alone, its continue pages
+    // too; the watch after it asks for both. Giving a shard up lists the whole selection.
+    // This client's server does not exist: each request fails naming its URL.
+    #[tokio::test]
+    async fn a_scope_that_only_gained_shards_lists_the_gained_ones_alone() {
+        use crate::cache::ShardScope;
+        const SHARD_1: &str = "0x4000000000000000%27%2C%20%270x8000000000000000";
+        const SHARD_2: &str = "0x8000000000000000%27%2C%20%270xc000000000000000";
+        const SHARDS_1_2: &str = "0x4000000000000000%27%2C%20%270xc000000000000000";
+        let scope = ShardScope::namespaces(4).unwrap();
+        scope.hold(1);
+        let lw = ListWatch::<ConfigMap>::all(client()).shard_scope(scope.clone());
+        let first = ListOptions::default();
+        let next = ListOptions {
+            continue_token: Some("c".into()),
+            ..Default::default()
+        };
+        let asked = |result: Result<ListPage<ConfigMap>, ListWatchError>| {
+            result.expect_err("no server").to_string()
+        };
+        let watched = |result: Result<WatchStream<ConfigMap>, ListWatchError>| match result {
+            Ok(_) => panic!("no server"),
+            Err(e) => e.to_string(),
+        };
+        assert!(!lw.prepare_gained_list(), "nothing listed yet");
+        assert!(asked(lw.list(&first).await).contains(SHARD_1));
+        scope.hold(2);
+        assert!(
+            !lw.prepare_gained_list(),
+            "the store may not hold the list: no watch followed it"
+        );
+        assert!(asked(lw.list(&first).await).contains(SHARDS_1_2));
+        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
+
+        scope.release(2);
+        scope.hold(1);
+        assert!(
+            !lw.prepare_gained_list(),
+            "shard 2 was given up: list everything"
+        );
+        assert!(asked(lw.list(&first).await).contains(SHARD_1));
+        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARD_1));
+
+        scope.hold(2);
+        assert!(lw.selection_changed());
+        assert!(lw.prepare_gained_list());
+        let gained = asked(lw.list(&first).await);
+        assert!(gained.contains(SHARD_2) && !gained.contains(SHARD_1), "{gained}");
+        let gained = asked(lw.list(&next).await);
+        assert!(gained.contains(SHARD_2) && !gained.contains(SHARD_1), "{gained}");
+        assert!(!lw.selection_changed());
+        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
+        assert!(
+            asked(lw.list(&first).await).contains(SHARDS_1_2),
+            "only the list after the preparation asks for the gained shards"
+        );
     }
 
     // kubeloop's own: what comes back outside the shard is dropped, the bytes sent for a

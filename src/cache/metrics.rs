@@ -15,6 +15,8 @@
 //! - `kubeloop_reflector_undecodable_objects_total`: objects skipped because they do not
 //!   decode into the informer's type or are over the size bound, one per list item or watch
 //!   event skipped (client-go has no such series: it fails the list instead);
+//! - `kubeloop_reflector_listed_objects_total`: objects received in LIST answers (after a
+//!   shard scope's own filter; a streaming list's come as watch events);
 //! - `kubeloop_informer_handler_backlog`: notifications queued for a handler, not yet handled.
 //!
 //! And client-go 1.36's informer series, with its names, labels (`name`, `group`, `version`,
@@ -117,6 +119,7 @@ pub struct CacheMetrics {
     watch_events: Family<TypeLabels, Counter>,
     last_resource_version: Family<TypeLabels, Gauge>,
     undecodable_objects: Family<TypeLabels, Counter>,
+    listed_objects: Family<TypeLabels, Counter>,
     handler_backlog: Family<HandlerLabels, Gauge>,
 }
 
@@ -130,6 +133,7 @@ pub struct ReflectorMetrics {
     pub(crate) watch_events: Counter,
     pub(crate) last_resource_version: Gauge,
     pub(crate) undecodable_objects: Counter,
+    pub(crate) listed_objects: Counter,
 }
 
 impl Default for CacheMetrics {
@@ -145,6 +149,7 @@ impl Default for CacheMetrics {
             watch_events: Family::default(),
             last_resource_version: Family::default(),
             undecodable_objects: Family::default(),
+            listed_objects: Family::default(),
             handler_backlog: Family::default(),
         }
     }
@@ -230,6 +235,11 @@ impl CacheMetrics {
             self.undecodable_objects.clone(),
         );
         registry.register(
+            "kubeloop_reflector_listed_objects",
+            "Objects received in LIST answers (after a shard scope's own filter)",
+            self.listed_objects.clone(),
+        );
+        registry.register(
             "kubeloop_informer_handler_backlog",
             "Notifications queued for an event handler and not handled yet",
             self.handler_backlog.clone(),
@@ -249,6 +259,7 @@ impl CacheMetrics {
             watch_events: self.watch_events.get_or_create(&l).clone(),
             last_resource_version: self.last_resource_version.get_or_create(&l).clone(),
             undecodable_objects: self.undecodable_objects.get_or_create(&l).clone(),
+            listed_objects: self.listed_objects.get_or_create(&l).clone(),
         }
     }
 
@@ -292,6 +303,11 @@ impl ReflectorMetrics {
     /// Objects skipped as undecodable (list items and watch events).
     pub fn undecodable_objects(&self) -> u64 {
         self.undecodable_objects.get()
+    }
+
+    /// Objects received in LIST answers (not a streaming list's, which are watch events).
+    pub fn listed_objects(&self) -> u64 {
+        self.listed_objects.get()
     }
 
     pub(crate) fn set_resource_version(&self, rv: &str) {

@@ -472,7 +472,59 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
 
     async fn list(&mut self) -> State<K> {
         self.count_list();
+        if let Some(next) = self.list_gained().await {
+            return next;
+        }
         self.list_and_replace().await
+    }
+
+    /// kubeloop: when a shard scope only added shards since the list the store holds
+    /// ([`ListerWatcher::prepare_gained_list`]), lists the added shards alone, at exactly
+    /// the version the store is at, and adds each object (the store's other objects are
+    /// current at that version, so the watch from it covers the whole selection). The
+    /// objects go in as watch `ADDED` events: the informer treats each as an add (as an update
+    /// if it held the key). `None` when there is nothing to do so, or the list fails (the
+    /// version is compacted, say): the whole selection is listed then. The list-from-cache
+    /// detector does not check this list (its snapshot is of part of the store).
+    async fn list_gained(&mut self) -> Option<State<K>> {
+        if self.last_sync_rv.is_empty() || !self.lw.prepare_gained_list() {
+            return None;
+        }
+        let mut options = ListOptions {
+            resource_version: Some(self.last_sync_rv.clone()),
+            resource_version_match: Some("Exact".to_string()),
+            limit: Some(self.config.page_size),
+            continue_token: None,
+        };
+        loop {
+            let page = match self.list_page(&options, &None, false).await {
+                Ok((page, _)) => page,
+                Err(e) => {
+                    tracing::debug!(
+                        type_name = %self.type_name,
+                        "listing the added shards at exactly {} failed ({e}); listing the whole selection",
+                        self.last_sync_rv
+                    );
+                    return None;
+                }
+            };
+            self.skip_listed(page.undecodable);
+            for obj in page.items {
+                if let Err(e) = self.store.add(obj) {
+                    tracing::warn!(type_name = %self.type_name, "store refused a listed object: {e}");
+                }
+            }
+            match page.continue_token {
+                Some(token) => {
+                    options = ListOptions {
+                        limit: options.limit,
+                        continue_token: Some(token),
+                        ..Default::default()
+                    }
+                }
+                None => return Some(State::Watch),
+            }
+        }
     }
 
     /// The paged LIST round, without counting it (a streaming-list fallback was counted).
@@ -581,12 +633,16 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
         transform: &Option<TransformFunc<K>>,
         keep_sent: bool,
     ) -> Result<(ListPage<K>, Vec<SentBytes>), ListWatchError> {
-        if keep_sent {
-            self.lw.list_keeping_sent(options).await
+        let listed = if keep_sent {
+            self.lw.list_keeping_sent(options).await?
         } else {
             let page = self.lw.list_transformed(options, transform.clone()).await?;
-            Ok((page, Vec::new()))
-        }
+            (page, Vec::new())
+        };
+        self.metrics
+            .listed_objects
+            .inc_by(listed.0.items.len() as u64);
+        Ok(listed)
     }
 
     /// Reports an object skipped because it does not decode.

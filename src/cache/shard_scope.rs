@@ -10,8 +10,11 @@
 //!
 //! When the held set changes ([`ShardScope::hold`], [`ShardScope::release`]) the scope's
 //! generation moves on: each list-watch on it ends its watch and its reflector lists again at
-//! once with the new selector, so the cache gains the new ranges' objects and the list's
-//! replace drops those of ranges given up. [`ShardScope::listed`] resolves once every
+//! once. When shards were only added, it lists the added ranges alone, at exactly the version
+//! its store is at, and adds what comes back (the store's other objects are current at that
+//! version already); the watch then opens on the whole selection from that version. When a
+//! shard was given up, it lists the whole new selector, and the list's replace drops the
+//! objects of the ranges given up. [`ShardScope::listed`] resolves once every
 //! list-watch that has listed on the scope listed at that generation or later and handed its
 //! list to its store (it marks that when it opens the watch that follows the list).
 //!
@@ -43,8 +46,13 @@ use tokio::sync::watch;
 
 use super::shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 
-/// A scope's generation and the selector of its shards then (`None`: none held).
-pub(crate) type Selection = (u64, Option<ShardSelector>);
+/// A scope's generation, the shards it held then and their selector (`None`: none held).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Selection {
+    pub(crate) generation: u64,
+    pub(crate) held: BTreeSet<u32>,
+    pub(crate) selector: Option<ShardSelector>,
+}
 
 /// A changing set of held shards of a namespace-hash ring, shared by the list-watches that
 /// ask for it and the sharding ring that holds the shards. Cheap to clone (one shared state).
@@ -186,10 +194,26 @@ impl ShardScope {
         }
     }
 
-    /// The current generation and its selector, read together.
+    /// The current generation, held shards and selector, read together.
     pub(crate) fn snapshot(&self) -> Selection {
         let state = self.inner.state.lock();
-        (state.generation, state.selector.clone())
+        Selection {
+            generation: state.generation,
+            held: state.held.clone(),
+            selector: state.selector.clone(),
+        }
+    }
+
+    /// The selector of the shards `now` holds and `before` did not, when `now` only added
+    /// shards to `before` (`None`: it gave one up, or changed nothing).
+    pub(crate) fn gained(&self, before: &Selection, now: &Selection) -> Option<ShardSelector> {
+        if !before.held.is_subset(&now.held) {
+            return None;
+        }
+        selector_of(
+            self.inner.shards,
+            &now.held.difference(&before.held).copied().collect(),
+        )
     }
 
     /// The current generation: it moves on with each change of the held shards (what

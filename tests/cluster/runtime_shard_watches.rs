@@ -24,7 +24,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
-use kubeloop::cache::{FactoryOptions, HashRange, SharedIndexInformer, SharedInformerFactory};
+use kubeloop::cache::{
+    CacheMetrics, FactoryOptions, HashRange, SharedIndexInformer, SharedInformerFactory,
+};
 use kubeloop::cache::{ShardScope, fnv1a_64};
 use kubeloop::runtime::{
     Action, Controller, LeaseRing, ObjectKey, ReconcileContext, ShardRing, ShardingConfig,
@@ -64,6 +66,7 @@ struct Replica {
     done: Option<tokio::task::JoinHandle<()>>,
     scope: ShardScope,
     cache: SharedIndexInformer<ConfigMap>,
+    metrics: CacheMetrics,
 }
 
 impl Replica {
@@ -79,11 +82,13 @@ impl Replica {
             Client::try_from(cluster.client_config()).unwrap()
         };
         let scope = ShardScope::namespaces(SHARDS).unwrap();
+        let metrics = CacheMetrics::new();
         let factory = SharedInformerFactory::new(
             client.clone(),
             FactoryOptions {
                 label_selector: Some(format!("{RUN_LABEL}={run}")),
                 shard_scope: Some(scope.clone()),
+                metrics: metrics.clone(),
                 ..Default::default()
             },
         );
@@ -140,7 +145,13 @@ impl Replica {
             done: Some(done),
             scope,
             cache,
+            metrics,
         }
+    }
+
+    /// The ConfigMaps its informer's LISTs brought so far.
+    fn listed(&self) -> u64 {
+        self.metrics.reflector("v1/configmaps").listed_objects()
     }
 
     /// The keys its cache holds.
@@ -382,6 +393,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     let lost: Vec<u32> = (0..SHARDS)
         .filter(|s| holders[*s as usize] == holders[0])
         .collect();
+    let listed: Vec<u64> = replicas.iter().map(Replica::listed).collect();
     let killed = Instant::now();
     replicas[victim].kill();
     let survivors: Vec<&Replica> = replicas.iter().filter(|r| r.runtime.is_some()).collect();
@@ -407,6 +419,22 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
         },
     )
     .await;
+
+    // Each survivor listed what it gained alone (`ListerWatcher::prepare_gained_list`), not
+    // the shards it kept: at most the gained ConfigMaps (fewer when some were created after
+    // the version its store was at, which the watch from that version brings).
+    for (replica, before) in replicas.iter().zip(listed).filter(|(r, _)| r.runtime.is_some()) {
+        let gained = lost_keys
+            .iter()
+            .filter(|k| after[shard_of(k) as usize] == replica.name)
+            .count() as u64;
+        let listed = replica.listed() - before;
+        assert!(
+            listed <= gained,
+            "{} listed {listed} ConfigMaps after the kill; it gained {gained}",
+            replica.name,
+        );
+    }
 
     let found = overlaps(&log.lock(), killed);
     assert!(

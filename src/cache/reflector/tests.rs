@@ -75,6 +75,11 @@ struct Script {
     watch_timeouts: Vec<Option<u32>>,
     /// `resourceVersionMatch` of every list asked.
     list_matches: Vec<Option<String>>,
+    /// Answers to `selection_changed` (a shard scope's change), one per call; none left:
+    /// unchanged.
+    changed: VecDeque<bool>,
+    /// Answers to `prepare_gained_list`, one per call; none left: false.
+    gained: VecDeque<bool>,
 }
 
 #[derive(Clone)]
@@ -129,6 +134,15 @@ impl FakeLw {
     }
     fn watch_raw(&self, w: Result<ScriptedWatch, ListWatchError>) -> &Self {
         self.script.lock().watches.push_back(w);
+        self
+    }
+    /// Before the first watch, the selection is unchanged; when it ends, it changed, and
+    /// only grew if `gained`.
+    fn selection_changes(&self, gained: bool) -> &Self {
+        let mut s = self.script.lock();
+        s.changed.extend([false, true]);
+        s.gained.push_back(gained);
+        drop(s);
         self
     }
     fn calls(&self) -> Vec<(Duration, String)> {
@@ -197,6 +211,14 @@ impl ListerWatcher<ConfigMap> for FakeLw {
 
     fn type_description(&self) -> String {
         "v1/configmaps".into()
+    }
+
+    fn selection_changed(&self) -> bool {
+        self.script.lock().changed.pop_front().unwrap_or(false)
+    }
+
+    fn prepare_gained_list(&self) -> bool {
+        self.script.lock().gained.pop_front().unwrap_or(false)
     }
 }
 
@@ -1107,6 +1129,58 @@ async fn the_list_detector_finds_nothing_in_an_agreeing_cache_and_off_asks_nothi
         [
             r#"list rv=Some("0") limit=Some(500) continue=None"#,
             r#"watch rv="9" bookmarks=true initial=false timeout_ok=true"#,
+        ]
+    );
+}
+
+// kubeloop's own (shard_scope.rs): the selection grew while the store held the list at "10"
+// and the watch's event at "11": only the added part is listed, at exactly "11", each of its
+// objects added; the watch resumes from "11", with no replace.
+#[tokio::test(start_paused = true)]
+async fn a_selection_that_only_grew_lists_the_added_part_at_exactly_the_store_version() {
+    let lw = FakeLw::new();
+    lw.list_ok(vec![cm("a", "5")], "10", None)
+        .watch(vec![WatchEvent::Added(cm("b", "11"))], false)
+        .selection_changes(true)
+        .list_ok(vec![cm("c", "3")], "11", Some("tok"))
+        .list_ok(vec![cm("d", "4")], "11", None);
+    let (ops, m) = run_for(&lw, no_jitter(), 5, None).await;
+    assert_eq!(ops, ["replace [a] @10", "add b", "add c", "add d"]);
+    let calls = lw.call_names();
+    assert_eq!(
+        calls[2..],
+        [
+            r#"list rv=Some("11") limit=Some(500) continue=None"#,
+            r#"list rv=None limit=Some(500) continue=Some("tok")"#,
+            r#"watch rv="11" bookmarks=true initial=false timeout_ok=true"#,
+        ]
+    );
+    assert_eq!(
+        lw.script.lock().list_matches,
+        [None, Some("Exact".to_string()), None]
+    );
+    assert_eq!((m.lists(), m.relists(), m.listed_objects()), (2, 1, 3));
+}
+
+// kubeloop's own: when the list of the added part fails (its version compacted, say), the
+// whole selection is listed and replaces the store, from the reflector's usual version.
+#[tokio::test(start_paused = true)]
+async fn a_failed_list_of_the_added_part_lists_the_whole_selection() {
+    let lw = FakeLw::new();
+    lw.list_ok(vec![cm("a", "5")], "10", None)
+        .watch(vec![bookmark("12", false)], false)
+        .selection_changes(true)
+        .list_err(api_err(410, "Expired"))
+        .list_ok(vec![cm("a", "5"), cm("c", "3")], "14", None);
+    let (ops, _) = run_for(&lw, no_jitter(), 5, None).await;
+    assert_eq!(ops, ["replace [a] @10", "replace [a,c] @14"]);
+    let calls = lw.call_names();
+    assert_eq!(
+        calls[2..],
+        [
+            r#"list rv=Some("12") limit=Some(500) continue=None"#,
+            r#"list rv=Some("12") limit=None continue=None"#,
+            r#"watch rv="14" bookmarks=true initial=false timeout_ok=true"#,
         ]
     );
 }
