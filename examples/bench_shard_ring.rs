@@ -40,7 +40,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube_client::Client;
 use kube_client::api::{Api, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
-use kubeloop::cache::{FactoryOptions, ShardScope, SharedIndexInformer, SharedInformerFactory};
+use kubeloop::cache::{
+    CacheMetrics, FactoryOptions, ShardScope, SharedIndexInformer, SharedInformerFactory,
+};
 use kubeloop::runtime::{
     Action, Controller, LeaseRing, ObjectKey, ReconcileContext, ShardRing, ShardingConfig,
     default_error_policy,
@@ -166,15 +168,26 @@ async fn create(args: &Args, client: Client) -> Result<(), Error> {
     Ok(())
 }
 
-fn factory(args: &Args, client: Client, scope: Option<ShardScope>) -> SharedInformerFactory {
+fn factory(
+    args: &Args,
+    client: Client,
+    scope: Option<ShardScope>,
+    metrics: &CacheMetrics,
+) -> SharedInformerFactory {
     SharedInformerFactory::new(
         client,
         FactoryOptions {
             label_selector: Some(args.label.clone()),
             shard_scope: scope,
+            metrics: metrics.clone(),
             ..Default::default()
         },
     )
+}
+
+/// The ConfigMaps the informer's LISTs brought so far.
+fn listed(metrics: &CacheMetrics) -> u64 {
+    metrics.reflector("v1/configmaps").listed_objects()
 }
 
 fn rx_bytes() -> u64 {
@@ -182,7 +195,7 @@ fn rx_bytes() -> u64 {
 }
 
 async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
-    let informer = factory(args, client, None).informer::<ConfigMap>();
+    let informer = factory(args, client, None, &CacheMetrics::new()).informer::<ConfigMap>();
     let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
     informer.start();
     if !informer.wait_for_cache_sync().await {
@@ -234,7 +247,9 @@ async fn held_and_cached(
 
 async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Error> {
     let scope = ShardScope::namespaces(args.shards)?;
-    let informer = factory(args, client.clone(), Some(scope.clone())).informer::<ConfigMap>();
+    let metrics = CacheMetrics::new();
+    let informer =
+        factory(args, client.clone(), Some(scope.clone()), &metrics).informer::<ConfigMap>();
     let ring = ShardRing::new(
         ShardingConfig {
             lease_duration: Duration::from_secs(4),
@@ -264,14 +279,15 @@ async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Erro
     loop {
         let now = scope.held();
         if now.len() > held.len() {
-            let grew = Instant::now();
+            let (grew, listed0) = (Instant::now(), listed(&metrics));
             let gained: Vec<u32> = now.iter().filter(|s| !held.contains(s)).copied().collect();
             let (after, objects) = held_and_cached(&scope, &informer, now.len()).await;
             println!(
-                "TAKEOVER identity={identity} gained={} held={} objects={objects} listed_ms={}",
+                "TAKEOVER identity={identity} gained={} held={} objects={objects} listed_ms={} listed={}",
                 list(&gained),
                 list(&after),
-                grew.elapsed().as_millis()
+                grew.elapsed().as_millis(),
+                listed(&metrics) - listed0,
             );
             held = after;
         } else {

@@ -1320,9 +1320,15 @@ mod tests {
         assert!(lw.selection_changed());
         assert!(lw.prepare_gained_list());
         let gained = asked(lw.list(&first).await);
-        assert!(gained.contains(SHARD_2) && !gained.contains(SHARD_1), "{gained}");
+        assert!(
+            gained.contains(SHARD_2) && !gained.contains(SHARD_1),
+            "{gained}"
+        );
         let gained = asked(lw.list(&next).await);
-        assert!(gained.contains(SHARD_2) && !gained.contains(SHARD_1), "{gained}");
+        assert!(
+            gained.contains(SHARD_2) && !gained.contains(SHARD_1),
+            "{gained}"
+        );
         assert!(!lw.selection_changed());
         assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
         assert!(

@@ -423,7 +423,11 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     // Each survivor listed what it gained alone (`ListerWatcher::prepare_gained_list`), not
     // the shards it kept: at most the gained ConfigMaps (fewer when some were created after
     // the version its store was at, which the watch from that version brings).
-    for (replica, before) in replicas.iter().zip(listed).filter(|(r, _)| r.runtime.is_some()) {
+    for (replica, before) in replicas
+        .iter()
+        .zip(listed)
+        .filter(|(r, _)| r.runtime.is_some())
+    {
         let gained = lost_keys
             .iter()
             .filter(|k| after[shard_of(k) as usize] == replica.name)

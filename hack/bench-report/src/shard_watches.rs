@@ -4,8 +4,9 @@
 //!
 //! Results: per round, `side=unsharded` (one line) and `side=replica identity=.. held=..` (one
 //! per replica), each with `objects`, `synced_ms`, `cpu_ms`, `peak_rss_kib`, `rx_bytes`; and
-//! `side=takeover identity=.. gained=.. objects=.. listed_ms=..` for each survivor that took
-//! over a shard of the killed one (its `objects` counted after the takeover). Meta `objects`,
+//! `side=takeover identity=.. gained=.. objects=.. listed_ms=.. listed=..` for each survivor
+//! that took over shards of the killed one (its `objects` counted after the takeover, `listed`
+//! the objects its LISTs brought while taking over). Meta `objects`,
 //! `namespaces`, `replicas`, `shards`, `cores`, `load`, `date`, `commit`.
 
 use std::fmt::Write as _;
@@ -77,9 +78,10 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
         );
     }
 
-    // A takeover: the keys a survivor gained (its objects after, less its objects at synced in
-    // the same round), and how long it took from holding the shards to caching them.
-    let mut moved = Samples::default();
+    // A loss: the keys the survivors gained in its round (each one's objects after, less its
+    // objects at synced in the same round), and per takeover how long it took from holding
+    // the shards to caching them and the objects listed meanwhile.
+    let mut moved_by_round = std::collections::BTreeMap::<String, f64>::new();
     let total = results.meta_number("objects")?;
     for line in &takeovers {
         let (round, identity) = (line.value("round")?, line.value("identity")?);
@@ -91,27 +93,42 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
             })
             .ok_or_else(|| line.error(format!("no replica line of {identity} in round {round}")))?;
         let gained = line.number("objects")? - before.number("objects")?;
+        *moved_by_round.entry(round.to_string()).or_default() += gained / total;
+    }
+    let mut moved = Samples::default();
+    for share in moved_by_round.values() {
         moved
-            .add(&format!("{}", gained / total))
-            .map_err(|e| line.error(e))?;
+            .add(&share.to_string())
+            .expect("a number's text is a number");
     }
     let listed = samples(&takeovers, "listed_ms")?;
+    let read = samples(&takeovers, "listed")?;
     let synced = samples(&unsharded, "synced_ms")?;
-    let (Some(listed_median), Some(moved_max), Some(base)) =
-        (listed.median(), moved.max(), synced.median())
-    else {
+    let whole_read = samples(&unsharded, "objects")?;
+    let (Some(listed_median), Some(read_median), Some(moved_max), Some(base), Some(read_base)) = (
+        listed.median(),
+        read.median(),
+        moved.max(),
+        synced.median(),
+        whole_read.median(),
+    ) else {
         return Err(ReportError::MissingLine("takeover".into()));
     };
     let _ = writeln!(
         out,
-        "\nA replica killed (SIGKILL), {} takeovers: each moved {:.1}% of the keys at most (median {:.1}%); from holding the shard to caching its objects took {:.2} s median ({:.2}-{:.2}), {} of the unsharded sync time.",
-        takeovers.len(),
+        "\nA replica killed (SIGKILL) in each of {} rounds: a loss moved {:.1}% of the keys at most (median {:.1}%), to {} takeovers. From holding the shards to caching their objects: {:.2} s median ({:.2}-{:.2}), {} of the unsharded sync time; objects listed meanwhile: {:.0} median ({:.0}-{:.0}), {} of the unsharded side's.",
+        moved_by_round.len(),
         moved_max * 100.0,
         moved.median().unwrap_or_default() * 100.0,
+        takeovers.len(),
         listed_median / 1e3,
         listed.min().unwrap_or_default() / 1e3,
         listed.max().unwrap_or_default() / 1e3,
         ratio(listed_median, base),
+        read_median,
+        read.min().unwrap_or_default(),
+        read.max().unwrap_or_default(),
+        ratio(read_median, read_base),
     );
     Ok(out)
 }
@@ -129,7 +146,7 @@ mod tests {
              round=1 side=unsharded objects=1000 synced_ms=2000 cpu_ms=1000 peak_rss_kib=102400 rx_bytes=10485760\n\
              round=1 side=replica identity=a held=0 objects=400 synced_ms=1000 cpu_ms=300 peak_rss_kib=40960 rx_bytes=4194304\n\
              round=1 side=replica identity=b held=1 objects=600 synced_ms=1200 cpu_ms=400 peak_rss_kib=51200 rx_bytes=6291456\n\
-             round=1 side=takeover identity=b gained=0 held=0,1 objects=1000 listed_ms=500\n"
+             round=1 side=takeover identity=b gained=0 held=0,1 objects=1000 listed_ms=500 listed=200\n"
         ));
         assert_eq!(
             render(&results).unwrap(),
@@ -142,7 +159,7 @@ mod tests {
              | CPU to synced | 1.00 s (1.00-1.00) | 0.30 s (0.30-0.40) | 0.30x | 0.40x |\n\
              | peak RSS | 100.00 MiB (100.00-100.00) | 40.00 MiB (40.00-50.00) | 0.40x | 0.50x |\n\
              | bytes read | 10.00 MiB (10.00-10.00) | 4.00 MiB (4.00-6.00) | 0.40x | 0.60x |\n\
-             \nA replica killed (SIGKILL), 1 takeovers: each moved 40.0% of the keys at most (median 40.0%); from holding the shard to caching its objects took 0.50 s median (0.50-0.50), 0.25x of the unsharded sync time.\n"
+             \nA replica killed (SIGKILL) in each of 1 rounds: a loss moved 40.0% of the keys at most (median 40.0%), to 1 takeovers. From holding the shards to caching their objects: 0.50 s median (0.50-0.50), 0.25x of the unsharded sync time; objects listed meanwhile: 200 median (200-200), 0.20x of the unsharded side's.\n"
         );
     }
 
@@ -152,7 +169,7 @@ mod tests {
             "{META}\
              round=1 side=unsharded objects=1 synced_ms=1 cpu_ms=1 peak_rss_kib=1 rx_bytes=1\n\
              round=1 side=replica identity=a held=0 objects=1 synced_ms=1 cpu_ms=1 peak_rss_kib=1 rx_bytes=1\n\
-             round=1 side=takeover identity=b gained=1 held=0,1 objects=1 listed_ms=1\n"
+             round=1 side=takeover identity=b gained=1 held=0,1 objects=1 listed_ms=1 listed=1\n"
         ));
         let err = render(&results).unwrap_err().to_string();
         assert!(err.contains("no replica line of b in round 1"), "{err}");
