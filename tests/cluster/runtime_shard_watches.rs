@@ -10,7 +10,7 @@
 //!   (the holders read from the ring's Leases; the shard of a key from its namespace, as the
 //!   apiserver hashes it);
 //! - a replica killed, its shards' new owners cache those ranges too and reconcile every key
-//!   of them after the kill;
+//!   of them after the kill, listing those ranges alone (not the shards they kept);
 //! - no key is ever reconciled by two replicas at once.
 //!
 //! The ConfigMaps carry a label unique to the run, so other tests' ConfigMaps on the shared
