@@ -118,13 +118,17 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
 
     let ctx = Arc::new(ctx);
     // A ring whose informers cache only the shards held lists on every shard it takes: it
-    // takes none in its first retry period, so that replicas started together see each
-    // other's member Leases and split the shards before anyone lists more than its share.
-    let first_take = Instant::now()
+    // takes none until the members it sees have not changed for a retry period, so that
+    // replicas started together (some of them later than others on a busy machine) see each
+    // other's member Leases and split the shards before anyone lists more than its share;
+    // and never later than one lease duration from now (a member that keeps flapping).
+    let take_by = Instant::now() + config.lease_duration;
+    let mut first_take = Instant::now()
         + ctx
             .scope
             .as_ref()
             .map_or(Duration::ZERO, |_| config.retry_period);
+    let mut members_seen: Vec<String> = Vec::new();
     let mut observed = Observations::default();
     let mut running: BTreeMap<u32, Running<R::Lock>> = BTreeMap::new();
     let mut stopping: Vec<JoinHandle<()>> = Vec::new();
@@ -180,6 +184,10 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     }
                 }
                 let owners = assign(config.shards, &members, &holders);
+                if ctx.scope.is_some() && now < first_take && members != members_seen {
+                    first_take = first_take.max(now + config.retry_period).min(take_by);
+                    members_seen.clone_from(&members);
+                }
                 if now < first_take {
                     wake = wake.min(first_take);
                 } else if let Some(scope) = &ctx.scope {
