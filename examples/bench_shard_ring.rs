@@ -283,7 +283,11 @@ async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Erro
             let (after, objects) = held_and_cached(&scope, &informer, now.len()).await;
             // What it holds more once cached: a shard acquired while the first was listed
             // is in this report, not another.
-            let gained: Vec<u32> = after.iter().filter(|s| !held.contains(s)).copied().collect();
+            let gained: Vec<u32> = after
+                .iter()
+                .filter(|s| !held.contains(s))
+                .copied()
+                .collect();
             println!(
                 "TAKEOVER identity={identity} gained={} held={} objects={objects} listed_ms={} listed={}",
                 list(&gained),

@@ -60,6 +60,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
+use super::resourceversion::compare_resource_version;
 use super::shard_scope::{Selection, ShardScope};
 use super::shard_selector::ShardSelector;
 use super::store::TransformFunc;
@@ -376,26 +377,41 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     /// shards [`prepare_gained_list`](ListerWatcher::prepare_gained_list) made the next list
     /// ask for); for a later page, what its first page asked for (a continue token holds the
     /// first page's selector).
-    fn shard_now(&self, continuing: bool) -> ShardNow {
+    ///
+    /// For the first page of a list of gained shards, also where to record the version it
+    /// answered at.
+    fn shard_now(&self, continuing: bool) -> (ShardNow, Option<GainedAnswer>) {
         match &self.shard {
-            None => ShardNow::Everything,
-            Some(ShardSource::Fixed(f)) => ShardNow::Filter(f.clone()),
+            None => (ShardNow::Everything, None),
+            Some(ShardSource::Fixed(f)) => (ShardNow::Filter(f.clone()), None),
             Some(ShardSource::Scoped(s)) => {
                 let mut listing = s.listing.lock();
-                let keep = listing
-                    .as_mut()
-                    .is_some_and(|l| continuing || std::mem::take(&mut l.gained_only));
+                let mut answer = None;
+                let keep = listing.as_mut().is_some_and(|l| {
+                    if continuing {
+                        return true;
+                    }
+                    if !matches!(l.part, Part::GainedNext) {
+                        return false;
+                    }
+                    l.part = Part::Gained(None);
+                    answer = Some(GainedAnswer {
+                        listing: s.listing.clone(),
+                        generation: l.selection.generation,
+                    });
+                    true
+                });
                 if !keep {
                     let selection = s.scope.snapshot();
                     *listing = Some(Listing {
                         asked: selection.selector.clone(),
                         selection,
-                        gained_only: false,
+                        part: Part::Whole,
                     });
                 }
                 let asked = listing.as_ref().and_then(|l| l.asked.clone());
                 drop(listing);
-                s.ask(asked)
+                (s.ask(asked), answer)
             }
         }
     }
@@ -668,7 +684,7 @@ impl<K: CacheObject> ListWatch<K> {
         keep_sent: bool,
     ) -> impl Future<Output = Result<(ListPage<K>, Vec<SentBytes>), ListWatchError>> + Send + 'static
     {
-        let shard = self.shard_now(options.continue_token.is_some());
+        let (shard, gained) = self.shard_now(options.continue_token.is_some());
         let url = self.list_url_with(options, shard.filter());
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
@@ -723,6 +739,9 @@ impl<K: CacheObject> ListWatch<K> {
             }
             let mut list = decoder.finish().map_err(|e| list_decode_error(&url, e))?;
             let shard_info = shard_echo(&mut list.metadata);
+            if let (Some(gained), Some(rv)) = (gained, &list.metadata.resource_version) {
+                gained.answered_at(rv);
+            }
             if let Some(shard) = shard.filter() {
                 shard.check_echo(shard_info.as_deref(), &url);
                 shard.retain(&mut list.items, &mut list.sent);
@@ -750,8 +769,9 @@ impl<K: CacheObject> ListWatch<K> {
         };
         let shard = match &scoped {
             Some(watch) => watch.shard.clone(),
-            None => self.shard_now(false),
+            None => self.shard_now(false).0,
         };
+        let stale = scoped.as_ref().and_then(|w| w.stale.clone());
         let url = self.watch_url_with(options, shard.filter());
         let client = self.client.clone();
         let max_object_bytes = self.max_object_bytes;
@@ -791,6 +811,12 @@ impl<K: CacheObject> ListWatch<K> {
                     .try_filter(move |(event, _)| futures::future::ready(shard.keeps(event)))
                     .boxed(),
             };
+            let events = match stale {
+                None => events,
+                Some(stale) => events
+                    .try_filter(move |(event, _)| futures::future::ready(!stale.covers(event)))
+                    .boxed(),
+            };
             Ok(match ended {
                 None => events,
                 Some(ended) => events.take_until(ended).boxed(),
@@ -825,6 +851,8 @@ struct ScopedShards {
 /// A watch opened on a scope.
 struct ScopedWatch {
     shard: ShardNow,
+    /// After a list of gained shards: their events the list already holds.
+    stale: Option<StaleEvents>,
     /// Resolves when the scope moves on; `None` when the store's list is of another
     /// generation than the scope's now (the watch must not open).
     changed: Option<futures::future::Shared<BoxFuture<'static, ()>>>,
@@ -837,8 +865,61 @@ struct Listing {
     /// What its requests ask for: the selection's selector, or for a list of the gained
     /// shards alone, theirs (`None`: nothing, and no request is made).
     asked: Option<ShardSelector>,
-    /// Made by `prepare_gained_list` for the next list, which has not begun.
-    gained_only: bool,
+    part: Part,
+}
+
+/// What part of its selection a [`Listing`] lists.
+enum Part {
+    /// All of it.
+    Whole,
+    /// The gained shards alone (`prepare_gained_list`); the list has not begun.
+    GainedNext,
+    /// The gained shards alone; the version the apiserver answered at, once it answered.
+    Gained(Option<String>),
+}
+
+/// Where the first page of a list of gained shards records the version it answered at.
+struct GainedAnswer {
+    listing: Arc<parking_lot::Mutex<Option<Listing>>>,
+    generation: u64,
+}
+
+impl GainedAnswer {
+    fn answered_at(self, resource_version: &str) {
+        if let Some(l) = self.listing.lock().as_mut()
+            && l.selection.generation == self.generation
+            && matches!(l.part, Part::Gained(None))
+        {
+            l.part = Part::Gained(Some(resource_version.to_string()));
+        }
+    }
+}
+
+/// The events of a watch after a list of gained shards that the list already holds: that
+/// list was answered at a version at or after the store's (it asks for no older, so the
+/// watch cache serves it), and the watch starts at the store's version, so it replays the
+/// gained shards' changes up to the list's version, which are older than what the list
+/// handed the store. They are dropped: an object of those shards at or before that version.
+#[derive(Clone)]
+struct StaleEvents {
+    gained: ShardSelector,
+    listed_at: String,
+}
+
+impl StaleEvents {
+    fn covers<K: Resource>(&self, event: &WatchEvent<K>) -> bool {
+        let (WatchEvent::Added(object)
+        | WatchEvent::Modified(object)
+        | WatchEvent::Deleted(object)) = event
+        else {
+            return false;
+        };
+        let meta = object.meta();
+        self.gained.matches(meta)
+            && meta.resource_version.as_deref().is_some_and(|rv| {
+                compare_resource_version(rv, &self.listed_at).is_ok_and(|o| o.is_le())
+            })
+    }
 }
 
 impl ScopedShards {
@@ -881,7 +962,7 @@ impl ScopedShards {
         *listing = Some(Listing {
             asked: self.scope.gained(stored, &now),
             selection: now,
-            gained_only: true,
+            part: Part::GainedNext,
         });
         true
     }
@@ -890,10 +971,22 @@ impl ScopedShards {
     /// (which marks the list as in the store: a reflector watches only after its list went to
     /// its store), else one that must not open.
     fn watch_now(&self) -> Option<ScopedWatch> {
-        let selection = self.listing.lock().as_ref()?.selection.clone();
+        let (selection, stale) = {
+            let listing = self.listing.lock();
+            let l = listing.as_ref()?;
+            let stale = match (&l.part, &l.asked) {
+                (Part::Gained(Some(rv)), Some(gained)) => Some(StaleEvents {
+                    gained: gained.clone(),
+                    listed_at: rv.clone(),
+                }),
+                _ => None,
+            };
+            (l.selection.clone(), stale)
+        };
         if selection.generation != self.scope.generation() {
             return Some(ScopedWatch {
                 shard: ShardNow::Nothing,
+                stale: None,
                 changed: None,
             });
         }
@@ -904,6 +997,7 @@ impl ScopedShards {
         *self.stored.lock() = Some(selection);
         Some(ScopedWatch {
             shard,
+            stale,
             changed: Some(changed.shared()),
         })
     }
@@ -1335,6 +1429,39 @@ mod tests {
             asked(lw.list(&first).await).contains(SHARDS_1_2),
             "only the list after the preparation asks for the gained shards"
         );
+    }
+
+    // kubeloop's own: after a list of gained shards answered at "20", the watch from the
+    // store's older version drops the gained shards' events up to "20" (the list holds them)
+    // and keeps their later ones, every event of the shards kept, and bookmarks.
+    #[test]
+    fn after_a_list_of_gained_shards_the_watch_drops_what_the_list_holds() {
+        use crate::cache::{HashRange, ShardSelector, fnv1a_64};
+        let a = fnv1a_64(b"a");
+        let stale = StaleEvents {
+            gained: ShardSelector::namespaces([HashRange::new(a, u128::from(a) + 1).unwrap()])
+                .unwrap(),
+            listed_at: "20".into(),
+        };
+        let at = |namespace: &str, rv: &str| {
+            let mut cm = in_namespace(namespace);
+            cm.metadata.resource_version = Some(rv.into());
+            cm
+        };
+        assert!(stale.covers(&WatchEvent::Added(at("a", "15"))));
+        assert!(stale.covers(&WatchEvent::Modified(at("a", "20"))));
+        assert!(stale.covers(&WatchEvent::Deleted(at("a", "9"))));
+        assert!(!stale.covers(&WatchEvent::Modified(at("a", "21"))));
+        assert!(!stale.covers(&WatchEvent::Deleted(at("a", "100"))));
+        assert!(
+            !stale.covers(&WatchEvent::Modified(at("b", "15"))),
+            "a kept shard"
+        );
+        let bookmark: WatchEvent<ConfigMap> = serde_json::from_str(
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#,
+        )
+        .unwrap();
+        assert!(!stale.covers(&bookmark));
     }
 
     // kubeloop's own: what comes back outside the shard is dropped, the bytes sent for a

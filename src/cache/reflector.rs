@@ -479,52 +479,41 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     }
 
     /// kubeloop: when a shard scope only added shards since the list the store holds
-    /// ([`ListerWatcher::prepare_gained_list`]), lists the added shards alone, at exactly
-    /// the version the store is at, and adds each object (the store's other objects are
-    /// current at that version, so the watch from it covers the whole selection). The
-    /// objects go in as watch `ADDED` events: the informer treats each as an add (as an update
-    /// if it held the key). `None` when there is nothing to do so, or the list fails (the
-    /// version is compacted, say): the whole selection is listed then. The list-from-cache
-    /// detector does not check this list (its snapshot is of part of the store).
+    /// ([`ListerWatcher::prepare_gained_list`]), lists the added shards alone and adds each
+    /// object; the watch then opens on the whole selection from the version the store was at,
+    /// so the shards kept miss no change. The list asks for no version older than the
+    /// store's, which the apiserver's watch cache answers in one response (an `Exact` list,
+    /// or a paged one, goes to etcd, which reads every object of the type to find the
+    /// shards'); the list-watch drops the watch's events of the added shards that the list
+    /// already holds. The objects go in as watch `ADDED` events: the informer treats each as
+    /// an add (as an update if it held the key). `None` when there is nothing to do so, or
+    /// the list fails: the whole selection is listed then. The list-from-cache detector does
+    /// not check this list (it is of part of the store).
     async fn list_gained(&mut self) -> Option<State<K>> {
         if self.last_sync_rv.is_empty() || !self.lw.prepare_gained_list() {
             return None;
         }
-        let mut options = ListOptions {
+        let options = ListOptions {
             resource_version: Some(self.last_sync_rv.clone()),
-            resource_version_match: Some("Exact".to_string()),
-            limit: Some(self.config.page_size),
-            continue_token: None,
+            ..Default::default()
         };
-        loop {
-            let page = match self.list_page(&options, &None, false).await {
-                Ok((page, _)) => page,
-                Err(e) => {
-                    tracing::debug!(
-                        type_name = %self.type_name,
-                        "listing the added shards at exactly {} failed ({e}); listing the whole selection",
-                        self.last_sync_rv
-                    );
-                    return None;
-                }
-            };
-            self.skip_listed(page.undecodable);
-            for obj in page.items {
-                if let Err(e) = self.store.add(obj) {
-                    tracing::warn!(type_name = %self.type_name, "store refused a listed object: {e}");
-                }
+        let page = match self.list_page(&options, &None, false).await {
+            Ok((page, _)) => page,
+            Err(e) => {
+                tracing::debug!(
+                    type_name = %self.type_name,
+                    "listing the added shards failed ({e}); listing the whole selection"
+                );
+                return None;
             }
-            match page.continue_token {
-                Some(token) => {
-                    options = ListOptions {
-                        limit: options.limit,
-                        continue_token: Some(token),
-                        ..Default::default()
-                    }
-                }
-                None => return Some(State::Watch),
+        };
+        self.skip_listed(page.undecodable);
+        for obj in page.items {
+            if let Err(e) = self.store.add(obj) {
+                tracing::warn!(type_name = %self.type_name, "store refused a listed object: {e}");
             }
         }
+        Some(State::Watch)
     }
 
     /// The paged LIST round, without counting it (a streaming-list fallback was counted).

@@ -1134,31 +1134,27 @@ async fn the_list_detector_finds_nothing_in_an_agreeing_cache_and_off_asks_nothi
 }
 
 // kubeloop's own (shard_scope.rs): the selection grew while the store held the list at "10"
-// and the watch's event at "11": only the added part is listed, at exactly "11", each of its
-// objects added; the watch resumes from "11", with no replace.
+// and the watch's event at "11": only the added part is listed, in one request at no older
+// than "11" (answered at "14"), each of its objects added; the watch resumes from "11" (the
+// list-watch drops what it replays of the added part up to "14"), with no replace.
 #[tokio::test(start_paused = true)]
-async fn a_selection_that_only_grew_lists_the_added_part_at_exactly_the_store_version() {
+async fn a_selection_that_only_grew_lists_the_added_part_and_watches_from_the_store_version() {
     let lw = FakeLw::new();
     lw.list_ok(vec![cm("a", "5")], "10", None)
         .watch(vec![WatchEvent::Added(cm("b", "11"))], false)
         .selection_changes(true)
-        .list_ok(vec![cm("c", "3")], "11", Some("tok"))
-        .list_ok(vec![cm("d", "4")], "11", None);
+        .list_ok(vec![cm("c", "3"), cm("d", "13")], "14", None);
     let (ops, m) = run_for(&lw, no_jitter(), 5, None).await;
     assert_eq!(ops, ["replace [a] @10", "add b", "add c", "add d"]);
     let calls = lw.call_names();
     assert_eq!(
         calls[2..],
         [
-            r#"list rv=Some("11") limit=Some(500) continue=None"#,
-            r#"list rv=None limit=Some(500) continue=Some("tok")"#,
+            r#"list rv=Some("11") limit=None continue=None"#,
             r#"watch rv="11" bookmarks=true initial=false timeout_ok=true"#,
         ]
     );
-    assert_eq!(
-        lw.script.lock().list_matches,
-        [None, Some("Exact".to_string()), None]
-    );
+    assert_eq!(lw.script.lock().list_matches, [None, None]);
     assert_eq!((m.lists(), m.relists(), m.listed_objects()), (2, 1, 3));
 }
 
@@ -1178,7 +1174,7 @@ async fn a_failed_list_of_the_added_part_lists_the_whole_selection() {
     assert_eq!(
         calls[2..],
         [
-            r#"list rv=Some("12") limit=Some(500) continue=None"#,
+            r#"list rv=Some("12") limit=None continue=None"#,
             r#"list rv=Some("12") limit=None continue=None"#,
             r#"watch rv="14" bookmarks=true initial=false timeout_ok=true"#,
         ]

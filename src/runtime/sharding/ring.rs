@@ -184,7 +184,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     }
                 }
                 let owners = assign(config.shards, &members, &holders);
-                if ctx.scope.is_some() && now < first_take && members != members_seen {
+                if ctx.scope.is_some() && now <= first_take && members != members_seen {
                     first_take = first_take.max(now + config.retry_period).min(take_by);
                     members_seen.clone_from(&members);
                 }

@@ -192,6 +192,17 @@ mod ring {
         ring: &FakeRing,
         log: &Log,
     ) -> Replica {
+        replica_in(identity, source, ring, log, None)
+    }
+
+    /// [`replica`], its ring following `scope` if any (`ShardRing::watch_held_shards`).
+    fn replica_in(
+        identity: &str,
+        source: &FakeControllerSource<ConfigMap>,
+        ring: &FakeRing,
+        log: &Log,
+        scope: Option<crate::cache::ShardScope>,
+    ) -> Replica {
         let informer = SharedIndexInformer::new(source.clone(), InformerConfig::default());
         let (me, log) = (identity.to_string(), log.clone());
         let reconcile = move |key: ObjectKey, _ctx: ReconcileContext| {
@@ -207,9 +218,13 @@ mod ring {
                 Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(2)))
             }
         };
+        let mut sharding = ShardRing::new(config(identity), ring.clone()).unwrap();
+        if let Some(scope) = scope {
+            sharding = sharding.watch_held_shards(scope).unwrap();
+        }
         let controller = Controller::new("sharded", informer)
             .workers(4)
-            .sharding(ShardRing::new(config(identity), ring.clone()).unwrap());
+            .sharding(sharding);
         let shutdown = CancellationToken::new();
         let run = tokio::spawn(controller.run(reconcile, default_error_policy, shutdown.clone()));
         Replica { shutdown, run }
@@ -319,5 +334,45 @@ mod ring {
         a.run.abort();
         let _ = a.run.await;
         assert!(log.overlaps().is_empty(), "{:?}", log.overlaps());
+    }
+
+    // kubeloop's own: replicas whose caches follow the shards they hold, started 0.3 s apart
+    // (more than a retry period from first to last, as on a busy machine): none takes a shard
+    // while the members it sees still change, so none ever holds (and lists) more than its share.
+    #[tokio::test(start_paused = true)]
+    async fn scoped_replicas_started_apart_take_no_more_than_their_share() {
+        let source = FakeControllerSource::<ConfigMap>::new();
+        let (fake, log) = (FakeRing::new(), Log::default());
+        let scopes: Vec<crate::cache::ShardScope> = (0..3)
+            .map(|_| crate::cache::ShardScope::namespaces(6).unwrap())
+            .collect();
+        // The most shards each scope held at once, sampled every 10 ms from before the first
+        // replica starts.
+        let sampler = tokio::spawn({
+            let scopes = scopes.clone();
+            async move {
+                let mut most = [0usize; 3];
+                for _ in 0..600 {
+                    for (m, scope) in most.iter_mut().zip(&scopes) {
+                        *m = (*m).max(scope.held().len());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                most
+            }
+        });
+        let mut replicas = Vec::new();
+        for (name, scope) in ["a", "b", "c"].into_iter().zip(&scopes) {
+            replicas.push(replica_in(name, &source, &fake, &log, Some(scope.clone())));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let most = sampler.await.unwrap();
+        let held: Vec<usize> = scopes.iter().map(|s| s.held().len()).collect();
+        assert_eq!(held, [2, 2, 2], "two shards each in the end");
+        assert_eq!(most, [2, 2, 2], "the most shards each held at once");
+        for r in replicas {
+            r.shutdown.cancel();
+            r.run.await.unwrap().unwrap();
+        }
     }
 }
