@@ -235,9 +235,10 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// kubeloop: called when [`selection_changed`](Self::selection_changed) before the
     /// relist. True when the selection only grew since the list the store holds (a
     /// [`ShardScope`](super::ShardScope) took shards and gave none up): the next LIST then
-    /// asks for the added part alone, and the reflector lists it at exactly the version its
-    /// store is at and adds what comes back instead of replacing the store. False (the
-    /// default): the next list is of the whole selection.
+    /// asks for the added part alone (the reflector adds what comes back instead of
+    /// replacing its store), and the watch after it, opened at the store's version, drops
+    /// the added part's events that list already holds. False (the default): the next list
+    /// is of the whole selection.
     fn prepare_gained_list(&self) -> bool {
         false
     }

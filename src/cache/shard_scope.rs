@@ -10,9 +10,10 @@
 //!
 //! When the held set changes ([`ShardScope::hold`], [`ShardScope::release`]) the scope's
 //! generation moves on: each list-watch on it ends its watch and its reflector lists again at
-//! once. When shards were only added, it lists the added ranges alone, at exactly the version
-//! its store is at, and adds what comes back (the store's other objects are current at that
-//! version already); the watch then opens on the whole selection from that version. When a
+//! once. When shards were only added, it lists the added ranges alone, at no older version
+//! than its store's, and adds what comes back; the watch then opens on the whole selection
+//! from the store's version (so the shards kept miss no change), dropping the added ranges'
+//! events the list already holds. When a
 //! shard was given up, it lists the whole new selector, and the list's replace drops the
 //! objects of the ranges given up. [`ShardScope::listed`] resolves once every
 //! list-watch that has listed on the scope listed at that generation or later and handed its
