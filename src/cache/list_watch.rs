@@ -1385,13 +1385,13 @@ mod tests {
             continue_token: Some("c".into()),
             ..Default::default()
         };
-        let asked = |result: Result<ListPage<ConfigMap>, ListWatchError>| {
-            result.expect_err("no server").to_string()
-        };
-        let watched = |result: Result<WatchStream<ConfigMap>, ListWatchError>| match result {
-            Ok(_) => panic!("no server"),
-            Err(e) => e.to_string(),
-        };
+        // The request's error, which names its URL.
+        fn asked<T>(result: Result<T, ListWatchError>) -> String {
+            match result {
+                Ok(_) => panic!("no server"),
+                Err(e) => e.to_string(),
+            }
+        }
         assert!(!lw.prepare_gained_list(), "nothing listed yet");
         assert!(asked(lw.list(&first).await).contains(SHARD_1));
         scope.hold(2);
@@ -1400,7 +1400,7 @@ mod tests {
             "the store may not hold the list: no watch followed it"
         );
         assert!(asked(lw.list(&first).await).contains(SHARDS_1_2));
-        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
+        assert!(asked(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
 
         scope.release(2);
         scope.hold(1);
@@ -1409,7 +1409,7 @@ mod tests {
             "shard 2 was given up: list everything"
         );
         assert!(asked(lw.list(&first).await).contains(SHARD_1));
-        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARD_1));
+        assert!(asked(lw.watch(&WatchOptions::default()).await).contains(SHARD_1));
 
         scope.hold(2);
         assert!(lw.selection_changed());
@@ -1425,7 +1425,7 @@ mod tests {
             "{gained}"
         );
         assert!(!lw.selection_changed());
-        assert!(watched(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
+        assert!(asked(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
         assert!(
             asked(lw.list(&first).await).contains(SHARDS_1_2),
             "only the list after the preparation asks for the gained shards"
