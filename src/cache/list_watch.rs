@@ -232,16 +232,29 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
         false
     }
 
-    /// kubeloop: called when [`selection_changed`](Self::selection_changed) before the
-    /// relist. True when the selection only grew since the list the store holds (a
-    /// [`ShardScope`](super::ShardScope) took shards and gave none up): the next LIST then
-    /// asks for the added part alone (the reflector adds what comes back instead of
-    /// replacing its store), and the watch after it, opened at the store's version, drops
-    /// the added part's events that list already holds. False (the default): the next list
-    /// is of the whole selection.
-    fn prepare_gained_list(&self) -> bool {
-        false
+    /// kubeloop: called before a relist the reflector makes with a synced store. `Some` when
+    /// the selection changed since the list the store holds (a [`ShardScope`](super::ShardScope)
+    /// took or gave up shards) and the store can follow without listing all of it again:
+    /// - if shards were taken, the next LIST asks for them alone (the reflector adds what
+    ///   comes back instead of replacing its store), and the watch after it, opened at the
+    ///   store's version, drops their events that list already holds;
+    /// - the objects of the shards given up leave the store
+    ///   ([`ReflectorStore::release`](super::ReflectorStore::release)).
+    ///
+    /// `None` (the default): the next list is of the whole selection.
+    fn prepare_selection_change(&self) -> Option<SelectionChange> {
+        None
     }
+}
+
+/// How a store follows its selection's change without a whole relist (see
+/// [`ListerWatcher::prepare_selection_change`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectionChange {
+    /// The next LIST asks for the shards taken alone (`false`: none taken, no list).
+    pub gained: bool,
+    /// The shards given up, whose objects leave the store (`None`: none).
+    pub released: Option<ShardSelector>,
 }
 
 /// The real [`ListerWatcher`]: requests through a kube-client [`Client`].
@@ -349,8 +362,7 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
 
     /// Restricts to the shards `scope` holds at each list, which change while the informer
     /// runs (`shard_scope.rs`): each change ends the watch and lists again with the new
-    /// selector (or, when shards were only added, the added ones alone: see
-    /// [`ListerWatcher::prepare_gained_list`]). Replaces [`shards`](Self::shards). A scoped
+    /// selector (or only what changed: see [`ListerWatcher::prepare_selection_change`]). Replaces [`shards`](Self::shards). A scoped
     /// list-watch does not stream its lists (paged LISTs only): a scope holding nothing lists
     /// nothing, without a request.
     pub fn shard_scope(mut self, scope: ShardScope) -> Self {
@@ -375,7 +387,7 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     }
 
     /// What a list's request asks for: for a first page, the scope as it is now (or the
-    /// shards [`prepare_gained_list`](ListerWatcher::prepare_gained_list) made the next list
+    /// shards [`prepare_selection_change`](ListerWatcher::prepare_selection_change) made the next list
     /// ask for); for a later page, what its first page asked for (a continue token holds the
     /// first page's selector).
     ///
@@ -670,8 +682,11 @@ impl<K: CacheObject> ListerWatcher<K> for ListWatch<K> {
         matches!(&self.shard, Some(ShardSource::Scoped(s)) if s.changed())
     }
 
-    fn prepare_gained_list(&self) -> bool {
-        matches!(&self.shard, Some(ShardSource::Scoped(s)) if s.prepare_gained_list())
+    fn prepare_selection_change(&self) -> Option<SelectionChange> {
+        match &self.shard {
+            Some(ShardSource::Scoped(s)) => s.prepare_selection_change(),
+            _ => None,
+        }
     }
 }
 
@@ -873,8 +888,10 @@ struct Listing {
 enum Part {
     /// All of it.
     Whole,
-    /// The gained shards alone (`prepare_gained_list`); the list has not begun.
+    /// The gained shards alone (`prepare_selection_change`); the list has not begun.
     GainedNext,
+    /// Nothing: no shard was gained (`prepare_selection_change`), so there is no list.
+    Unlisted,
     /// The gained shards alone; the version the apiserver answered at, once it answered.
     Gained(Option<String>),
 }
@@ -944,28 +961,34 @@ impl ScopedShards {
         }
     }
 
-    /// See [`ListerWatcher::prepare_gained_list`]. Only when the store is known to hold the
-    /// last list made (a list made since, which failed or whose watch never opened, may or
-    /// may not be in the store: then everything is listed again).
-    fn prepare_gained_list(&self) -> bool {
+    /// See [`ListerWatcher::prepare_selection_change`]. Only when the store is known to hold
+    /// the last list made (a list made since, which failed or whose watch never opened, may
+    /// or may not be in the store: then everything is listed again).
+    fn prepare_selection_change(&self) -> Option<SelectionChange> {
         let mut listing = self.listing.lock();
         let stored = self.stored.lock();
         let (Some(last), Some(stored)) = (listing.as_ref(), stored.as_ref()) else {
-            return false;
+            return None;
         };
         let now = self.scope.snapshot();
-        if last.selection.generation != stored.generation
-            || now.generation == stored.generation
-            || !stored.held.is_subset(&now.held)
-        {
-            return false;
+        if last.selection.generation != stored.generation || now.generation == stored.generation {
+            return None;
         }
+        let gained = self.scope.selector_of(now.held.difference(&stored.held));
+        let change = SelectionChange {
+            gained: gained.is_some(),
+            released: self.scope.selector_of(stored.held.difference(&now.held)),
+        };
         *listing = Some(Listing {
-            asked: self.scope.gained(stored, &now),
+            part: if change.gained {
+                Part::GainedNext
+            } else {
+                Part::Unlisted
+            },
+            asked: gained,
             selection: now,
-            part: Part::GainedNext,
         });
-        true
+        Some(change)
     }
 
     /// The watch that follows the last list: of its selection if the scope is still there
@@ -1369,10 +1392,12 @@ mod tests {
 
     // kubeloop's own: once the store holds a list of shard 1 (the watch after it opened),
     // taking shard 2 as well makes the next list ask for shard 2 alone, its continue pages
-    // too; the watch after it asks for both. Giving a shard up lists the whole selection.
+    // too; the watch after it asks for both. Giving shard 2 up again lists nothing: the
+    // store releases shard 2 and the watch asks for shard 1. A change made before the store
+    // is known to hold its list lists the whole selection.
     // This client's server does not exist: each request fails naming its URL.
     #[tokio::test]
-    async fn a_scope_that_only_gained_shards_lists_the_gained_ones_alone() {
+    async fn a_changed_scope_lists_only_the_shards_taken_and_releases_those_given_up() {
         use crate::cache::ShardScope;
         const SHARD_1: &str = "0x4000000000000000%27%2C%20%270x8000000000000000";
         const SHARD_2: &str = "0x8000000000000000%27%2C%20%270xc000000000000000";
@@ -1392,28 +1417,43 @@ mod tests {
                 Err(e) => e.to_string(),
             }
         }
-        assert!(!lw.prepare_gained_list(), "nothing listed yet");
+        let shard_2 = scope.selector_of(&[2]);
+        assert_eq!(lw.prepare_selection_change(), None, "nothing listed yet");
         assert!(asked(lw.list(&first).await).contains(SHARD_1));
         scope.hold(2);
-        assert!(
-            !lw.prepare_gained_list(),
+        assert_eq!(
+            lw.prepare_selection_change(),
+            None,
             "the store may not hold the list: no watch followed it"
         );
         assert!(asked(lw.list(&first).await).contains(SHARDS_1_2));
         assert!(asked(lw.watch(&WatchOptions::default()).await).contains(SHARDS_1_2));
 
         scope.release(2);
-        scope.hold(1);
-        assert!(
-            !lw.prepare_gained_list(),
-            "shard 2 was given up: list everything"
+        assert!(lw.selection_changed());
+        assert_eq!(
+            lw.prepare_selection_change(),
+            Some(SelectionChange {
+                gained: false,
+                released: shard_2.clone(),
+            })
         );
-        assert!(asked(lw.list(&first).await).contains(SHARD_1));
-        assert!(asked(lw.watch(&WatchOptions::default()).await).contains(SHARD_1));
+        assert!(!lw.selection_changed());
+        let watch = asked(lw.watch(&WatchOptions::default()).await);
+        assert!(
+            watch.contains(SHARD_1) && !watch.contains(SHARD_2),
+            "{watch}"
+        );
 
         scope.hold(2);
         assert!(lw.selection_changed());
-        assert!(lw.prepare_gained_list());
+        assert_eq!(
+            lw.prepare_selection_change(),
+            Some(SelectionChange {
+                gained: true,
+                released: None,
+            })
+        );
         let gained = asked(lw.list(&first).await);
         assert!(
             gained.contains(SHARD_2) && !gained.contains(SHARD_1),

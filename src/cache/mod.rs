@@ -144,7 +144,7 @@ pub use keys::{
 pub use labels::{LabelSelector, LabelSelectorError, Requirement};
 pub use list_watch::{
     CacheObject, ListOptions, ListPage, ListWatch, ListerWatcher, METADATA_LIST_ACCEPT,
-    METADATA_WATCH_ACCEPT, WatchOptions,
+    METADATA_WATCH_ACCEPT, SelectionChange, WatchOptions,
 };
 pub use list_watch_error::{ListWatchError, SentWatchStream, WatchStream};
 // A failed answer's Status in either encoding, which `client`'s writes read too.

@@ -15,6 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use super::delta::{Delta, Deltas};
+use super::shard_selector::ShardSelector;
 use super::store::{ReflectorStore, TransformFunc};
 use super::stored::ListedObjects;
 use super::thread_safe_store::{Indexer, ThreadSafeStore};
@@ -46,6 +47,11 @@ pub enum Popped<K> {
     /// client-go counterpart; see `undecodable.rs`): the informer deletes what it holds at
     /// this key and hands handlers a tombstone of it, or does nothing if it holds nothing.
     DeletedUndecodable(String),
+    /// An atomic RealFIFO's narrowing of a shard scope (no client-go counterpart; see
+    /// `shard_scope.rs`): the informer deletes every object it holds that this selector
+    /// matches (the shards given up) and hands handlers a tombstone of each, as a list that
+    /// no longer holds them would.
+    Released(ShardSelector),
 }
 
 /// A completed list, queued whole by an atomic RealFIFO (client-go `ReplacedAllInfo`).
@@ -79,6 +85,7 @@ impl<K> Clone for Popped<K> {
             Popped::SyncAll => Popped::SyncAll,
             Popped::Bookmark(rv) => Popped::Bookmark(rv.clone()),
             Popped::DeletedUndecodable(key) => Popped::DeletedUndecodable(key.clone()),
+            Popped::Released(selector) => Popped::Released(selector.clone()),
         }
     }
 }

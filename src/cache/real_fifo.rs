@@ -47,6 +47,7 @@ use super::keys::{KeyError, KeyFunc};
 use super::queue::{
     FifoClosed, InformerQueue, KnownObjects, Popped, ReplacedAllInfo, wait_for_item,
 };
+use super::shard_selector::ShardSelector;
 use super::store::{ReflectorStore, StoreError, TransformFunc, apply_transform, transformed_list};
 use super::stored::{ListCodec, ListedObjects};
 
@@ -126,6 +127,8 @@ enum Item<K> {
     Bookmark(String),
     /// An atomic queue's deletion of an object whose final state did not decode.
     DeletedUndecodable(String),
+    /// An atomic queue's deletion of every object a shard selector matches.
+    Released(ShardSelector),
 }
 
 struct Inner<K> {
@@ -155,6 +158,7 @@ impl<K> Item<K> {
             Item::SyncAll => Popped::SyncAll,
             Item::Bookmark(rv) => Popped::Bookmark(rv.clone()),
             Item::DeletedUndecodable(key) => Popped::DeletedUndecodable(key.clone()),
+            Item::Released(selector) => Popped::Released(selector.clone()),
         }
     }
 
@@ -165,6 +169,7 @@ impl<K> Item<K> {
             Item::SyncAll => Popped::SyncAll,
             Item::Bookmark(rv) => Popped::Bookmark(rv),
             Item::DeletedUndecodable(key) => Popped::DeletedUndecodable(key),
+            Item::Released(selector) => Popped::Released(selector),
         }
     }
 }
@@ -656,6 +661,22 @@ impl<K: Send + Sync + 'static> ReflectorStore<K> for RealFIFO<K> {
         drop(inner);
         self.shared.ready.notify_waiters();
         Ok(())
+    }
+    /// Atomic: a `Released` item; the informer deletes what the selector matches when it
+    /// pops it, after everything queued before it. Not atomic: `false` (the queue would
+    /// have to find the keys among its items and the known objects; the reflector lists
+    /// again instead).
+    fn release(&self, selector: &ShardSelector) -> Result<bool, StoreError> {
+        if !self.shared.options.atomic_events {
+            return Ok(false);
+        }
+        let mut inner = self.shared.inner.lock();
+        inner.populated = true;
+        inner.check_synced();
+        inner.items.push_back(Item::Released(selector.clone()));
+        drop(inner);
+        self.shared.ready.notify_waiters();
+        Ok(true)
     }
 }
 

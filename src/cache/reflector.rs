@@ -51,7 +51,9 @@ use tokio_util::sync::CancellationToken;
 use super::backoff::BackoffConfig;
 use super::consistency::{self, ConsistencyDetectors, InconsistencyHandler};
 use super::keys::{meta_namespace_key, resource_version};
-use super::list_watch::{CacheObject, ListOptions, ListPage, ListerWatcher, WatchOptions};
+use super::list_watch::{
+    CacheObject, ListOptions, ListPage, ListerWatcher, SelectionChange, WatchOptions,
+};
 use super::list_watch_error::{ListWatchError, WatchStream};
 use super::metrics::{CacheMetrics, ReflectorMetrics};
 use super::store::{ReflectorStore, StoreError, TransformFunc};
@@ -471,28 +473,53 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     }
 
     async fn list(&mut self) -> State<K> {
-        self.count_list();
-        if let Some(next) = self.list_gained().await {
+        if !self.last_sync_rv.is_empty()
+            && let Some(change) = self.lw.prepare_selection_change()
+            && let Some(next) = self.follow_selection(change).await
+        {
             return next;
         }
+        self.count_list();
         self.list_and_replace().await
     }
 
-    /// kubeloop: when a shard scope only added shards since the list the store holds
-    /// ([`ListerWatcher::prepare_gained_list`]), lists the added shards alone and adds each
-    /// object; the watch then opens on the whole selection from the version the store was at,
-    /// so the shards kept miss no change. The list asks for no version older than the
-    /// store's, which the apiserver's watch cache answers in one response (an `Exact` list,
-    /// or a paged one, goes to etcd, which reads every object of the type to find the
-    /// shards'); the list-watch drops the watch's events of the added shards that the list
-    /// already holds. The objects go in as watch `ADDED` events: the informer treats each as
-    /// an add (as an update if it held the key). `None` when there is nothing to do so, or
-    /// the list fails: the whole selection is listed then. The list-from-cache detector does
+    /// kubeloop: a shard scope changed since the list the store holds
+    /// ([`ListerWatcher::prepare_selection_change`]); the watch then opens on the new
+    /// selection from the version the store was at, so the shards kept miss no change.
+    ///
+    /// Shards taken are listed alone, their objects added. The list asks for no version
+    /// older than the store's, which the apiserver's watch cache answers in one response (an
+    /// `Exact` list, or a paged one, goes to etcd, which reads every object of the type to
+    /// find the shards'); the list-watch drops the watch's events of the added shards that
+    /// the list already holds. The objects go in as watch `ADDED` events: the informer treats
+    /// each as an add (as an update if it held the key). The list-from-cache detector does
     /// not check this list (it is of part of the store).
-    async fn list_gained(&mut self) -> Option<State<K>> {
-        if self.last_sync_rv.is_empty() || !self.lw.prepare_gained_list() {
+    ///
+    /// The objects of shards given up leave the store ([`ReflectorStore::release`]).
+    ///
+    /// `None` when the list fails or the store cannot release: the whole selection is listed
+    /// then (the list of taken shards, if any, was its one request).
+    async fn follow_selection(&mut self, change: SelectionChange) -> Option<State<K>> {
+        if change.gained && !self.list_gained().await {
             return None;
         }
+        if let Some(released) = &change.released {
+            match self.store.release(released) {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    tracing::warn!(type_name = %self.type_name, "store refused to release shards given up: {e}");
+                    return None;
+                }
+            }
+        }
+        Some(State::Watch)
+    }
+
+    /// The list of the shards taken (see [`follow_selection`](Self::follow_selection)):
+    /// false if it failed.
+    async fn list_gained(&mut self) -> bool {
+        self.count_list();
         let options = ListOptions {
             resource_version: Some(self.last_sync_rv.clone()),
             ..Default::default()
@@ -504,7 +531,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                     type_name = %self.type_name,
                     "listing the added shards failed ({e}); listing the whole selection"
                 );
-                return None;
+                return false;
             }
         };
         self.skip_listed(page.undecodable);
@@ -513,7 +540,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
                 tracing::warn!(type_name = %self.type_name, "store refused a listed object: {e}");
             }
         }
-        Some(State::Watch)
+        true
     }
 
     /// The paged LIST round, without counting it (a streaming-list fallback was counted).

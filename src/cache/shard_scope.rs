@@ -13,9 +13,10 @@
 //! once. When shards were only added, it lists the added ranges alone, at no older version
 //! than its store's, and adds what comes back; the watch then opens on the whole selection
 //! from the store's version (so the shards kept miss no change), dropping the added ranges'
-//! events the list already holds. When a
-//! shard was given up, it lists the whole new selector, and the list's replace drops the
-//! objects of the ranges given up. [`ShardScope::listed`] resolves once every
+//! events the list already holds. When a shard was given up, its objects leave the store
+//! without a list ([`ReflectorStore::release`](super::ReflectorStore::release); a store that
+//! cannot has the whole new selector listed, whose replace drops them). [`ShardScope::listed`]
+//! resolves once every
 //! list-watch that has listed on the scope listed at that generation or later and handed its
 //! list to its store (it marks that when it opens the watch that follows the list).
 //!
@@ -205,16 +206,12 @@ impl ShardScope {
         }
     }
 
-    /// The selector of the shards `now` holds and `before` did not, when `now` only added
-    /// shards to `before` (`None`: it gave one up, or changed nothing).
-    pub(crate) fn gained(&self, before: &Selection, now: &Selection) -> Option<ShardSelector> {
-        if !before.held.is_subset(&now.held) {
-            return None;
-        }
-        selector_of(
-            self.inner.shards,
-            &now.held.difference(&before.held).copied().collect(),
-        )
+    /// The selector of `shards` of this ring (`None`: no shard).
+    pub(crate) fn selector_of<'a>(
+        &self,
+        shards: impl IntoIterator<Item = &'a u32>,
+    ) -> Option<ShardSelector> {
+        selector_of(self.inner.shards, &shards.into_iter().copied().collect())
     }
 
     /// The current generation: it moves on with each change of the held shards (what

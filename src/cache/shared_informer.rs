@@ -730,6 +730,24 @@ impl<K: CacheObject> Shared<K> {
                     distribute(listeners, Notification::Delete(tombstone), false);
                 }
             }
+            Popped::Released(selector) => {
+                // Shards given up: what the store holds of them goes, as a list that no
+                // longer held them would remove it.
+                let codec = self.store.codec();
+                for (key, stored) in self.store.entries() {
+                    let Some(obj) = stored.load(codec.as_deref(), &key) else {
+                        continue;
+                    };
+                    if !selector.matches(obj.meta()) || self.store.delete(&key).is_none() {
+                        continue;
+                    }
+                    if crate::trace::on() {
+                        trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
+                    }
+                    let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
+                    distribute(listeners, Notification::Delete(tombstone), false);
+                }
+            }
         }
     }
 

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use super::keys::KeyError;
+use super::shard_selector::ShardSelector;
 use super::stored::{ListCodec, ListedObjects};
 
 /// What a store refused to do.
@@ -97,6 +98,15 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     fn delete_undecodable(&self, key: &str) -> Result<(), StoreError> {
         let _ = key;
         Ok(())
+    }
+
+    /// kubeloop: a shard scope gave shards up (`shard_scope.rs`): every object `selector`
+    /// matches leaves the store, each as a deletion whose final state is unknown, as a list
+    /// that no longer holds it would make. `Ok(false)`: this store cannot (this default, and
+    /// a queue that is not atomic), and the reflector lists the whole selection again.
+    fn release(&self, selector: &ShardSelector) -> Result<bool, StoreError> {
+        let _ = selector;
+        Ok(false)
     }
 }
 

@@ -11,6 +11,8 @@
 //!   apiserver hashes it);
 //! - a replica killed, its shards' new owners cache those ranges too and reconcile every key
 //!   of them after the kill, listing those ranges alone (not the shards they kept);
+//! - a replica joining, the survivor that gives it a shard drops that shard's ConfigMaps from
+//!   its cache without listing anything;
 //! - no key is ever reconciled by two replicas at once.
 //!
 //! The ConfigMaps carry a label unique to the run, so other tests' ConfigMaps on the shared
@@ -420,7 +422,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     )
     .await;
 
-    // Each survivor listed what it gained alone (`ListerWatcher::prepare_gained_list`), not
+    // Each survivor listed what it gained alone (`ListerWatcher::prepare_selection_change`), not
     // the shards it kept: at most the gained ConfigMaps (fewer when some were created after
     // the version its store was at, which the watch from that version brings).
     for (replica, before) in replicas
@@ -437,6 +439,36 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
             listed <= gained,
             "{} listed {listed} ConfigMaps after the kill; it gained {gained}",
             replica.name,
+        );
+    }
+
+    // A replica joins: the survivor holding two shards gives one up to it and drops that
+    // shard's ConfigMaps from its cache without listing anything (`ReflectorStore::release`;
+    // `wait_settled` checks each cache holds exactly its shards); only the newcomer lists.
+    let listed: Vec<u64> = replicas.iter().map(Replica::listed).collect();
+    replicas.push(Replica::start(
+        cluster,
+        &lease_ns,
+        &run,
+        "replica-joined",
+        log.clone(),
+    ));
+    let live: Vec<&Replica> = replicas.iter().filter(|r| r.runtime.is_some()).collect();
+    let joined = wait_settled(&client, &lease_ns, &live, &keys).await;
+    assert!(
+        joined.iter().any(|h| h == "replica-joined"),
+        "the newcomer took a shard a survivor gave up: {after:?} -> {joined:?}"
+    );
+    for (replica, before) in replicas
+        .iter()
+        .zip(listed)
+        .filter(|(r, _)| r.runtime.is_some())
+    {
+        assert_eq!(
+            replica.listed(),
+            before,
+            "{} listed ConfigMaps when a replica joined; it only gave shards up",
+            replica.name
         );
     }
 

@@ -582,6 +582,7 @@ enum Shown {
     SyncAll,
     Bookmark(String),
     DeletedUndecodable(String),
+    Released(String),
 }
 
 fn show(p: Popped<ConfigMap>) -> Shown {
@@ -598,6 +599,7 @@ fn show(p: Popped<ConfigMap>) -> Shown {
         Popped::SyncAll => Shown::SyncAll,
         Popped::Bookmark(rv) => Shown::Bookmark(rv),
         Popped::DeletedUndecodable(key) => Shown::DeletedUndecodable(key),
+        Popped::Released(selector) => Shown::Released(selector.to_string()),
         Popped::Batch(b) => panic!("pop hands out one item, got a batch of {}", b.len()),
     }
 }

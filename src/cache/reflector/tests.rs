@@ -7,6 +7,8 @@ use kube_client::core::{Status, TypeMeta};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 
+use crate::cache::{HashRange, ShardSelector};
+
 fn cm(name: &str, rv: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -78,8 +80,8 @@ struct Script {
     /// Answers to `selection_changed` (a shard scope's change), one per call; none left:
     /// unchanged.
     changed: VecDeque<bool>,
-    /// Answers to `prepare_gained_list`, one per call; none left: false.
-    gained: VecDeque<bool>,
+    /// Answers to `prepare_selection_change`, one per call; none left: `None`.
+    prepared: VecDeque<SelectionChange>,
 }
 
 #[derive(Clone)]
@@ -137,11 +139,11 @@ impl FakeLw {
         self
     }
     /// Before the first watch, the selection is unchanged; when it ends, it changed, and
-    /// only grew if `gained`.
-    fn selection_changes(&self, gained: bool) -> &Self {
+    /// the store can follow with `change`.
+    fn selection_changes(&self, change: SelectionChange) -> &Self {
         let mut s = self.script.lock();
         s.changed.extend([false, true]);
-        s.gained.push_back(gained);
+        s.prepared.push_back(change);
         drop(s);
         self
     }
@@ -217,8 +219,8 @@ impl ListerWatcher<ConfigMap> for FakeLw {
         self.script.lock().changed.pop_front().unwrap_or(false)
     }
 
-    fn prepare_gained_list(&self) -> bool {
-        self.script.lock().gained.pop_front().unwrap_or(false)
+    fn prepare_selection_change(&self) -> Option<SelectionChange> {
+        self.script.lock().prepared.pop_front()
     }
 }
 
@@ -226,6 +228,8 @@ impl ListerWatcher<ConfigMap> for FakeLw {
 #[derive(Default)]
 struct RecStore {
     ops: Mutex<Vec<String>>,
+    /// `release` answers false (a queue that is not atomic).
+    cannot_release: bool,
 }
 
 impl ReflectorStore<ConfigMap> for RecStore {
@@ -275,6 +279,10 @@ impl ReflectorStore<ConfigMap> for RecStore {
         self.ops.lock().push(format!("delete undecodable {key}"));
         Ok(())
     }
+    fn release(&self, selector: &ShardSelector) -> Result<bool, StoreError> {
+        self.ops.lock().push(format!("release {selector}"));
+        Ok(!self.cannot_release)
+    }
     fn resync(&self) -> Result<(), StoreError> {
         self.ops.lock().push("resync".into());
         Ok(())
@@ -300,7 +308,18 @@ async fn run_for(
     secs: u64,
     errors: Option<Arc<Mutex<Vec<String>>>>,
 ) -> (Vec<String>, ReflectorMetrics) {
-    let store = Arc::new(RecStore::default());
+    run_into(RecStore::default(), lw, config, secs, errors).await
+}
+
+/// [`run_for`] into `store`.
+async fn run_into(
+    store: RecStore,
+    lw: &FakeLw,
+    config: ReflectorConfig,
+    secs: u64,
+    errors: Option<Arc<Mutex<Vec<String>>>>,
+) -> (Vec<String>, ReflectorMetrics) {
+    let store = Arc::new(store);
     let mut r = Reflector::new(lw.clone(), store.clone(), config);
     if let Some(errs) = errors {
         r = r.with_watch_error_handler(Arc::new(move |e: &ReflectorError| {
@@ -1142,7 +1161,7 @@ async fn a_selection_that_only_grew_lists_the_added_part_and_watches_from_the_st
     let lw = FakeLw::new();
     lw.list_ok(vec![cm("a", "5")], "10", None)
         .watch(vec![WatchEvent::Added(cm("b", "11"))], false)
-        .selection_changes(true)
+        .selection_changes(gained(None))
         .list_ok(vec![cm("c", "3"), cm("d", "13")], "14", None);
     let (ops, m) = run_for(&lw, no_jitter(), 5, None).await;
     assert_eq!(ops, ["replace [a] @10", "add b", "add c", "add d"]);
@@ -1165,7 +1184,7 @@ async fn a_failed_list_of_the_added_part_lists_the_whole_selection() {
     let lw = FakeLw::new();
     lw.list_ok(vec![cm("a", "5")], "10", None)
         .watch(vec![bookmark("12", false)], false)
-        .selection_changes(true)
+        .selection_changes(gained(None))
         .list_err(api_err(410, "Expired"))
         .list_ok(vec![cm("a", "5"), cm("c", "3")], "14", None);
     let (ops, _) = run_for(&lw, no_jitter(), 5, None).await;
@@ -1179,4 +1198,108 @@ async fn a_failed_list_of_the_added_part_lists_the_whole_selection() {
             r#"watch rv="14" bookmarks=true initial=false timeout_ok=true"#,
         ]
     );
+}
+
+/// A change that took shards (listed alone) and gave up `released`.
+fn gained(released: Option<ShardSelector>) -> SelectionChange {
+    SelectionChange {
+        gained: true,
+        released,
+    }
+}
+
+/// The selector of the namespace `ns` alone.
+fn namespace(ns: &str) -> ShardSelector {
+    let hash = crate::cache::fnv1a_64(ns.as_bytes());
+    ShardSelector::namespaces([HashRange::new(hash, u128::from(hash) + 1).unwrap()]).unwrap()
+}
+
+// kubeloop's own (shard_scope.rs): the selection lost shards while the store held the list
+// at "10" and the watch's event at "11": no list; the store releases what the shards given
+// up hold and the watch resumes from "11" on the narrower selection.
+#[tokio::test(start_paused = true)]
+async fn a_selection_that_only_shrank_releases_and_watches_from_the_store_version() {
+    let lw = FakeLw::new();
+    lw.list_ok(vec![cm("a", "5")], "10", None)
+        .watch(vec![WatchEvent::Added(cm("b", "11"))], false)
+        .selection_changes(SelectionChange {
+            gained: false,
+            released: Some(namespace("gone")),
+        });
+    let (ops, m) = run_for(&lw, no_jitter(), 5, None).await;
+    assert_eq!(
+        ops,
+        [
+            "replace [a] @10",
+            "add b",
+            &format!("release {}", namespace("gone"))
+        ]
+    );
+    assert_eq!(
+        lw.call_names()[2..],
+        [r#"watch rv="11" bookmarks=true initial=false timeout_ok=true"#]
+    );
+    assert_eq!((m.lists(), m.relists()), (1, 0));
+}
+
+// kubeloop's own: shards taken and given up at once: the taken ones listed alone and added,
+// then the given-up ones released, then the watch from the store's version.
+#[tokio::test(start_paused = true)]
+async fn a_selection_that_moved_lists_the_added_part_then_releases_the_rest() {
+    let lw = FakeLw::new();
+    lw.list_ok(vec![cm("a", "5")], "10", None)
+        .watch(vec![bookmark("12", false)], false)
+        .selection_changes(gained(Some(namespace("gone"))))
+        .list_ok(vec![cm("c", "3")], "14", None);
+    let (ops, _) = run_for(&lw, no_jitter(), 5, None).await;
+    assert_eq!(
+        ops,
+        [
+            "replace [a] @10",
+            "add c",
+            &format!("release {}", namespace("gone"))
+        ]
+    );
+    assert_eq!(
+        lw.call_names()[2..],
+        [
+            r#"list rv=Some("12") limit=None continue=None"#,
+            r#"watch rv="12" bookmarks=true initial=false timeout_ok=true"#,
+        ]
+    );
+}
+
+// kubeloop's own: a store that cannot release (a queue that is not atomic) gets the whole
+// selection listed instead.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_cannot_release_gets_the_whole_selection_listed() {
+    let lw = FakeLw::new();
+    lw.list_ok(vec![cm("a", "5")], "10", None)
+        .watch(vec![bookmark("12", false)], false)
+        .selection_changes(SelectionChange {
+            gained: false,
+            released: Some(namespace("gone")),
+        })
+        .list_ok(vec![cm("a", "5")], "14", None);
+    let store = RecStore {
+        cannot_release: true,
+        ..Default::default()
+    };
+    let (ops, m) = run_into(store, &lw, no_jitter(), 5, None).await;
+    assert_eq!(
+        ops,
+        [
+            "replace [a] @10",
+            &format!("release {}", namespace("gone")),
+            "replace [a] @14"
+        ]
+    );
+    assert_eq!(
+        lw.call_names()[2..],
+        [
+            r#"list rv=Some("12") limit=None continue=None"#,
+            r#"watch rv="14" bookmarks=true initial=false timeout_ok=true"#,
+        ]
+    );
+    assert_eq!((m.lists(), m.relists()), (2, 1));
 }
