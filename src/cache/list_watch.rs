@@ -362,7 +362,8 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
 
     /// Restricts to the shards `scope` holds at each list, which change while the informer
     /// runs (`shard_scope.rs`): each change ends the watch and lists again with the new
-    /// selector (or only what changed: see [`ListerWatcher::prepare_selection_change`]). Replaces [`shards`](Self::shards). A scoped
+    /// selector (or only what changed: see [`ListerWatcher::prepare_selection_change`]).
+    /// Replaces [`shards`](Self::shards). A scoped
     /// list-watch does not stream its lists (paged LISTs only): a scope holding nothing lists
     /// nothing, without a request.
     pub fn shard_scope(mut self, scope: ShardScope) -> Self {
@@ -387,9 +388,9 @@ impl<K: Resource<DynamicType: 'static>> ListWatch<K> {
     }
 
     /// What a list's request asks for: for a first page, the scope as it is now (or the
-    /// shards [`prepare_selection_change`](ListerWatcher::prepare_selection_change) made the next list
-    /// ask for); for a later page, what its first page asked for (a continue token holds the
-    /// first page's selector).
+    /// shards [`prepare_selection_change`](ListerWatcher::prepare_selection_change) made the
+    /// next list ask for); for a later page, what its first page asked for (a continue token
+    /// holds the first page's selector).
     ///
     /// For the first page of a list of gained shards, also where to record the version it
     /// answered at.

@@ -498,7 +498,7 @@ impl<K: CacheObject, L: ListerWatcher<K>> Core<K, L> {
     /// The objects of shards given up leave the store ([`ReflectorStore::release`]).
     ///
     /// `None` when the list fails or the store cannot release: the whole selection is listed
-    /// then (the list of taken shards, if any, was its one request).
+    /// then.
     async fn follow_selection(&mut self, change: SelectionChange) -> Option<State<K>> {
         if change.gained && !self.list_gained().await {
             return None;
