@@ -85,6 +85,18 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
+/// Starts `inf` with a recording handler and waits until its initial list was handed out;
+/// the recorder is then empty.
+async fn synced_with_recorder(inf: &SharedIndexInformer<ConfigMap>) -> Recorder {
+    let rec = Recorder::default();
+    inf.add_event_handler(rec.clone()).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    settle().await;
+    rec.take();
+    rec
+}
+
 // client-go: TestSharedInformerInitializationRace / the basic informer flow
 #[tokio::test(start_paused = true)]
 async fn handlers_see_initial_list_then_live_changes_in_order() {
@@ -284,12 +296,7 @@ async fn deletions_missed_across_a_relist_arrive_as_tombstones() {
     source.add(cm("a"));
     source.add(cm("b"));
     let inf = informer(&source, Duration::ZERO);
-    let rec = Recorder::default();
-    inf.add_event_handler(rec.clone()).unwrap();
-    inf.start();
-    assert!(inf.wait_for_cache_sync().await);
-    settle().await;
-    rec.take();
+    let rec = synced_with_recorder(&inf).await;
 
     // The events of these changes are lost; then the history is compacted (410).
     source.delete_silently(cm("a"));
@@ -984,12 +991,7 @@ async fn a_release_deletes_exactly_the_released_shards_objects() {
             RealFifoOptions::default(),
             store,
         );
-        let rec = Recorder::default();
-        inf.add_event_handler(rec.clone()).unwrap();
-        inf.start();
-        assert!(inf.wait_for_cache_sync().await);
-        settle().await;
-        rec.take();
+        let rec = synced_with_recorder(&inf).await;
         source.add(in_ns("gone", "c"));
         settle().await;
         assert_eq!(rec.take(), ["add c"], "{store:?}");
