@@ -723,11 +723,7 @@ impl<K: CacheObject> Shared<K> {
                 // The deletion of an object whose final state did not decode: the last
                 // version that decoded, if the store holds one, is the tombstone's state.
                 if let Some(obj) = self.store.delete(&key) {
-                    if crate::trace::on() {
-                        trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
-                    }
-                    let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
-                    distribute(listeners, Notification::Delete(tombstone), false);
+                    notify_removed(listeners, key, obj);
                 }
             }
             Popped::Released(selector) => {
@@ -735,17 +731,12 @@ impl<K: CacheObject> Shared<K> {
                 // longer held them would remove it.
                 let codec = self.store.codec();
                 for (key, stored) in self.store.entries() {
-                    let Some(obj) = stored.load(codec.as_deref(), &key) else {
-                        continue;
-                    };
-                    if !selector.matches(obj.meta()) || self.store.delete(&key).is_none() {
-                        continue;
+                    if let Some(obj) = stored.load(codec.as_deref(), &key)
+                        && selector.matches(obj.meta())
+                        && self.store.delete(&key).is_some()
+                    {
+                        notify_removed(listeners, key, obj);
                     }
-                    if crate::trace::on() {
-                        trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
-                    }
-                    let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
-                    distribute(listeners, Notification::Delete(tombstone), false);
                 }
             }
         }
@@ -938,11 +929,7 @@ impl<K: CacheObject> Shared<K> {
             previous.push(prev);
         }
         for (key, obj) in old.into_objects() {
-            if crate::trace::on() {
-                trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
-            }
-            let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
-            distribute(listeners, Notification::Delete(tombstone), false);
+            notify_removed(listeners, key, obj);
         }
         for (i, (stored, prev)) in listed.into_iter().zip(previous).enumerate() {
             // Only an encoded list's objects are decoded, and it has its keys.
@@ -959,6 +946,17 @@ impl<K: CacheObject> Shared<K> {
             distribute(listeners, n, is_sync);
         }
     }
+}
+
+/// Tells the handlers that `key` left the store without a watch DELETE (a list no longer
+/// held it, its final state did not decode, or its shard was given up): a tombstone of the
+/// last version the store held.
+fn notify_removed<K: CacheObject>(listeners: &[Listener<K>], key: String, obj: Arc<K>) {
+    if crate::trace::on() {
+        trace_popped::<K>(&key, DeltaType::Deleted, "removed", listeners.len());
+    }
+    let tombstone = DeletedObject::Unknown(DeletedFinalStateUnknown { key, obj });
+    distribute(listeners, Notification::Delete(tombstone), false);
 }
 
 /// Records that a followed key left the FIFO and went into the indexer (see [`crate::trace`]).
