@@ -887,12 +887,11 @@ struct Listing {
 
 /// What part of its selection a [`Listing`] lists.
 enum Part {
-    /// All of it.
+    /// All of it; or nothing, after a change that took no shard (`prepare_selection_change`):
+    /// the store holds the shards kept and the watch follows from its version.
     Whole,
     /// The gained shards alone (`prepare_selection_change`); the list has not begun.
     GainedNext,
-    /// Nothing: no shard was gained (`prepare_selection_change`), so there is no list.
-    Unlisted,
     /// The gained shards alone; the version the apiserver answered at, once it answered.
     Gained(Option<String>),
 }
@@ -984,7 +983,7 @@ impl ScopedShards {
             part: if change.gained {
                 Part::GainedNext
             } else {
-                Part::Unlisted
+                Part::Whole
             },
             asked: gained,
             selection: now,
