@@ -98,6 +98,10 @@ pub(crate) struct PriorityShared<T> {
     state: Mutex<PriorityState<T>>,
     hasher: DefaultHashBuilder,
     hooks: Option<Box<dyn PriorityHooks>>,
+    /// The state's epoch and whether it has an extractor, copied out of the lock: an add
+    /// to a fair queue reads the clock (each ready item's `ready_since`) before locking.
+    epoch: Instant,
+    fair: bool,
     /// `shutdown_with_drain` waits here for the last `done`.
     drained: Notify,
     /// The timer task waits here for an earlier ready time or shutdown.
@@ -209,7 +213,10 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         hooks: Option<Box<dyn PriorityHooks>>,
         fairness: Option<Arc<FairnessExtractor<T>>>,
     ) -> Self {
+        let epoch = Instant::now();
         PriorityShared {
+            epoch,
+            fair: fairness.is_some(),
             state: Mutex::new(PriorityState {
                 index: HashTable::new(),
                 slots: Vec::new(),
@@ -221,7 +228,7 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
                 shutting_down: false,
                 drain: false,
                 parked: Parked::default(),
-                epoch: Instant::now(),
+                epoch,
                 waiting: BinaryHeap::new(),
                 next_seq: 0,
                 next_order: 0,
@@ -255,6 +262,8 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         adds: impl IntoIterator<Item = (u64, Add<T>)>,
         ensure_timer: OnPriorityPark<T>,
     ) -> bool {
+        // The one clock read of a fair queue's add, taken before the lock.
+        let stamp = self.fair.then(|| Stamp::at(self.epoch, Instant::now()));
         let mut state = self.state.lock();
         if state.shutting_down {
             return false;
@@ -265,20 +274,11 @@ impl<T: Hash + Eq + Clone> PriorityShared<T> {
         let mut unused: (Option<T>, Vec<T>) = (None, Vec::new());
         let mut earliest = false;
         let mut delayed = false;
-        // Read the clock only for a delayed add, once.
-        let mut now = None;
+        // Read the clock only for a fair queue or a delayed add, once.
+        let mut now = stamp;
         for (hash, add) in adds {
-            let ready_at = if add.after.is_zero() {
-                None
-            } else {
-                delayed = true;
-                let now = *now.get_or_insert_with(|| state.now());
-                if let Some(h) = hooks {
-                    h.retry();
-                }
-                Some(now.after(add.after.min(FOREVER)))
-            };
-            let (e, u) = state.add(hash, add.item, add.priority, ready_at, hooks, &mut wake);
+            delayed |= !add.after.is_zero();
+            let (e, u) = state.add(hash, add, &mut now, hooks, &mut wake);
             earliest |= e;
             if let Some(u) = u {
                 if unused.0.is_none() {
@@ -671,8 +671,15 @@ impl<T> PriorityState<T> {
     }
 
     /// Slot `i` (pending priority and order set, not dirty, not waiting) becomes ready: counts
-    /// it, and puts it in its line unless processing. The `get` to wake goes to `wake`.
-    fn make_ready(&mut self, i: u32, hooks: Option<&dyn PriorityHooks>, wake: &mut Wakeups) {
+    /// it, and puts it in its line unless processing. The `get` to wake goes to `wake`. `now`:
+    /// the clock if read already (a fair queue's add reads it before the lock).
+    fn make_ready(
+        &mut self,
+        i: u32,
+        now: Option<Stamp>,
+        hooks: Option<&dyn PriorityHooks>,
+        wake: &mut Wakeups,
+    ) {
         let slot = &mut self.slots[i as usize];
         debug_assert!(!slot.dirty && slot.ready_at.is_none());
         slot.dirty = true;
@@ -683,7 +690,7 @@ impl<T> PriorityState<T> {
         self.ready_len += 1;
         self.depth_inc(priority, hooks);
         if self.fairness.is_some() {
-            self.slots[i as usize].ready_since = Some(self.now());
+            self.slots[i as usize].ready_since = Some(now.unwrap_or_else(|| self.now()));
         }
         if !processing {
             self.line_up(priority, order, i);
@@ -770,7 +777,7 @@ impl<T> PriorityState<T> {
             // bumps `AddedCounter` here too).
             let order = self.next_order();
             self.slots[w.slot as usize].order = order;
-            self.make_ready(w.slot, hooks, wake);
+            self.make_ready(w.slot, Some(now), hooks, wake);
         }
     }
 
@@ -801,18 +808,35 @@ impl<T> PriorityState<T> {
 }
 
 impl<T: Hash + Eq + Clone> PriorityState<T> {
-    /// One add under the lock: `ready_at` is `None` for now. Returns whether a waiting time
-    /// became the heap's earliest, and the caller's copy of a key the queue had already.
+    /// One add under the lock; `now` is the clock read of this batch of adds, read here
+    /// if a delayed add needs it and it is `None`. Returns whether a waiting time became the
+    /// heap's earliest, and the caller's copy of a key the queue had already.
     /// controller-runtime: the loop body of `lockedAddWithOpts`.
     fn add(
         &mut self,
         hash: u64,
-        item: T,
-        priority: i32,
-        ready_at: Option<Stamp>,
+        add: Add<T>,
+        now: &mut Option<Stamp>,
         hooks: Option<&dyn PriorityHooks>,
         wake: &mut Wakeups,
     ) -> (bool, Option<T>) {
+        let Add {
+            item,
+            priority,
+            after,
+        } = add;
+        let ready_at = if after.is_zero() {
+            None
+        } else {
+            if let Some(h) = hooks {
+                h.retry();
+            }
+            Some(
+                now.get_or_insert_with(|| self.now())
+                    .after(after.min(FOREVER)),
+            )
+        };
+        let now = *now;
         let next = self.next_slot();
         let slots = &self.slots;
         let entry = self.index.entry(
@@ -837,7 +861,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
             slot.order = order;
             return match ready_at {
                 None => {
-                    self.make_ready(i, hooks, wake);
+                    self.make_ready(i, now, hooks, wake);
                     (false, unused)
                 }
                 Some(at) => (self.wait_until(i, at), unused),
@@ -868,7 +892,7 @@ impl<T: Hash + Eq + Clone> PriorityState<T> {
             None => {
                 // Ready now: the waiting heap entry is superseded.
                 self.slots[i as usize].ready_at = None;
-                self.make_ready(i, hooks, wake);
+                self.make_ready(i, now, hooks, wake);
                 (false, unused)
             }
             Some(at) if at < current => (self.wait_until(i, at), unused),
