@@ -28,7 +28,7 @@ use super::api::KubeSyncClient;
 use super::error::ControllerError;
 use super::sync::sync_handler;
 use super::types::Foo;
-use crate::cache::{CacheMetrics, FactoryOptions, InformerName, ShardScope, SharedInformerFactory};
+use crate::cache::{CacheMetrics, FactoryOptions, InformerName, SharedInformerFactory};
 use crate::record::{AnyEventBroadcaster, default_reporting_instance};
 use crate::runtime::{
     Controller, ControllerError as RuntimeError, LeaseRing, ObjectKey, ReconcileContext, ShardRing,
@@ -104,25 +104,27 @@ pub async fn run(
     )
     .await;
     let ring = match config.sharding.clone() {
-        Some(sharding) => Some(ShardRing::new(
-            sharding,
-            LeaseRing::new(client.clone(), &config.sharding_namespace),
-        )?),
+        Some(sharding) => {
+            let ring = ShardRing::new(
+                sharding,
+                LeaseRing::new(client.clone(), &config.sharding_namespace),
+            )?;
+            Some(if config.watch_held_shards {
+                ring.with_shard_scope()
+            } else {
+                ring
+            })
+        }
         None => None,
     };
-    let scope = ring
-        .as_ref()
-        .filter(|_| config.watch_held_shards)
-        .map(|ring| {
-            ShardScope::namespaces(ring.config().shards).expect("a checked ring has shards")
-        });
+    let scope = ring.as_ref().and_then(|ring| ring.shard_scope().cloned());
     let factory = SharedInformerFactory::new(
         client.clone(),
         FactoryOptions {
             namespace: config.namespace.clone(),
             resync_period: config.resync,
             metrics: config.cache_metrics.clone(),
-            shard_scope: scope.clone(),
+            shard_scope: scope,
             ..Default::default()
         },
     );
@@ -148,10 +150,7 @@ pub async fn run(
     if let Some(provider) = config.queue_metrics.clone() {
         controller = controller.queue_metrics(provider);
     }
-    if let Some(mut ring) = ring {
-        if let Some(scope) = scope {
-            ring = ring.watch_held_shards(scope)?;
-        }
+    if let Some(ring) = ring {
         controller = controller.sharding(ring);
     }
     tokio::spawn(warn_if_crd_missing(

@@ -157,8 +157,58 @@ impl<R: RingStore> ShardRing<R> {
         Ok(self)
     }
 
+    /// [`watch_held_shards`](Self::watch_held_shards) with a new scope of this ring's shard
+    /// count ([`ShardScope::namespaces`]), unless the ring has a scope already. A controller
+    /// makes its informers with the same scope, read back with
+    /// [`shard_scope`](Self::shard_scope).
+    pub fn with_shard_scope(mut self) -> Self {
+        if self.scope.is_none() {
+            // `new` checked that the ring has at least one shard.
+            let scope =
+                ShardScope::namespaces(self.config.shards).expect("a checked ring has shards");
+            self.scope = Some(scope);
+        }
+        self
+    }
+
+    /// The scope the ring watches the held shards with, if it does
+    /// ([`watch_held_shards`](Self::watch_held_shards)): what the controller's informers
+    /// must be made with ([`crate::cache::FactoryOptions::shard_scope`]).
+    pub fn shard_scope(&self) -> Option<&ShardScope> {
+        self.scope.as_ref()
+    }
+
     /// The configuration this ring runs with.
     pub fn config(&self) -> &ShardingConfig {
         &self.config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::FakeRing;
+
+    fn ring(shards: u32) -> ShardRing<FakeRing> {
+        ShardRing::new(ShardingConfig::new("vms", shards, "a"), FakeRing::new()).unwrap()
+    }
+
+    #[test]
+    fn with_shard_scope_gives_a_scope_of_the_rings_shard_count_and_keeps_one_given() {
+        assert!(ring(6).shard_scope().is_none(), "no scope unless asked");
+        let scoped = ring(6).with_shard_scope();
+        assert_eq!(scoped.shard_scope().map(ShardScope::shards), Some(6));
+
+        let given = ShardScope::namespaces(6).unwrap();
+        given.hold(2);
+        let kept = ring(6)
+            .watch_held_shards(given.clone())
+            .unwrap()
+            .with_shard_scope();
+        assert_eq!(
+            kept.shard_scope().map(ShardScope::held),
+            Some(vec![2]),
+            "the scope given is the one the informers must share"
+        );
     }
 }
