@@ -3,10 +3,11 @@
 //! Leader election (on by default) wraps the controller: only the holder of the Lease
 //! `--lease-lock-namespace/--lease-lock-name` runs it. With `--shards N` the VMs are split
 //! over N shards instead, each held through a Lease `<lease-lock-name>-shard-<i>`, and every
-//! replica works on the shards it holds (`kubeloop::runtime::ShardRing`). SIGINT / SIGTERM stop the controller
-//! (workers drained), release the Lease so a standby takes over at once, and exit 0. Losing
-//! the Lease exits 1 (the process manager restarts it; client-go's `Run` also does not
-//! re-contend).
+//! replica works on the shards it holds (`kubeloop::runtime::ShardRing`); with
+//! `--watch-held-shards` each replica also caches only the VMs of those shards. SIGINT /
+//! SIGTERM stop the controller (workers drained), release the Lease so a standby takes over
+//! at once, and exit 0. Losing the Lease exits 1 (the process manager restarts it; client-go's
+//! `Run` also does not re-contend).
 //!
 //! A second SIGINT / SIGTERM exits at once with status 1 (client-go's `SetupSignalHandler`).
 //!
@@ -68,6 +69,12 @@ pub struct Args {
     /// same number.
     #[arg(long, default_value_t = 0)]
     pub shards: u32,
+    /// With --shards: shard by the namespace's hash range and list and watch only the shards
+    /// held (KEP-5866's shardSelector; filtered here on an apiserver without the
+    /// ShardedListAndWatch gate). Every replica must agree. The orphan sweep still asks the
+    /// apiserver, not this partial cache, whether a server's VM exists.
+    #[arg(long, requires = "shards")]
+    pub watch_held_shards: bool,
     /// With --vm-driver fake: each status call (one per VM refresh) takes this long, standing
     /// in for a slow engine (e.g. 50ms).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = common::duration::non_negative)]
@@ -143,6 +150,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         freshness_wait: (!args.read_your_writes_wait.is_zero())
             .then_some(args.read_your_writes_wait),
         namespace: args.namespace.clone(),
+        watch_held_shards: args.watch_held_shards,
         ..VmControllerConfig::default()
     };
     match args.vm_driver {
@@ -220,7 +228,7 @@ async fn run_with<D: Driver>(
                 retry_period: args.retry_period,
                 ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
             };
-            info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, "joining the shard ring");
+            info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, watch_held_shards = args.watch_held_shards, "joining the shard ring");
             Some(
                 ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
                     .context("invalid sharding settings")?,

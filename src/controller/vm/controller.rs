@@ -31,7 +31,7 @@ use super::error_policy::ReconcileError;
 use super::reconcile::{Reconciler, ReconcilerConfig};
 use super::sweep::{DEFAULT_SWEEP_INTERVAL, sweep_orphans};
 use super::types::VirtualMachine;
-use crate::cache::{FactoryOptions, SharedInformerFactory};
+use crate::cache::{FactoryOptions, ShardScope, SharedInformerFactory};
 use crate::leaderelection::{LeaderElector, ResourceLock, StopReason};
 use crate::record::{AnyEventBroadcaster, AnyEventRecorder, default_reporting_instance};
 use crate::runtime::{
@@ -68,6 +68,13 @@ pub struct VmControllerConfig {
     /// last status and finalizer writes (`None`: no wait; see
     /// [`crate::runtime::Controller::read_your_writes`]).
     pub freshness_wait: Option<Duration>,
+    /// With [`run_sharded`]: split the VMs by their namespace's hash range, and have the
+    /// informer list and watch only the shards this replica holds
+    /// ([`crate::runtime::ShardRing::watch_held_shards`]; `--watch-held-shards`). The orphan
+    /// sweep is unaffected: it runs on the holder of shard 0, lists every managed server on
+    /// the engine and decides on each by a GET of its VM from the apiserver, never from this
+    /// replica's cache, so a VM cached by another replica keeps its server.
+    pub watch_held_shards: bool,
 }
 
 impl Default for VmControllerConfig {
@@ -83,6 +90,7 @@ impl Default for VmControllerConfig {
             max_retry_delay: super::error_policy::MAX_RETRY_DELAY,
             refused_retry_interval: super::reconcile::DEFAULT_REFUSED_RETRY_INTERVAL,
             freshness_wait: Some(crate::runtime::DEFAULT_FRESHNESS_WAIT),
+            watch_held_shards: false,
         }
     }
 }
@@ -125,6 +133,7 @@ pub async fn run<D: Driver, L: ResourceLock>(
         driver,
         config,
         stop,
+        None,
         move |controller, recorder| match elector {
             Some(elector) => {
                 elector.record_events_to(recorder);
@@ -138,7 +147,8 @@ pub async fn run<D: Driver, L: ResourceLock>(
 
 /// As [`run`], with VMs split over the shards of `ring`: several replicas work at once, each on
 /// the VMs of the shards it holds (see [`crate::runtime::ShardRing`]). The orphan sweep runs
-/// on the holder of shard 0.
+/// on the holder of shard 0. With [`VmControllerConfig::watch_held_shards`] (or a `ring`
+/// given a scope already), the informer caches only the VMs of the shards held.
 pub async fn run_sharded<D: Driver, R: RingStore>(
     client: Client,
     driver: D,
@@ -146,18 +156,26 @@ pub async fn run_sharded<D: Driver, R: RingStore>(
     stop: CancellationToken,
     ring: ShardRing<R>,
 ) -> Result<(), VmControllerError> {
-    run_as(client, driver, config, stop, move |controller, _| {
+    let ring = if config.watch_held_shards {
+        ring.with_shard_scope()
+    } else {
+        ring
+    };
+    let scope = ring.shard_scope().cloned();
+    run_as(client, driver, config, stop, scope, move |controller, _| {
         controller.sharding(ring)
     })
     .await
 }
 
-/// The controller, with `coordinate` choosing how replicas share the work.
+/// The controller, its informer following `shard_scope` if given, with `coordinate` choosing
+/// how replicas share the work.
 async fn run_as<D: Driver>(
     client: Client,
     driver: D,
     config: VmControllerConfig,
     stop: CancellationToken,
+    shard_scope: Option<ShardScope>,
     coordinate: impl FnOnce(Controller<VirtualMachine>, AnyEventRecorder) -> Controller<VirtualMachine>,
 ) -> Result<(), VmControllerError> {
     let factory = SharedInformerFactory::new(
@@ -165,6 +183,7 @@ async fn run_as<D: Driver>(
         FactoryOptions {
             namespace: config.namespace.clone(),
             metrics: config.cache_metrics.clone(),
+            shard_scope,
             ..FactoryOptions::default()
         },
     );
