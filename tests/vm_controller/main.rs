@@ -7,7 +7,9 @@
 //! perturbation campaigns ([`perturbation`]); this file holds what they share.
 //!
 //! Each test works in its own namespace and runs its controllers with `--namespace` and a
-//! Lease in that namespace, so tests running in parallel do not see each other's VMs. Every
+//! Lease in that namespace, so tests running in parallel do not see each other's VMs (the
+//! one exception, sharding's `--watch-held-shards` test, spreads its VMs over namespaces and
+//! so runs on a cluster of its own). Every
 //! container a test's VMs get is labelled with the namespace and removed when the test ends,
 //! pass or fail ([`ContainerCleanup`]).
 
