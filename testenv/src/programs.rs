@@ -150,6 +150,19 @@ pub fn example(name: &str) -> PathBuf {
     built().join("examples").join(name)
 }
 
+/// The variables (or their prefixes) cargo sets for the crate it runs, for [`built`] to
+/// clear: cargo's "Environment variables Cargo sets for crates".
+const CRATE_VARIABLES: [&str; 8] = [
+    "CARGO_PKG_",
+    "CARGO_MANIFEST_",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
+
 /// `target/<profile>`, after one `cargo build` of the workspace's binaries and examples.
 fn built() -> PathBuf {
     static PROFILE_DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -157,7 +170,19 @@ fn built() -> PathBuf {
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-            let status = Command::new(&cargo)
+            let mut build = Command::new(&cargo);
+            // `cargo test` gives a test the variables it sets for a crate (CARGO_PKG_NAME,
+            // CARGO_MANIFEST_DIR, ...). Build scripts that watch them (ring's does) would see
+            // them differ from a shell's build and rebuild, and the shell's next build would
+            // rebuild again: about two minutes of hack/test each way. The build gets the
+            // shell's environment back.
+            for (name, _) in std::env::vars_os() {
+                let text = name.to_string_lossy();
+                if CRATE_VARIABLES.iter().any(|v| text.starts_with(v)) {
+                    build.env_remove(&name);
+                }
+            }
+            let status = build
                 .args([
                     "build",
                     "--quiet",
