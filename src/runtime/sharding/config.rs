@@ -161,14 +161,14 @@ impl<R: RingStore> ShardRing<R> {
     /// count ([`ShardScope::namespaces`]), unless the ring has a scope already. A controller
     /// makes its informers with the same scope, read back with
     /// [`shard_scope`](Self::shard_scope).
-    pub fn with_shard_scope(mut self) -> Self {
-        if self.scope.is_none() {
-            // `new` checked that the ring has at least one shard.
-            let scope =
-                ShardScope::namespaces(self.config.shards).expect("a checked ring has shards");
-            self.scope = Some(scope);
+    pub fn with_shard_scope(self) -> Self {
+        if self.scope.is_some() {
+            return self;
         }
-        self
+        // `new` checked that the ring has at least one shard.
+        let scope = ShardScope::namespaces(self.config.shards).expect("a checked ring has shards");
+        self.watch_held_shards(scope)
+            .expect("a scope of the ring's own shard count")
     }
 
     /// The scope the ring watches the held shards with, if it does
