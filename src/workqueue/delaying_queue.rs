@@ -13,15 +13,16 @@
 //! What differs on purpose (a heap under the queue's own lock instead of client-go's goroutine
 //! plumbing):
 //! - No 1000-slot channel, no waiting-loop goroutine, no 10 s heartbeat. The waiting items are
-//!   a binary heap inside the queue's state (`state.rs`), under the queue's one lock.
+//!   a binary heap inside the queue's state (`shared.rs`), under the queue's one lock.
 //! - One timer task per delaying queue sleeps until the earliest ready time
 //!   (`sleep_until(next)`) and is woken early only when an `add_after` brings that time
 //!   forward, or on shutdown. It holds a weak reference and ends with the queue.
 //! - `get` and `len` also move items whose time has passed, so a busy queue does not wait for
 //!   the timer task to be scheduled.
 //!
-//! Invariant: at most one timer task per queue is alive (`State::timer_running`); a new one is
-//! spawned, by this face only, when none is and the heap is not empty.
+//! Invariant: at most one timer task per queue is alive (`Core::needs_timer`); a new one is
+//! spawned, by [`ensure_timer`] only, when none is and the heap is not empty. The priority
+//! queue's delays run on the same timer.
 
 use std::future::Future;
 use std::hash::Hash;
@@ -31,11 +32,10 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::metrics::QueueMetrics;
 use super::queue::{Queue, QueueConfig};
-use super::state::{Shared, State};
+use super::shared::{Discipline, Shared};
 
 /// A [`Queue`] that can also add an item after a delay. Derefs to the [`Queue`], as client-go's
 /// `TypedDelayingInterface` embeds `TypedInterface`.
@@ -162,37 +162,22 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
 }
 
 /// Starts the timer task if the delaying heap has entries, none is alive, and a tokio runtime
-/// is current. Without a runtime, waiting items still move on the next `get` or `len`, and
-/// the next `get` that parks starts the task.
-fn ensure_timer<T: Hash + Eq + Clone + Send + 'static>(
-    shared: &Arc<Shared<T>>,
-    state: &mut State<T>,
-) {
-    if !state.needs_timer() {
+/// is current: this queue's and the priority queue's. Without a runtime, waiting items still
+/// move on the next `get` or `len`, and the next `get` that parks starts the task.
+pub(super) fn ensure_timer<S: Discipline + Send + 'static>(shared: &Arc<Shared<S>>, state: &mut S) {
+    if !state.core().needs_timer() {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    state.set_timer(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
-}
-
-/// A queue whose delayed items the timer task moves when their time comes: this queue's
-/// [`Shared`] and the priority queue's.
-pub(super) trait PromoteReady {
-    /// Moves what is ready; `None` once shutting down, else the next ready time, if any.
-    fn promote_ready(&self) -> Option<Option<Instant>>;
-}
-
-impl<T: Hash + Eq + Clone> PromoteReady for Shared<T> {
-    fn promote_ready(&self) -> Option<Option<Instant>> {
-        Shared::promote_ready(self)
-    }
+    let timer = run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer));
+    state.core_mut().set_timer(runtime.spawn(timer));
 }
 
 /// Sleeps until the earliest ready time, moves what is ready, repeats. Ends when the queue
 /// shuts down or every handle to it is dropped.
-pub(super) async fn run_timer<Q: PromoteReady>(queue: Weak<Q>, wake: Arc<Notify>) {
+async fn run_timer<S: Discipline>(queue: Weak<Shared<S>>, wake: Arc<Notify>) {
     loop {
         let next = {
             let Some(shared) = queue.upgrade() else {
@@ -217,6 +202,7 @@ pub(super) async fn run_timer<Q: PromoteReady>(queue: Weak<Q>, wake: Arc<Notify>
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
 
     use super::*;
 

@@ -48,8 +48,8 @@ use prometheus_client::registry::Registry;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::fair::FairnessDepth;
-use super::priority_state::{PRIORITY_LABEL_OVERFLOW, PriorityHooks, PriorityShared};
-use super::state::{Hooks, Shared, Stamp};
+use super::priority_state::{PRIORITY_LABEL_OVERFLOW, PriorityHooks, PriorityState};
+use super::shared::{Discipline, Hooks, Shared, Stamp};
 
 /// How often a named queue refreshes its unfinished-work gauges. client-go:
 /// `defaultUnfinishedWorkUpdatePeriod`.
@@ -295,24 +295,6 @@ impl Hooks for QueueMetrics {
     }
 }
 
-/// A queue whose unfinished-work gauges a task refreshes.
-pub(super) trait UnfinishedWork {
-    /// Sets the gauges; false once the queue is shutting down.
-    fn update_unfinished_work(&self) -> bool;
-}
-
-impl<T: Hash + Eq + Clone> UnfinishedWork for Shared<T> {
-    fn update_unfinished_work(&self) -> bool {
-        Shared::update_unfinished_work(self)
-    }
-}
-
-impl<T: Hash + Eq + Clone> UnfinishedWork for PriorityShared<T> {
-    fn update_unfinished_work(&self) -> bool {
-        PriorityShared::update_unfinished_work(self)
-    }
-}
-
 /// A named priority queue's series: those of [`QueueMetrics`] but the depth, which goes by
 /// priority, plus its retries (controller-runtime's `queueMetrics` counts them itself).
 pub(super) struct PriorityQueueMetrics {
@@ -355,7 +337,7 @@ impl PriorityQueueMetrics {
     }
 }
 
-impl PriorityHooks for PriorityQueueMetrics {
+impl Hooks for PriorityQueueMetrics {
     fn added(&self, added_at: &mut Option<Stamp>, epoch: Instant) {
         self.adds.inc();
         if added_at.is_none() {
@@ -382,7 +364,9 @@ impl PriorityHooks for PriorityQueueMetrics {
         self.unfinished_work.set(total);
         self.longest_running_processor.set(longest);
     }
+}
 
+impl PriorityHooks for PriorityQueueMetrics {
     fn retry(&self) {
         self.retries.inc();
     }
@@ -426,9 +410,9 @@ pub(super) trait FairnessDepths: Send + Sync {
 static FAIR_QUEUES: std::sync::Mutex<Vec<(String, Weak<dyn FairnessDepths>)>> =
     std::sync::Mutex::new(Vec::new());
 
-impl<T: Hash + Eq + Clone + Send> FairnessDepths for PriorityShared<T> {
+impl<T: Hash + Eq + Clone + Send> FairnessDepths for Shared<PriorityState<T>> {
     fn fairness_depths(&self) -> Vec<FairnessDepth> {
-        PriorityShared::fairness_depths(self)
+        Shared::fairness_depths(self)
     }
 }
 
@@ -458,8 +442,8 @@ pub fn fairness_by_queue() -> Vec<(String, Vec<FairnessDepth>)> {
 /// Starts the task refreshing the unfinished-work gauges every
 /// [`UNFINISHED_WORK_UPDATE_PERIOD`], if a tokio runtime is current. It ends at shutdown or when
 /// the queue is dropped. client-go: `updateUnfinishedWorkLoop`.
-pub(super) fn spawn_unfinished_work_updater<Q: UnfinishedWork + Send + Sync + 'static>(
-    shared: &Arc<Q>,
+pub(super) fn spawn_unfinished_work_updater<S: Discipline + Send + 'static>(
+    shared: &Arc<Shared<S>>,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;

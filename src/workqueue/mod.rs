@@ -19,14 +19,16 @@
 //! the highest-priority ready item first.
 //!
 //! Every queue type keeps its state behind one lock, including the waiting heap of
-//! not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. The dedup,
-//! delaying and rate-limiting queues' state and every transition on it live in `state.rs`,
-//! the priority queue's in `priority_state.rs`. Imports run one way, from the faces down:
+//! not-yet-ready items and the parked `get` calls; nothing polls or busy-waits. Both queues
+//! stand on one core (`shared.rs`): one slot arena, one delaying heap and timer, one way to
+//! park and wake a `get`, one `done` and shutdown. What differs is the state's discipline:
+//! first in, first out in `state.rs` (the dedup, delaying and rate-limiting queues), by
+//! priority and fairness key in `priority_state.rs`. Imports run one way, from the faces down:
 //! - leaves, importing no other file here: `sync.rs` (the lock shim, so loom can model-check
-//!   the state), `parked.rs` (the parked `get` calls), `fair.rs`, `low_priority.rs`,
+//!   the states), `parked.rs` (the parked `get` calls), `fair.rs`, `low_priority.rs`,
 //!   `rate_limiters.rs`;
-//! - `state.rs` imports `sync.rs` and `parked.rs`; `priority_state.rs` those two, `fair.rs`
-//!   and `state.rs`'s time stamps and waiting heap;
+//! - `shared.rs` imports `sync.rs` and `parked.rs`; `state.rs` imports `shared.rs`;
+//!   `priority_state.rs` imports `shared.rs` and `fair.rs`;
 //! - `metrics.rs` reads both states; the faces (`queue.rs`, `delaying_queue.rs`,
 //!   `rate_limiting_queue.rs`, `priority_queue.rs`) import the states, the metrics and each
 //!   other downwards (the rate-limiting queue over the delaying queue over the queue's config;
@@ -44,6 +46,7 @@ mod priority_state;
 mod queue;
 mod rate_limiters;
 mod rate_limiting_queue;
+mod shared;
 mod state;
 mod sync;
 

@@ -1,5 +1,5 @@
-//! The `get` calls parked on an empty queue, a leaf shared by the queues' states (`state.rs`,
-//! `priority_state.rs`): kept under the queue's own lock, each with a ticket (handed out in
+//! The `get` calls parked on an empty queue, a leaf of the core both queues share (`shared.rs`):
+//! kept under the queue's own lock, each with a ticket (handed out in
 //! park order) and its waker. An add wakes the oldest one; a `get` that is woken or cancelled
 //! leaves by its ticket.
 //!

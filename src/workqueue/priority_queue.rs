@@ -53,16 +53,13 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::delaying_queue::{PromoteReady, run_timer};
+use super::delaying_queue::ensure_timer;
 use super::fair::{FairnessDepth, FairnessExtractor, FairnessKeys};
 use super::metrics::PriorityQueueMetrics;
-use super::priority_state::{
-    Add, PriorityHooks, PriorityItemStatus, PriorityShared, PriorityState,
-};
+use super::priority_state::{Add, PriorityHooks, PriorityItemStatus, PriorityState};
 use super::queue::QueueConfig;
 use super::rate_limiters::{ItemExponentialFailureRateLimiter, RateLimiter};
+use super::shared::Shared;
 use crate::trace::Stage;
 
 /// How to add items: [`PriorityQueue::add_with_opts`]. The default adds now, at priority 0.
@@ -102,7 +99,7 @@ pub struct AddOpts {
 /// # });
 /// ```
 pub struct PriorityQueue<T> {
-    shared: Arc<PriorityShared<T>>,
+    shared: Arc<Shared<PriorityState<T>>>,
     limiter: Arc<dyn RateLimiter<T>>,
 }
 
@@ -189,7 +186,7 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
         let named = metrics.is_some();
         let hooks = metrics.map(|m| Box::new(m) as Box<dyn PriorityHooks>);
         let fair = fairness.is_some();
-        let shared = Arc::new(PriorityShared::new(hooks, fairness));
+        let shared = Arc::new(Shared::new(PriorityState::new(fairness), hooks));
         if named && fair {
             let weak = Arc::downgrade(&shared);
             super::metrics::register_fair_queue(&config.name, weak);
@@ -214,11 +211,11 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
         let first = self.prepare(&opts, first);
         // One item (the common case) without allocating; more are prepared before the lock.
         let earliest = match items.next() {
-            None => self.shared.add([first], ensure_timer),
+            None => self.shared.add_all([first], ensure_timer),
             Some(second) => {
                 let mut adds = vec![first, self.prepare(&opts, second)];
                 adds.extend(items.map(|item| self.prepare(&opts, item)));
-                self.shared.add(adds, ensure_timer)
+                self.shared.add_all(adds, ensure_timer)
             }
         };
         if earliest {
@@ -323,7 +320,7 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
 
     /// Entries waiting for their time (superseded entries count until their time passes).
     pub fn waiting_len(&self) -> usize {
-        self.shared.inspect(PriorityState::waiting_len)
+        self.shared.waiting_len()
     }
 
     /// Stops the queue: adds are ignored, delayed items dropped, and every `get` returns
@@ -396,26 +393,6 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
             }
         };
         crate::trace::record(key, stage, "", || format!("{detail} (priority {priority})"));
-    }
-}
-
-/// Starts the timer task if waiting items need one and a tokio runtime is current.
-fn ensure_timer<T: Hash + Eq + Clone + Send + 'static>(
-    shared: &Arc<PriorityShared<T>>,
-    state: &mut PriorityState<T>,
-) {
-    if !state.needs_timer() {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    state.set_timer(runtime.spawn(run_timer(Arc::downgrade(shared), Arc::clone(&shared.timer))));
-}
-
-impl<T: Hash + Eq + Clone> PromoteReady for PriorityShared<T> {
-    fn promote_ready(&self) -> Option<Option<Instant>> {
-        PriorityShared::promote_ready(self)
     }
 }
 

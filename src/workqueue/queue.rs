@@ -11,7 +11,7 @@
 //!
 //! What differs on purpose:
 //! - This file is a face: the state and every transition under the queue's one lock live in
-//!   `state.rs` (one slot per item with its flags and metric timestamps, instead of
+//!   `shared.rs` and `state.rs` (one slot per item with its flags and metric timestamps, instead of
 //!   client-go's `dirty` and `processing` sets plus two timestamp maps; two hashes and one
 //!   clone of the key per add, get, done round).
 //! - `get` is async: an empty queue parks the task in the queue's own list of waiters, under
@@ -28,7 +28,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use super::metrics::{MetricsProvider, QueueMetrics};
-use super::state::{Hooks, ItemStatus, Shared};
+use super::shared::{Hooks, Shared};
+use super::state::{ItemStatus, State};
 use crate::trace::Stage;
 
 /// How to build a queue. client-go: `TypedQueueConfig` (and the delaying and rate-limiting
@@ -73,7 +74,7 @@ impl QueueConfig {
 /// # });
 /// ```
 pub struct Queue<T> {
-    pub(super) shared: Arc<Shared<T>>,
+    pub(super) shared: Arc<Shared<State<T>>>,
 }
 
 impl<T> Clone for Queue<T> {
@@ -111,7 +112,7 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
         let metrics = QueueMetrics::for_queue(config.metrics_provider.as_ref(), &config.name);
         let named = metrics.is_some();
         let hooks = metrics.map(|m| Box::new(m) as Box<dyn Hooks>);
-        let shared = Arc::new(Shared::new(hooks));
+        let shared = Arc::new(Shared::new(State::new(), hooks));
         if named {
             super::metrics::spawn_unfinished_work_updater(&shared);
         }

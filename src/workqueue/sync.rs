@@ -1,5 +1,5 @@
-//! The lock the workqueue's state sits behind, imported from one place. `state.rs` takes its
-//! `Mutex` from here; `tests/local/workqueue_loom.rs` compiles `state.rs` next to a module of the
+//! The lock the workqueue's state sits behind, imported from one place. `shared.rs` takes its
+//! `Mutex` from here; `tests/local/workqueue_loom.rs` compiles `shared.rs` next to a module of the
 //! same shape that hands out loom's `Mutex` instead, so loom explores every interleaving of
 //! the queue's transitions (the tokio pattern: sync primitives through one shim).
 //!

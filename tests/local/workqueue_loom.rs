@@ -1,8 +1,10 @@
 //! Model-checks the workqueue's hand-off protocol with loom (kubeloop's own tests).
 //!
-//! `src/workqueue/state.rs` takes its lock from a one-item shim (`super::sync::Mutex`). This
-//! test target compiles that very file next to a shim of the same shape that hands out loom's
-//! `Mutex`, so loom runs every interleaving of the queue's transitions, its parked-`get` list
+//! `src/workqueue/shared.rs`, the core both queues share, takes its lock from a one-item shim
+//! (`super::sync::Mutex`). This test target compiles that very file, and the two queues'
+//! states over it (`state.rs`, `priority_state.rs`), next to a shim of the same shape that
+//! hands out loom's `Mutex`, so loom runs every interleaving of the queue's transitions, its
+//! parked-`get` list
 //! and its wake-ups (at most three preemptions per execution, loom's usual bound). No
 //! `--cfg loom` is needed: `cargo test --test local workqueue_loom` (and so `hack/test` and
 //! `cargo test --all-targets`) runs the models.
@@ -15,8 +17,7 @@
 //! - `shutdown` wakes every parked `get`;
 //! - the queue ends with nothing tracked and nothing parked.
 //!
-//! `src/workqueue/priority_state.rs` (the priority queue's state, a leaf over the same shim and
-//! `state.rs`'s stamps) is compiled here too and checked for the same promises, plus: a
+//! The priority queue's state (`priority_state.rs`) is checked for the same promises, plus: a
 //! higher priority added concurrently is never lost. With fairness keys (`fair.rs`, compiled
 //! here too): two workers and two producers of two keys, one key's item re-added while a
 //! worker has it; every item is handed out once per add, never to two workers at once, first
@@ -49,6 +50,10 @@ mod sync {
 #[allow(dead_code)]
 mod parked;
 
+#[path = "../../src/workqueue/shared.rs"]
+#[allow(dead_code)]
+mod shared;
+
 #[path = "../../src/workqueue/state.rs"]
 #[allow(dead_code)]
 mod state;
@@ -61,11 +66,12 @@ mod fair;
 #[allow(dead_code)]
 mod priority_state;
 
-use priority_state::{Add, PriorityShared, PriorityState};
-use state::Shared;
+use priority_state::{Add, PriorityState};
+use shared::Shared;
+use state::State;
 
-fn queue() -> Arc<Shared<u32>> {
-    Arc::new(Shared::new(None))
+fn queue() -> Arc<Shared<State<u32>>> {
+    Arc::new(Shared::new(State::new(), None))
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -75,7 +81,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// Every item and every parked `get` is gone.
-fn assert_empty(q: &Shared<u32>) {
+fn assert_empty(q: &Shared<State<u32>>) {
     q.inspect(|s| {
         assert_eq!(s.tracked(), 0, "items left tracked");
         assert_eq!(s.parked(), 0, "gets left parked");
@@ -213,23 +219,23 @@ fn done_requeues_for_a_parked_get() {
     });
 }
 
-fn priority_queue() -> Arc<PriorityShared<u32>> {
-    Arc::new(PriorityShared::new(None, None))
+fn priority_queue() -> Arc<Shared<PriorityState<u32>>> {
+    Arc::new(Shared::new(PriorityState::new(None), None))
 }
 
 /// The priority queue's timer hook: no delays in these models, so nothing to start.
-fn no_timer(_: &Arc<PriorityShared<u32>>, _: &mut PriorityState<u32>) {}
+fn no_timer(_: &Arc<Shared<PriorityState<u32>>>, _: &mut PriorityState<u32>) {}
 
-fn padd(q: &Arc<PriorityShared<u32>>, item: u32, priority: i32) {
+fn padd(q: &Arc<Shared<PriorityState<u32>>>, item: u32, priority: i32) {
     let add = Add {
         item,
         priority,
         after: std::time::Duration::ZERO,
     };
-    q.add([(q.hash(&item), add)], no_timer);
+    q.add_all([(q.hash(&item), add)], no_timer);
 }
 
-fn assert_priority_empty(q: &PriorityShared<u32>) {
+fn assert_priority_empty(q: &Shared<PriorityState<u32>>) {
     q.inspect(|s| {
         assert_eq!(s.tracked(), 0, "items left tracked");
         assert_eq!(s.parked(), 0, "gets left parked");
@@ -337,7 +343,10 @@ fn parity(item: &u32) -> fair::FairnessKeys<'_> {
 #[test]
 fn priority_queue_with_fairness_keys_hands_each_add_out_once_and_in_order_within_a_key() {
     model(|| {
-        let q = Arc::new(PriorityShared::new(None, Some(Arc::new(parity))));
+        let q = Arc::new(Shared::new(
+            PriorityState::new(Some(Arc::new(parity))),
+            None,
+        ));
         // Item 1 (odd) is handed out first and re-added while its worker has it.
         padd(&q, 1, 0);
         let (first, _) = loom::future::block_on(q.get(None)).expect("ready");
