@@ -27,6 +27,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process, so the largest variant's size costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a local control plane (etcd, kube-apiserver, and with --full controller-manager,

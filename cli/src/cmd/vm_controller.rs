@@ -75,6 +75,12 @@ pub struct Args {
     /// apiserver, not this partial cache, whether a server's VM exists.
     #[arg(long, requires = "shards")]
     pub watch_held_shards: bool,
+    /// With --watch-held-shards: how long the ring's members a replica sees must stay
+    /// unchanged before it takes its first shards (at most --lease-duration), so that
+    /// replicas started together split the shards before any lists more than its share
+    /// (default as Kafka's group.initial.rebalance.delay.ms).
+    #[arg(long, default_value = "3s", value_name = "DURATION", value_parser = common::duration::non_negative, requires = "watch_held_shards")]
+    pub shard_join_window: Duration,
     /// With --vm-driver fake: each status call (one per VM refresh) takes this long, standing
     /// in for a slow engine (e.g. 50ms).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = common::duration::non_negative)]
@@ -226,6 +232,7 @@ async fn run_with<D: Driver>(
                 lease_duration: args.lease_duration,
                 renew_deadline: args.renew_deadline,
                 retry_period: args.retry_period,
+                join_window: args.shard_join_window,
                 ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
             };
             info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, watch_held_shards = args.watch_held_shards, "joining the shard ring");

@@ -27,6 +27,15 @@ pub struct ShardingConfig {
     pub renew_deadline: Duration,
     /// As [`LeaderElectionConfig::retry_period`]; also how often the ring is listed.
     pub retry_period: Duration,
+    /// How long the members a replica sees must stay unchanged before a replica whose
+    /// informers watch only its held shards ([`ShardRing::watch_held_shards`]) takes its
+    /// first shards; capped at `lease_duration` after it joined. Replicas started together
+    /// thus split the shards before any lists more than its share, even when a busy machine
+    /// starts them more than a `retry_period` apart. Default 3 s, as Kafka's
+    /// `group.initial.rebalance.delay.ms`. Without `watch_held_shards` it does not apply: a
+    /// replica that caches everything takes shards at once, since a shard taken early and
+    /// handed over costs no list.
+    pub join_window: Duration,
 }
 
 /// A [`ShardingConfig`] that cannot work.
@@ -64,7 +73,7 @@ pub enum ShardingError {
 
 impl ShardingConfig {
     /// `shards` shards in the ring `ring`, contended for as `identity`, with the Kubernetes
-    /// components' lease timings (15 s / 10 s / 2 s).
+    /// components' lease timings (15 s / 10 s / 2 s) and a join window of 3 s.
     pub fn new(ring: impl Into<String>, shards: u32, identity: impl Into<String>) -> Self {
         let defaults = LeaderElectionConfig::default();
         ShardingConfig {
@@ -74,6 +83,8 @@ impl ShardingConfig {
             lease_duration: defaults.lease_duration,
             renew_deadline: defaults.renew_deadline,
             retry_period: defaults.retry_period,
+            // Kafka's group.initial.rebalance.delay.ms default.
+            join_window: Duration::from_secs(3),
         }
     }
 

@@ -118,16 +118,15 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
 
     let ctx = Arc::new(ctx);
     // A ring whose informers cache only the shards held lists on every shard it takes: it
-    // takes none until the members it sees have not changed for a retry period, so that
-    // replicas started together (some of them later than others on a busy machine) see each
-    // other's member Leases and split the shards before anyone lists more than its share;
-    // and never later than one lease duration from now (a member that keeps flapping).
+    // takes none until the members it sees have not changed for a join window, so that
+    // replicas started together (on a busy machine, more than a retry period apart: issue 51)
+    // see each other's member Leases and split the shards before anyone lists more than its
+    // share; and never later than one lease duration from now (a member that keeps flapping).
     let take_by = Instant::now() + config.lease_duration;
     let mut first_take = Instant::now()
-        + ctx
-            .scope
-            .as_ref()
-            .map_or(Duration::ZERO, |_| config.retry_period);
+        + ctx.scope.as_ref().map_or(Duration::ZERO, |_| {
+            config.join_window.min(config.lease_duration)
+        });
     let mut members_seen: Vec<String> = Vec::new();
     let mut observed = Observations::default();
     let mut running: BTreeMap<u32, Running<R::Lock>> = BTreeMap::new();
@@ -185,7 +184,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                 }
                 let owners = assign(config.shards, &members, &holders);
                 if ctx.scope.is_some() && now <= first_take && members != members_seen {
-                    first_take = first_take.max(now + config.retry_period).min(take_by);
+                    first_take = first_take.max(now + config.join_window).min(take_by);
                     members_seen.clone_from(&members);
                 }
                 if now < first_take {
