@@ -9,6 +9,7 @@
 //! - [`LogArgs`] / [`init_logging`]: `-v`/`-vv`, klog's `-v=N` and `-logtostderr`.
 //! - [`normalize_args`]: Go-style one-dash long flags rewritten for clap.
 //! - [`holder_identity`]: the leader-election identity default.
+//! - [`check_shard_flags`]: `--watch-held-shards` only with a ring.
 //!
 //! The metrics / health flags are `crate::OpsArgs`, shared the same way.
 
@@ -92,6 +93,18 @@ pub async fn serve_controller_ops(
     Ok(())
 }
 
+/// Refuses `--watch-held-shards` without a ring: `--shards 0` (the default) turns sharding
+/// off, and clap's `requires` is met by `--shards 0` written out, so the flag would otherwise
+/// be ignored without a word.
+pub fn check_shard_flags(shards: u32, watch_held_shards: bool) -> anyhow::Result<()> {
+    if watch_held_shards && shards == 0 {
+        anyhow::bail!(
+            "--watch-held-shards needs --shards 1 or more: --shards 0 turns sharding off, so there are no held shards to watch"
+        );
+    }
+    Ok(())
+}
+
 /// Held by every test that reads or writes the process environment (process-wide state).
 #[cfg(test)]
 pub static ENV_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -100,6 +113,17 @@ pub static ENV_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[allow(unsafe_code)] // `std::env::set_var`, under ENV_LOCK.
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_held_shards_without_a_ring_is_refused_by_name() {
+        let err = check_shard_flags(0, true).unwrap_err().to_string();
+        assert!(
+            err.contains("--watch-held-shards") && err.contains("--shards 0"),
+            "{err}"
+        );
+        assert!(check_shard_flags(4, true).is_ok());
+        assert!(check_shard_flags(0, false).is_ok());
+    }
 
     #[tokio::test]
     async fn the_identity_is_the_flag_then_pod_name_then_host_and_suffix() {

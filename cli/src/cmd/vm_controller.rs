@@ -145,6 +145,7 @@ pub enum QemuAccel {
 
 /// Runs the controller until a signal (or a lost lease).
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    common::check_shard_flags(args.shards, args.watch_held_shards)?;
     // Handlers first, before any await: a SIGTERM during start-up must stop us cleanly.
     let shutdown = common::shutdown_on_signals().context("installing SIGINT/SIGTERM handlers")?;
     let client = args.cluster.client().await?;
