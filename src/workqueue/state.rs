@@ -159,6 +159,8 @@ impl<T> State<T> {
     }
 
     /// Slot `i` became dirty: put it in line unless processing. Returns a `get` to wake.
+    /// Inlined into the add under the lock, as `Core::slot_for`.
+    #[inline(always)]
     fn make_dirty(&mut self, i: u32, hooks: Option<&dyn Hooks>) -> Option<Waker> {
         let slot = &mut self.core.slots[i as usize];
         if slot.dirty {
