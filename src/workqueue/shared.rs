@@ -120,7 +120,9 @@ pub(crate) struct Shared<S: Discipline> {
     pub(crate) timer: Arc<Notify>,
 }
 
-/// The part of a queue's state every discipline has, behind the one lock.
+/// The part of a queue's state every discipline has, behind the one lock; laid out in this
+/// order (`repr(C)`), the fields every add, get and done touch first.
+#[repr(C)]
 pub(crate) struct Core<T, X> {
     /// Slot numbers by key.
     index: HashTable<u32>,
@@ -129,11 +131,11 @@ pub(crate) struct Core<T, X> {
     free: Vec<u32>,
     /// How many slots have the processing flag.
     processing: usize,
+    /// Parked `get` calls.
+    pub(crate) parked: Parked,
     pub(crate) shutting_down: bool,
     /// `shutdown_with_drain` is waiting; `shutdown` clears it to stop that wait.
     drain: bool,
-    /// Parked `get` calls.
-    pub(crate) parked: Parked,
     /// Time zero of this queue's [`Stamp`]s.
     pub(crate) epoch: Instant,
     /// Items that are not ready yet, by ready time.
