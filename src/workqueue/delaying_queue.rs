@@ -349,7 +349,7 @@ mod tests {
         assert_eq!(q.len(), 0);
         assert_eq!(q.get().await, None);
         assert!(
-            q.shared.inspect(|s| s.tracked() == 0),
+            q.shared.inspect(|s| s.core().tracked() == 0),
             "dropped items are forgotten"
         );
     }
@@ -479,8 +479,8 @@ mod tests {
                 "a key was not processed after its last add"
             );
             q.shared.inspect(|s| {
-                assert!(s.tracked() == 0, "{} items left", s.tracked());
-                assert_eq!((s.parked(), s.processing()), (0, 0));
+                assert!(s.core().tracked() == 0, "{} items left", s.core().tracked());
+                assert_eq!((s.core().parked(), s.core().processing()), (0, 0));
             });
         }
     }

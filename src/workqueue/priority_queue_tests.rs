@@ -27,6 +27,7 @@ use prometheus_client::registry::Registry;
 
 use super::*;
 use crate::workqueue::rate_limiters::ItemExponentialFailureRateLimiter;
+use crate::workqueue::shared::Discipline;
 use crate::workqueue::{FairnessKeys, LOW_PRIORITY, MetricsProvider};
 
 fn ms(n: u64) -> Duration {
@@ -181,7 +182,7 @@ async fn de_duplicates_items() {
     q.add_with_opts(AddOpts::default(), ["foo"]);
     assert_eq!(q.len(), 1);
     q.shared
-        .inspect(|s| assert_eq!(s.processing(), 0, "nothing locked"));
+        .inspect(|s| assert_eq!(s.core().processing(), 0, "nothing locked"));
     let seen = m.scrape();
     assert_eq!((seen.depth, seen.adds), (depth([(0, 1)]), 1));
 }
@@ -314,7 +315,7 @@ async fn returns_many_items() {
     }
     assert_eq!(q.len(), 0);
     q.shared
-        .inspect(|s| assert_eq!((s.tracked(), s.processing()), (0, 0)));
+        .inspect(|s| assert_eq!((s.core().tracked(), s.core().processing()), (0, 0)));
 }
 
 // controller-runtime: "updates metrics correctly for an item that gets initially added with
@@ -476,7 +477,7 @@ fn fuzz_priority_queue() {
         }
     });
     q.shared
-        .inspect(|s| assert_eq!(s.processing(), 0, "every item handed out was done"));
+        .inspect(|s| assert_eq!(s.core().processing(), 0, "every item handed out was done"));
 }
 
 /// controller-runtime's `TestHighPriorityItemsAreReturnedBeforeLowPriorityItemMultipleTimes`,
@@ -780,7 +781,7 @@ async fn priority_survives_a_requeue_while_processing_and_the_item_comes_back_on
     q.done(&"b");
     assert_eq!(q.len(), 0);
     q.shared
-        .inspect(|s| assert_eq!(s.tracked(), 0, "finished items are forgotten"));
+        .inspect(|s| assert_eq!(s.core().tracked(), 0, "finished items are forgotten"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -865,7 +866,7 @@ async fn a_cancelled_get_does_not_swallow_a_wake_up() {
     settle().await;
     q.add(2);
     assert_eq!(getter.await.unwrap(), Some((2, 0)));
-    q.shared.inspect(|s| assert_eq!(s.parked(), 0));
+    q.shared.inspect(|s| assert_eq!(s.core().parked(), 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -880,7 +881,7 @@ async fn a_burst_of_adds_wakes_each_parked_get_once() {
     settle().await;
     q.add_with_opts(AddOpts::default(), 0..10);
     q.shared
-        .inspect(|s| assert_eq!((s.parked(), s.wakeups()), (0, 4)));
+        .inspect(|s| assert_eq!((s.core().parked(), s.core().wakeups()), (0, 4)));
     let mut got: Vec<u32> = Vec::new();
     for g in getters {
         got.push(g.await.unwrap().unwrap().0);
@@ -1027,7 +1028,7 @@ async fn stress_priorities_delays_and_drain() {
     for p in producers {
         p.await.unwrap();
     }
-    while q.waiting_len() > 0 || !q.is_empty() || q.shared.inspect(|s| s.processing()) > 0 {
+    while q.waiting_len() > 0 || !q.is_empty() || q.shared.inspect(|s| s.core().processing()) > 0 {
         tokio::time::sleep(ms(1)).await;
     }
     q.shutdown_with_drain().await;
@@ -1041,7 +1042,10 @@ async fn stress_priorities_delays_and_drain() {
         "a key was not processed after its last add"
     );
     q.shared.inspect(|s| {
-        assert_eq!((s.tracked(), s.parked(), s.processing()), (0, 0, 0));
+        assert_eq!(
+            (s.core().tracked(), s.core().parked(), s.core().processing()),
+            (0, 0, 0)
+        );
     });
 }
 
@@ -1135,7 +1139,7 @@ async fn a_raised_priority_moves_the_item_to_its_key_in_the_new_line() {
     q.add_with_opts(AddOpts::default(), strings(&["a/1", "a/2", "b/1"]));
     q.add_with_opts(prio(2), ["a/2".to_owned()]);
     assert_eq!(take_all(&q).await, strings(&["a/2", "a/1", "b/1"]));
-    q.shared.inspect(|s| assert_eq!(s.tracked(), 0));
+    q.shared.inspect(|s| assert_eq!(s.core().tracked(), 0));
 }
 
 #[tokio::test]
@@ -1385,6 +1389,6 @@ async fn fair_queue_property(seed: u64) -> Vec<String> {
         q.done(&item);
     }
     q.shared
-        .inspect(|s| assert_eq!(s.tracked(), 0, "seed {seed}: items left"));
+        .inspect(|s| assert_eq!(s.core().tracked(), 0, "seed {seed}: items left"));
     trace
 }

@@ -565,15 +565,6 @@ impl LineItems {
     }
 }
 
-/// A state is its core and its lines: the core's counters read through it.
-impl<T> std::ops::Deref for PriorityState<T> {
-    type Target = Core<T, Pending>;
-
-    fn deref(&self) -> &Core<T, Pending> {
-        &self.core
-    }
-}
-
 impl<T> fmt::Debug for PriorityState<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PriorityQueue")

@@ -216,6 +216,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::workqueue::shared::Discipline;
 
     // client-go: TestLen
     #[tokio::test]
@@ -245,7 +246,7 @@ mod tests {
         q.done(&again);
         assert_eq!(q.len(), 0);
         assert!(
-            q.shared.inspect(|s| s.tracked() == 0),
+            q.shared.inspect(|s| s.core().tracked() == 0),
             "finished items are forgotten"
         );
     }
@@ -372,13 +373,13 @@ mod tests {
             getters.push(tokio::spawn(async move { q.get().await }));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(q.shared.inspect(|s| s.parked()), 8);
+        assert_eq!(q.shared.inspect(|s| s.core().parked()), 8);
         assert!(getters.iter().all(|g| !g.is_finished()));
         q.shutdown();
         for g in getters {
             assert_eq!(g.await.unwrap(), None);
         }
-        assert_eq!(q.shared.inspect(|s| s.parked()), 0);
+        assert_eq!(q.shared.inspect(|s| s.core().parked()), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -387,7 +388,7 @@ mod tests {
         let cancelled = tokio::time::timeout(Duration::from_millis(5), q.get()).await;
         assert!(cancelled.is_err());
         assert_eq!(
-            q.shared.inspect(|s| s.parked()),
+            q.shared.inspect(|s| s.core().parked()),
             0,
             "cancelled get uncounted"
         );
@@ -412,8 +413,12 @@ mod tests {
             q.add(i);
         }
         q.shared.inspect(|s| {
-            assert_eq!(s.parked(), 0, "every parked get was woken");
-            assert_eq!(s.wakeups(), 4, "one wake-up per parked get, not per add");
+            assert_eq!(s.core().parked(), 0, "every parked get was woken");
+            assert_eq!(
+                s.core().wakeups(),
+                4,
+                "one wake-up per parked get, not per add"
+            );
         });
         let mut got: Vec<u32> = Vec::new();
         for g in getters {
@@ -422,7 +427,7 @@ mod tests {
         got.sort();
         assert_eq!(got, vec![0, 1, 2, 3]);
         q.shared.inspect(|s| {
-            assert_eq!((s.parked(), s.wakeups()), (0, 4));
+            assert_eq!((s.core().parked(), s.core().wakeups()), (0, 4));
             assert_eq!(s.line_len(), 6);
         });
     }
@@ -531,7 +536,7 @@ mod tests {
             }
             q.shutdown_with_drain().await;
         } else {
-            while !q.is_empty() || q.shared.inspect(|s| s.processing()) > 0 {
+            while !q.is_empty() || q.shared.inspect(|s| s.core().processing()) > 0 {
                 tokio::task::yield_now().await;
             }
             q.shutdown();
@@ -541,9 +546,13 @@ mod tests {
         }
         assert_eq!(q.len(), 0);
         q.shared.inspect(|s| {
-            assert_eq!(s.processing(), 0);
-            assert!(s.tracked() == 0, "queue ends empty, left {}", s.tracked());
-            assert_eq!(s.parked(), 0);
+            assert_eq!(s.core().processing(), 0);
+            assert!(
+                s.core().tracked() == 0,
+                "queue ends empty, left {}",
+                s.core().tracked()
+            );
+            assert_eq!(s.core().parked(), 0);
         });
         let seen = last_processed_after_add.lock();
         assert_eq!(seen.len(), KEYS);
@@ -623,8 +632,8 @@ mod tests {
             }
         });
         q.shared.inspect(|s| {
-            assert_eq!(s.processing(), 0);
-            assert!(s.tracked() == 0);
+            assert_eq!(s.core().processing(), 0);
+            assert!(s.core().tracked() == 0);
         });
         assert!(handled.load(Ordering::Relaxed) > 0);
     }

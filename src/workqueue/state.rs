@@ -183,15 +183,6 @@ impl<T> State<T> {
     }
 }
 
-/// A state is its core and its line: the core's counters read through it.
-impl<T> std::ops::Deref for State<T> {
-    type Target = Core<T, ()>;
-
-    fn deref(&self) -> &Core<T, ()> {
-        &self.core
-    }
-}
-
 impl<T> fmt::Debug for State<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Queue")

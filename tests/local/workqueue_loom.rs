@@ -67,7 +67,7 @@ mod fair;
 mod priority_state;
 
 use priority_state::{Add, PriorityState};
-use shared::Shared;
+use shared::{Discipline, Shared};
 use state::State;
 
 fn queue() -> Arc<Shared<State<u32>>> {
@@ -83,9 +83,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 /// Every item and every parked `get` is gone.
 fn assert_empty(q: &Shared<State<u32>>) {
     q.inspect(|s| {
-        assert_eq!(s.tracked(), 0, "items left tracked");
-        assert_eq!(s.parked(), 0, "gets left parked");
-        assert_eq!(s.processing(), 0);
+        assert_eq!(s.core().tracked(), 0, "items left tracked");
+        assert_eq!(s.core().parked(), 0, "gets left parked");
+        assert_eq!(s.core().processing(), 0);
     });
 }
 
@@ -132,7 +132,7 @@ fn two_workers_never_hold_one_item_and_a_readd_comes_back() {
         let handled: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         assert_eq!(handled, vec![1, 1]);
         // The second worker's own re-add left 1 in line once more.
-        q.inspect(|s| assert_eq!((s.line_len(), s.tracked()), (1, 1)));
+        q.inspect(|s| assert_eq!((s.line_len(), s.core().tracked()), (1, 1)));
         q.shutdown(false);
         let last = loom::future::block_on(q.get(None));
         assert_eq!(last, Some(1));
@@ -237,9 +237,9 @@ fn padd(q: &Arc<Shared<PriorityState<u32>>>, item: u32, priority: i32) {
 
 fn assert_priority_empty(q: &Shared<PriorityState<u32>>) {
     q.inspect(|s| {
-        assert_eq!(s.tracked(), 0, "items left tracked");
-        assert_eq!(s.parked(), 0, "gets left parked");
-        assert_eq!(s.processing(), 0);
+        assert_eq!(s.core().tracked(), 0, "items left tracked");
+        assert_eq!(s.core().parked(), 0, "gets left parked");
+        assert_eq!(s.core().processing(), 0);
     });
 }
 
@@ -326,7 +326,7 @@ fn priority_queue_concurrent_adds_keep_the_highest_priority() {
         };
         padd(&q, 9, 10);
         low.join().unwrap();
-        q.inspect(|s| assert_eq!(s.tracked(), 1, "one item"));
+        q.inspect(|s| assert_eq!(s.core().tracked(), 1, "one item"));
         assert_eq!(loom::future::block_on(q.get(None)), Some((9, 10)));
         q.done(&9);
         q.shutdown(false);
