@@ -72,7 +72,11 @@ impl<'a> FairnessKeys<'a> {
 
     /// One key.
     pub fn one(key: &'a str) -> Self {
-        Self::new(&[key])
+        // Without `new`'s slice copy: an extractor runs under the queue's lock at every add.
+        FairnessKeys {
+            keys: [key, "", "", ""],
+            len: 1,
+        }
     }
 
     /// The keys, outermost first.

@@ -186,7 +186,7 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
         let named = metrics.is_some();
         let hooks = metrics.map(|m| Box::new(m) as Box<dyn PriorityHooks>);
         let fair = fairness.is_some();
-        let shared = Arc::new(Shared::new(PriorityState::new(fairness), hooks));
+        let shared = Arc::new(Shared::new(PriorityState::new(fairness, named), hooks));
         if named && fair {
             let weak = Arc::downgrade(&shared);
             super::metrics::register_fair_queue(&config.name, weak);

@@ -1206,6 +1206,29 @@ async fn fairness_depths_and_gauges_show_each_key_without_a_series_per_key() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_unnamed_queue_times_waits_from_its_first_look_at_the_depths() {
+    let q = fair_queue(QueueConfig::default());
+    let waits = |q: &PriorityQueue<String>| -> Vec<(String, u128)> {
+        q.fairness_depths()
+            .iter()
+            .map(|d| (d.keys.join("/"), d.longest_wait.as_millis()))
+            .collect()
+    };
+    q.add("busy/0".to_owned());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    // Nobody asked before: the queue read no clock at the add.
+    assert_eq!(waits(&q), [("busy".into(), 0)]);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    q.add("quiet/x".to_owned());
+    tokio::time::advance(ms(500)).await;
+    assert_eq!(
+        waits(&q),
+        [("busy".into(), 1_500), ("quiet".into(), 500)],
+        "busy/0 waits from the first look, quiet/x from its add"
+    );
+}
+
 /// The seed of the fair queue's property test to replay alone, from
 /// `KUBELOOP_FAIR_QUEUE_SEED` (as a failure prints it); `None`: seeds 1 to 40.
 const FAIR_QUEUE_SEED: &str = "KUBELOOP_FAIR_QUEUE_SEED";

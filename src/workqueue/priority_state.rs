@@ -69,6 +69,12 @@ pub(crate) struct PriorityState<T> {
     ready: Lines,
     /// Gives items their fairness keys; `None`: each line is first in, first out.
     fairness: Option<Arc<FairnessExtractor<T>>>,
+    /// With fairness keys, since when items' ready times are stamped (`ready_since`), for
+    /// the longest waits: from the start on a named queue, whose gauge reads them; on an
+    /// unnamed one from its first [`fairness_depths`](Self::fairness_depths), so that a
+    /// queue nobody asks reads no clock at its adds (client-go reads the clock only for a
+    /// named queue). An item ready since before then waits from then.
+    waits_since: Option<Stamp>,
     /// Dirty slots (see the invariants).
     ready_len: usize,
     next_order: u64,
@@ -263,8 +269,12 @@ impl<T: Hash + Eq + Clone> Shared<PriorityState<T>> {
     /// Each fairness key with ready items that no worker has: how many and how long the
     /// oldest has waited, deepest first; empty without fairness keys.
     pub(crate) fn fairness_depths(&self) -> Vec<FairnessDepth> {
-        let state = self.state.lock();
-        state.fairness_depths(state.core.now())
+        let mut state = self.state.lock();
+        let now = state.core.now();
+        if state.fairness.is_some() {
+            state.waits_since.get_or_insert(now);
+        }
+        state.fairness_depths(now)
     }
 
     /// The fairness keys of `item`, shown as text; `None` without fairness keys.
@@ -276,12 +286,15 @@ impl<T: Hash + Eq + Clone> Shared<PriorityState<T>> {
 
 impl<T> PriorityState<T> {
     /// A state handing out fairly across the keys `fairness` gives (`None`: first in, first
-    /// out within a priority).
-    pub(crate) fn new(fairness: Option<Arc<FairnessExtractor<T>>>) -> Self {
+    /// out within a priority); `named`: its waits are timed from the start.
+    pub(crate) fn new(fairness: Option<Arc<FairnessExtractor<T>>>, named: bool) -> Self {
+        let core = Core::new();
+        let waits_since = named.then(|| core.now());
         PriorityState {
-            core: Core::new(),
+            core,
             ready: Lines::default(),
             fairness,
+            waits_since,
             ready_len: 0,
             next_order: 0,
             depth: Vec::new(),
@@ -334,9 +347,7 @@ impl<T> PriorityState<T> {
         hooks: Option<&dyn PriorityHooks>,
         wake: &mut Wakeups,
     ) {
-        let ready_since = self
-            .fairness
-            .is_some()
+        let ready_since = (self.fairness.is_some() && self.waits_since.is_some())
             .then(|| *now.get_or_insert_with(|| self.core.now()));
         let core = &mut self.core;
         let slot = &mut core.slots[i as usize];
@@ -378,6 +389,7 @@ impl<T> PriorityState<T> {
 
     /// See [`Shared::fairness_depths`]: each key's depth summed over the priorities.
     fn fairness_depths(&self, now: Stamp) -> Vec<FairnessDepth> {
+        let waits_since = self.waits_since.unwrap_or(now);
         let mut by_keys: std::collections::HashMap<Vec<String>, FairnessDepth> =
             std::collections::HashMap::new();
         for line in &self.ready.lines {
@@ -386,9 +398,7 @@ impl<T> PriorityState<T> {
             };
             for key in fair.keys() {
                 let since = self.core.slots[key.oldest as usize].extra.ready_since;
-                let wait = since.map_or(Duration::ZERO, |s| {
-                    Duration::from_secs_f64(s.secs_until(now))
-                });
+                let wait = Duration::from_secs_f64(since.unwrap_or(waits_since).secs_until(now));
                 let entry = by_keys
                     .entry(key.keys)
                     .or_insert_with_key(|keys| FairnessDepth {

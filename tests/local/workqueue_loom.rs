@@ -220,7 +220,7 @@ fn done_requeues_for_a_parked_get() {
 }
 
 fn priority_queue() -> Arc<Shared<PriorityState<u32>>> {
-    Arc::new(Shared::new(PriorityState::new(None), None))
+    Arc::new(Shared::new(PriorityState::new(None, false), None))
 }
 
 /// The priority queue's timer hook: no delays in these models, so nothing to start.
@@ -344,7 +344,7 @@ fn parity(item: &u32) -> fair::FairnessKeys<'_> {
 fn priority_queue_with_fairness_keys_hands_each_add_out_once_and_in_order_within_a_key() {
     model(|| {
         let q = Arc::new(Shared::new(
-            PriorityState::new(Some(Arc::new(parity))),
+            PriorityState::new(Some(Arc::new(parity)), false),
             None,
         ));
         // Item 1 (odd) is handed out first and re-added while its worker has it.
