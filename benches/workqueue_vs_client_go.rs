@@ -722,31 +722,40 @@ fn run_fair() {
         )
     };
     let n = sized(200_000);
-    // Without fairness first in odd rounds, with it first in even ones
-    // (`KUBELOOP_BENCH_ROUND`, which hack/bench-vs-client-go sets), so neither side always
-    // runs on a warmer heap.
     let round: usize = std::env::var("KUBELOOP_BENCH_ROUND")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
-    let mut sides: [(&str, &dyn Fn() -> PriorityQueue<ObjectKey>); 2] =
+    // Both sides run FAIR_PAIRS times a round, interleaved, without fairness first in odd
+    // pairs of odd rounds (`KUBELOOP_BENCH_ROUND`, which hack/bench-vs-client-go sets) and with
+    // it first in the others, so that neither side always runs on a warmer heap. More than
+    // once: the contended row's time depends on how tokio's two worker threads happen to share
+    // the producers and workers, which changes from run to run (on 2026-11-30 the same unfair
+    // queue of a4a8520 took about 27, 52 or 125 ms a run, each for several runs in a row), and
+    // with one run a side a round the ratio of the medians measured which of these the nine
+    // runs of each side fell in (fair/unfair between 0.75x and 2.43x from round to round).
+    const FAIR_PAIRS: usize = 5;
+    let unfair_first: [(&str, &dyn Fn() -> PriorityQueue<ObjectKey>); 2] =
         [("RESULT_FAIR_OFF", &unfair), ("RESULT_FAIR_ON", &fair)];
-    if round % 2 == 0 {
-        sides.reverse();
-    }
-    for (label, make) in sides {
-        report(label, "fair/4x4-200k-keys-100-namespaces", &mut || {
-            rt.block_on(async { pq_contended(make(), namespaced_keys(n), 4, 4).await })
-        });
-    }
-    for (label, make) in sides {
-        report(
-            label,
+    let workloads: [(&str, &dyn Fn(PriorityQueue<ObjectKey>) -> Work); 2] = [
+        ("fair/4x4-200k-keys-100-namespaces", &|q| {
+            rt.block_on(async { pq_contended(q, namespaced_keys(n), 4, 4).await })
+        }),
+        (
             "fair/200k-keys-100-namespaces-queued-then-4-workers",
-            &mut || {
-                rt.block_on(async { pq_queued_then_workers(make(), namespaced_keys(n), 4).await })
-            },
-        );
+            &|q| rt.block_on(async { pq_queued_then_workers(q, namespaced_keys(n), 4).await }),
+        ),
+    ];
+    for (name, run) in workloads {
+        for pair in 0..FAIR_PAIRS {
+            let mut sides = unfair_first;
+            if (round + pair) % 2 == 0 {
+                sides.reverse();
+            }
+            for (label, make) in sides {
+                report(label, name, &mut || run(make()));
+            }
+        }
     }
 }
 

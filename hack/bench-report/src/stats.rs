@@ -23,6 +23,11 @@ impl Samples {
         Ok(())
     }
 
+    /// How many values.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
     /// Samples of the given values, for tests.
     #[cfg(test)]
     pub fn of(texts: &[&str]) -> Self {

@@ -386,6 +386,14 @@ fn fair_table(out: &mut String, run: &Run, controller_runtime: &str) {
     for note in notes {
         let _ = writeln!(out, "{note}");
     }
+    if let Some(workload) = run.fair_workloads.first() {
+        let [cr, unfair, fair] =
+            SIDES.map(|label| run.get(label, workload).map_or(0, Samples::len));
+        let _ = writeln!(
+            out,
+            "runs a cell: controller-runtime {cr}, kubeloop unfair {unfair}, kubeloop fair {fair} (the two kubeloop sides interleaved in each round)"
+        );
+    }
     let _ = writeln!(
         out,
         "c-r/unfair and c-r/fair: controller-runtime's median / kubeloop's (above 1: kubeloop is faster); fair/unfair: the cost of fairness (above 1: fairness is slower)"
@@ -730,6 +738,11 @@ kubeloop with ObjectKey keys, as its controller runtime queues them (Go: string 
         let report = report();
         assert!(
             report.contains("| fair/4x4                                       |       1450 (1400-1500) |        95.0 (90.0-100) |          110 (105-120) |     15.26x |     13.18x |        1.16x |   200000 / 200000 |"),
+            "{report}"
+        );
+        assert!(
+            report
+                .contains("runs a cell: controller-runtime 3, kubeloop unfair 3, kubeloop fair 3 "),
             "{report}"
         );
     }
