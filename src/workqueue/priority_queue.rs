@@ -347,7 +347,9 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> PriorityQueue<T> {
     /// Each fairness key with ready items that no worker has: how many (summed over the
     /// priorities) and how long its oldest has waited, deepest first. Empty for a queue
     /// without fairness keys. Walks every key under the queue's lock: for a look now and
-    /// then (a debug page, a test), not for every item.
+    /// then (a debug page, a test), not for every item. A named queue times the waits from
+    /// the start; an unnamed one from its first call here (an item ready before that call
+    /// has waited since it), so that until then its adds read no clock.
     pub fn fairness_depths(&self) -> Vec<FairnessDepth> {
         self.shared.fairness_depths()
     }
