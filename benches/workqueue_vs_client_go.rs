@@ -737,7 +737,8 @@ fn run_fair() {
     const FAIR_PAIRS: usize = 5;
     let unfair_first: [(&str, &dyn Fn() -> PriorityQueue<ObjectKey>); 2] =
         [("RESULT_FAIR_OFF", &unfair), ("RESULT_FAIR_ON", &fair)];
-    let workloads: [(&str, &dyn Fn(PriorityQueue<ObjectKey>) -> Work); 2] = [
+    type Workload<'a> = (&'a str, &'a dyn Fn(PriorityQueue<ObjectKey>) -> Work);
+    let workloads: [Workload; 2] = [
         ("fair/4x4-200k-keys-100-namespaces", &|q| {
             rt.block_on(async { pq_contended(q, namespaced_keys(n), 4, 4).await })
         }),
