@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 const PAGE_WAIT: Duration = Duration::from_secs(20);
 const WAIT: Duration = Duration::from_secs(120);
 
-/// A headless chromium under its chromedriver; both end when this is dropped.
+/// A headless chromium under its chromedriver. [`Browser::close`] ends both; a drop (a test
+/// that panicked) kills chromedriver only, and the chromium it started outlives it.
 struct Browser {
     client: Client,
     _driver: ManagedProcess,
@@ -74,6 +75,11 @@ impl Browser {
             client,
             _driver: driver,
         }
+    }
+
+    /// Ends the WebDriver session, which makes chromedriver quit chromium, then chromedriver.
+    async fn close(self) {
+        self.client.close().await.expect("the browser session ends");
     }
 
     async fn goto(&self, url: &str) {
@@ -412,6 +418,7 @@ async fn the_page_shows_a_foo_s_lanes_its_reconcile_and_the_deployment_it_caused
         rendered["ms"].as_str().unwrap_or("?"),
         loaded.as_millis()
     );
+    browser.close().await;
 }
 
 /// A function `f`: the key's steps, the Foo's watch events, the polls so far, and the marker a
@@ -519,4 +526,5 @@ async fn bad_input_gets_words_on_the_page_and_an_open_page_does_not_hold_up_shut
     );
     let words = browser.problem().await;
     assert!(words.contains("cannot reach the server"), "{words}");
+    browser.close().await;
 }
