@@ -286,10 +286,11 @@ impl<T: Hash + Eq + Clone> Shared<PriorityState<T>> {
 
 impl<T> PriorityState<T> {
     /// A state handing out fairly across the keys `fairness` gives (`None`: first in, first
-    /// out within a priority); `named`: its waits are timed from the start.
+    /// out within a priority); `named`: its waits (with fairness keys) are timed from the
+    /// start.
     pub(crate) fn new(fairness: Option<Arc<FairnessExtractor<T>>>, named: bool) -> Self {
         let core = Core::new();
-        let waits_since = named.then(|| core.now());
+        let waits_since = (named && fairness.is_some()).then(|| core.now());
         PriorityState {
             core,
             ready: Lines::default(),
@@ -347,7 +348,9 @@ impl<T> PriorityState<T> {
         hooks: Option<&dyn PriorityHooks>,
         wake: &mut Wakeups,
     ) {
-        let ready_since = (self.fairness.is_some() && self.waits_since.is_some())
+        let ready_since = self
+            .waits_since
+            .is_some()
             .then(|| *now.get_or_insert_with(|| self.core.now()));
         let core = &mut self.core;
         let slot = &mut core.slots[i as usize];
