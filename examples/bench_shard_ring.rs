@@ -9,7 +9,7 @@
 //! bench_shard_ring --kubeconfig K --label KEY=VALUE
 //!     RESULT side=unsharded objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
 //! bench_shard_ring --kubeconfig K --label KEY=VALUE --replica ID --ring R --lease-namespace NS
-//!     --shards S --expect E
+//!     --shards S --expect E [--bounds B]
 //!     RESULT side=replica identity= held= objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
 //!     then, for each shard it takes over later:
 //!     TAKEOVER identity= gained= objects= listed_ms=
@@ -24,6 +24,9 @@
 //! sent, TLS included; the informer keeps its connections open, so nothing it received is
 //! lost with a closed one). `listed_ms` runs from the moment a replica's held shards grew to
 //! the moment its cache holds the new shards' objects.
+//!
+//! `--bounds` cuts the ring at those bounds (`kubeloop shard-bounds`, `ShardBounds`' text form)
+//! instead of equal hash ranges.
 //!
 //! Both sides are this program with the same informer (typed store, protobuf, client-go's
 //! defaults otherwise), the system allocator; a replica's lease timings are 4 s / 3 s /
@@ -41,7 +44,8 @@ use kube_client::Client;
 use kube_client::api::{Api, ObjectMeta, PostParams};
 use kube_client::config::{KubeConfigOptions, Kubeconfig};
 use kubeloop::cache::{
-    CacheMetrics, FactoryOptions, ShardScope, SharedIndexInformer, SharedInformerFactory,
+    CacheMetrics, FactoryOptions, ShardBounds, ShardScope, SharedIndexInformer,
+    SharedInformerFactory,
 };
 use kubeloop::runtime::{
     Action, Controller, LeaseRing, ObjectKey, ReconcileContext, ShardRing, ShardingConfig,
@@ -61,6 +65,7 @@ struct Args {
     lease_namespace: String,
     shards: u32,
     expect: usize,
+    bounds: Option<ShardBounds>,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -85,6 +90,7 @@ fn parse_args() -> Result<Args, Error> {
             "--lease-namespace" => args.lease_namespace = value()?,
             "--shards" => args.shards = value()?.parse()?,
             "--expect" => args.expect = value()?.parse()?,
+            "--bounds" => args.bounds = Some(value()?.parse()?),
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -246,7 +252,10 @@ async fn held_and_cached(
 }
 
 async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Error> {
-    let scope = ShardScope::namespaces(args.shards)?;
+    let scope = match &args.bounds {
+        Some(bounds) => ShardScope::with_bounds(bounds.clone()),
+        None => ShardScope::namespaces(args.shards)?,
+    };
     let metrics = CacheMetrics::new();
     let informer =
         factory(args, client.clone(), Some(scope.clone()), &metrics).informer::<ConfigMap>();

@@ -45,6 +45,9 @@ pub enum Command {
     /// handlers, workqueue, reconcile, status write) with the time of each step. The
     /// controller must run with --trace NAMESPACE/NAME and --metrics-bind-address.
     Trace(cmd::trace::Args),
+    /// Print shard bounds (for --shard-bounds) that split a namespace-hash ring into shards
+    /// holding equal shares of a resource's objects, counted on the cluster now.
+    ShardBounds(cmd::shard_bounds::Args),
 }
 
 /// Parses the command line and runs the subcommand it names, on a multi-thread runtime.
@@ -62,6 +65,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::SampleController(args) => cmd::sample_controller::run(args).await,
             Command::VmController(args) => cmd::vm_controller::run(args).await,
             Command::Trace(args) => cmd::trace::run(args).await,
+            Command::ShardBounds(args) => cmd::shard_bounds::run(args).await,
         }
     })
 }

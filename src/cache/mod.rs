@@ -35,6 +35,7 @@
 //! | `compact.rs`           | the compact store's codec (zstd frames of the sent protobuf or of JSON, trained dictionaries; feature `compact-store`) | none (kubernetes#141683's "bytecache" is the nearest) |
 //! | `index.rs`             | [`Indexers`], [`IndexFunc`]                               | `index.go`                                         |
 //! | `labels.rs`            | [`LabelSelector`]                                         | apimachinery `pkg/labels`                          |
+//! | `shard_bounds.rs`      | [`ShardBounds`]: where each shard of a namespace-hash ring starts, even or balanced on the objects | none (Vitess's key ranges) |
 //! | `shard_scope.rs`       | [`ShardScope`]: the shard selector of the shards a replica holds, changing as they move | none |
 //! | `shard_selector.rs`    | [`ShardSelector`], [`HashRange`]: KEP-5866's `shardSelector`, and the same test here | apimachinery `pkg/sharding`, apiserver `pkg/sharding` (none in client-go) |
 //! | `store.rs`             | [`ReflectorStore`], [`TransformFunc`], [`strip_managed_fields`] | the reflector's `Store` (`store.go`); controller-runtime's `TransformStripManagedFields` |
@@ -114,6 +115,7 @@ mod queue;
 mod real_fifo;
 mod reflector;
 mod resourceversion;
+mod shard_bounds;
 mod shard_scope;
 mod shard_selector;
 mod shared_informer;
@@ -164,6 +166,7 @@ pub use resourceversion::{
     InvalidResourceVersion, compare_resource_version, is_well_formed_resource_version,
     newest_resource_version,
 };
+pub use shard_bounds::{ShardBounds, ShardBoundsError};
 pub use shard_scope::ShardScope;
 pub use shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
 pub use shared_informer::{

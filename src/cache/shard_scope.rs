@@ -1,8 +1,9 @@
 //! [`ShardScope`]: a shard selector that changes while informers run, for a replica of a
 //! sharded controller that should cache only the shards it holds.
 //!
-//! A ring of `shards` shards splits the 64-bit hash space of the namespace into equal
-//! contiguous ranges ([`HashRange::ring`]); the scope holds the set of shards this replica
+//! A ring of `shards` shards splits the 64-bit hash space of the namespace into contiguous
+//! ranges, equal ([`ShardScope::namespaces`]) or at bounds of its own
+//! ([`ShardScope::with_bounds`], [`ShardBounds`]); the scope holds the set of shards this replica
 //! holds now, and every [`ListWatch`](super::ListWatch) made with
 //! [`ListWatch::shard_scope`](super::ListWatch::shard_scope) asks the apiserver for exactly
 //! those ranges (`shardSelector`, KEP-5866), or filters them itself on a server that does not
@@ -33,7 +34,9 @@
 //! - cluster-scoped objects have the namespace "", which hashes to 0xcbf29ce484222325: all of
 //!   them fall in one shard (with 4 shards, shard 3);
 //! - one namespace far bigger than the rest makes its shard as big: a shard cannot be smaller
-//!   than its largest namespace.
+//!   than its largest namespace;
+//! - equal ranges hold equal shares of the hash space, not of the objects: bounds balanced
+//!   on the namespaces' objects ([`ShardBounds::of_namespaces`]) even the shards out.
 //!
 //! Invariants: `held` only holds shards below `shards`; `generation` changes exactly when
 //! `held` does; `selector` is the ranges of `held`, adjacent shards merged, `None` when empty.
@@ -46,7 +49,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::shard_selector::{HashRange, ShardKey, ShardSelector, ShardSelectorError, fnv1a_64};
+use super::shard_bounds::{ShardBounds, ShardBoundsError};
+use super::shard_selector::{HashRange, ShardKey, ShardSelector, fnv1a_64};
 
 /// A scope's generation, the shards it held then and their selector (`None`: none held).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +68,7 @@ pub struct ShardScope {
 }
 
 struct Inner {
-    shards: u32,
+    bounds: ShardBounds,
     state: Mutex<State>,
     /// Bumped on every change of `state` or of a list-watch's listed generation.
     changed: watch::Sender<u64>,
@@ -83,7 +87,7 @@ impl fmt::Debug for ShardScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.inner.state.lock();
         f.debug_struct("ShardScope")
-            .field("shards", &self.inner.shards)
+            .field("bounds", &self.inner.bounds)
             .field("held", &state.held)
             .field("generation", &state.generation)
             .finish()
@@ -91,14 +95,16 @@ impl fmt::Debug for ShardScope {
 }
 
 impl ShardScope {
-    /// A ring of `shards` namespace-hash ranges, none held yet.
-    pub fn namespaces(shards: u32) -> Result<Self, ShardSelectorError> {
-        if shards == 0 {
-            return Err(ShardSelectorError::NoSuchShard { index: 0, shards });
-        }
-        Ok(Self {
+    /// A ring of `shards` equal namespace-hash ranges ([`ShardBounds::even`]), none held yet.
+    pub fn namespaces(shards: u32) -> Result<Self, ShardBoundsError> {
+        Ok(Self::with_bounds(ShardBounds::even(shards)?))
+    }
+
+    /// A ring of namespace-hash ranges starting at `bounds`, none held yet.
+    pub fn with_bounds(bounds: ShardBounds) -> Self {
+        Self {
             inner: Arc::new(Inner {
-                shards,
+                bounds,
                 state: Mutex::new(State {
                     held: BTreeSet::new(),
                     generation: 0,
@@ -107,17 +113,22 @@ impl ShardScope {
                 }),
                 changed: watch::Sender::new(0),
             }),
-        })
+        }
     }
 
     /// How many shards the ring has.
     pub fn shards(&self) -> u32 {
-        self.inner.shards
+        self.inner.bounds.shards()
+    }
+
+    /// Where the ring's shards start.
+    pub fn bounds(&self) -> &ShardBounds {
+        &self.inner.bounds
     }
 
     /// The shard a namespace's objects are in ("" for cluster-scoped objects).
     pub fn shard_of_namespace(&self, namespace: &str) -> u32 {
-        HashRange::ring_index(self.inner.shards, fnv1a_64(namespace.as_bytes()))
+        self.inner.bounds.index_of(fnv1a_64(namespace.as_bytes()))
     }
 
     /// The shards held now, in order.
@@ -146,8 +157,8 @@ impl ShardScope {
     /// As [`hold`](Self::hold).
     pub fn hold_all(&self, shards: impl IntoIterator<Item = u32>) -> u64 {
         let shards: Vec<u32> = shards.into_iter().collect();
-        if let Some(shard) = shards.iter().find(|s| **s >= self.inner.shards) {
-            panic!("shard {shard} of a scope of {}", self.inner.shards);
+        if let Some(shard) = shards.iter().find(|s| **s >= self.shards()) {
+            panic!("shard {shard} of a scope of {}", self.shards());
         }
         self.change(|held| {
             shards
@@ -169,7 +180,7 @@ impl ShardScope {
                 return state.generation;
             }
             state.generation += 1;
-            state.selector = selector_of(self.inner.shards, &state.held);
+            state.selector = selector_of(&self.inner.bounds, &state.held);
             state.generation
         };
         self.inner.changed.send_modify(|n| *n += 1);
@@ -211,7 +222,7 @@ impl ShardScope {
         &self,
         shards: impl IntoIterator<Item = &'a u32>,
     ) -> Option<ShardSelector> {
-        selector_of(self.inner.shards, &shards.into_iter().copied().collect())
+        selector_of(&self.inner.bounds, &shards.into_iter().copied().collect())
     }
 
     /// The current generation: it moves on with each change of the held shards (what
@@ -254,7 +265,7 @@ impl ShardScope {
 }
 
 /// The ranges of `held`, runs of adjacent shards as one range.
-fn selector_of(shards: u32, held: &BTreeSet<u32>) -> Option<ShardSelector> {
+fn selector_of(bounds: &ShardBounds, held: &BTreeSet<u32>) -> Option<ShardSelector> {
     let mut runs: Vec<(u32, u32)> = Vec::new();
     for &shard in held {
         match runs.last_mut() {
@@ -263,8 +274,8 @@ fn selector_of(shards: u32, held: &BTreeSet<u32>) -> Option<ShardSelector> {
         }
     }
     let ranges = runs.into_iter().map(|(first, end)| {
-        let start = HashRange::ring(shards, first).expect("held shards are in the ring");
-        let last = HashRange::ring(shards, end - 1).expect("held shards are in the ring");
+        let start = bounds.range(first).expect("held shards are in the ring");
+        let last = bounds.range(end - 1).expect("held shards are in the ring");
         HashRange::new(start.start(), last.end()).expect("a run of ring ranges is a range")
     });
     ShardSelector::new(ShardKey::Namespace, ranges).ok()
@@ -318,6 +329,23 @@ mod tests {
         assert_eq!(scope.shard_of_namespace(""), 3);
         assert_eq!(scope.shard_of_namespace("default"), 3);
         assert_eq!(scope.shard_of_namespace("a"), 2);
+    }
+
+    #[test]
+    fn a_scope_with_bounds_selects_and_places_namespaces_by_those_bounds() {
+        let bounds: ShardBounds = "0x1000000000000000,0xf000000000000000".parse().unwrap();
+        let scope = ShardScope::with_bounds(bounds);
+        assert_eq!(scope.shards(), 3);
+        scope.hold_all([1, 2]);
+        assert_eq!(
+            scope.selector().unwrap().to_query(),
+            "shardRange(object.metadata.namespace, '0x1000000000000000', '0x10000000000000000')"
+        );
+        // "a" hashes to 0xaf63dc4c8601ec8c, "" to 0xcbf29ce484222325: both in the wide middle
+        // shard, which equal thirds would have split.
+        assert_eq!(scope.shard_of_namespace("a"), 1);
+        assert_eq!(scope.shard_of_namespace(""), 1);
+        assert_eq!(ShardScope::namespaces(3).unwrap().shard_of_namespace(""), 2);
     }
 
     #[tokio::test]

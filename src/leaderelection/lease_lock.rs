@@ -64,7 +64,8 @@ impl LeaseLock {
         }
     }
 
-    /// Labels to put on the Lease if this lock creates it (an existing Lease keeps its own).
+    /// Labels to put on the Lease when this lock creates it, and to set on it at each update
+    /// (an existing Lease keeps its other labels).
     pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
         self.labels = labels;
         self
@@ -134,6 +135,10 @@ impl ResourceLock for LeaseLock {
             });
         };
         lease.spec = Some(record_to_lease_spec(record));
+        if !self.labels.is_empty() {
+            let labels = lease.metadata.labels.get_or_insert_default();
+            labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         match self.writes.replace(&lease).await {
             Ok(updated) => {
                 self.store_written(updated);

@@ -129,8 +129,9 @@ pub use retry::{Conflict, DEFAULT_BACKOFF, DEFAULT_RETRY, on_error, retry_on_con
 pub use run::{ControllerError, NotSynced};
 pub use shard_metrics::{ShardMetrics, ShardMetricsHandle};
 pub use sharding::{
-    FakeRing, LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,
-    ShardRing, ShardingConfig, ShardingError, assign, member_lease_name, shard_lease_name,
+    FakeRing, LAYOUT_LABEL, LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore,
+    SHARD_LABEL, ShardRing, ShardingConfig, ShardingError, assign, member_lease_name,
+    shard_lease_name,
 };
 // The key-only worker loop, without informers or leadership, for the crate's unit tests (the
 // worker's own, in worker.rs, and the controllers'; a test build has every feature on, through

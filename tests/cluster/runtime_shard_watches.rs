@@ -3,8 +3,10 @@
 //! replica in a tokio runtime of its own (so that shutting the runtime down kills it: its
 //! Leases are neither renewed nor released, as when a process dies).
 //!
-//! With the `ShardedListAndWatch` gate on (the shared cluster) and off (an apiserver of the
-//! test's own, where the informers filter what the server sends them):
+//! With the `ShardedListAndWatch` gate on (the shared cluster; the shards cut at bounds
+//! balanced on the test's namespaces, `ShardBounds::of_namespaces`, so each holds 50) and off
+//! (an apiserver of the test's own, where the informers filter what the server sends them;
+//! equal hash ranges):
 //! - each replica's cache holds exactly the ConfigMaps of the namespaces whose hash range is
 //!   a shard it holds, and each ConfigMap is reconciled, by the replica holding its shard
 //!   (the holders read from the ring's Leases; the shard of a key from its namespace, as the
@@ -27,7 +29,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kubeloop::cache::{
-    CacheMetrics, FactoryOptions, HashRange, SharedIndexInformer, SharedInformerFactory,
+    CacheMetrics, FactoryOptions, ShardBounds, SharedIndexInformer, SharedInformerFactory,
 };
 use kubeloop::cache::{ShardScope, fnv1a_64};
 use kubeloop::runtime::{
@@ -72,7 +74,14 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(cluster: &testenv::Cluster, lease_ns: &str, run: &str, name: &str, log: Log) -> Self {
+    fn start(
+        cluster: &testenv::Cluster,
+        lease_ns: &str,
+        run: &str,
+        name: &str,
+        bounds: &ShardBounds,
+        log: Log,
+    ) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -83,7 +92,7 @@ impl Replica {
             let _in_runtime = runtime.enter();
             Client::try_from(cluster.client_config()).unwrap()
         };
-        let scope = ShardScope::namespaces(SHARDS).unwrap();
+        let scope = ShardScope::with_bounds(bounds.clone());
         let metrics = CacheMetrics::new();
         let factory = SharedInformerFactory::new(
             client.clone(),
@@ -199,9 +208,9 @@ fn key(cm: &ConfigMap) -> String {
 }
 
 /// The shard of a key, by its namespace's hash as the apiserver computes it.
-fn shard_of(key: &str) -> u32 {
+fn shard_of(bounds: &ShardBounds, key: &str) -> u32 {
     let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-    HashRange::ring_index(SHARDS, fnv1a_64(namespace.as_bytes()))
+    bounds.index_of(fnv1a_64(namespace.as_bytes()))
 }
 
 /// The holder of each shard's Lease ("" for none).
@@ -229,6 +238,7 @@ async fn settled(
     lease_ns: &str,
     replicas: &[&Replica],
     keys: &BTreeSet<String>,
+    bounds: &ShardBounds,
 ) -> Result<Vec<String>, String> {
     let holders = holders(client, lease_ns).await;
     for replica in replicas {
@@ -244,7 +254,7 @@ async fn settled(
         }
         let expected: BTreeSet<String> = keys
             .iter()
-            .filter(|k| leased.contains(&shard_of(k)))
+            .filter(|k| leased.contains(&shard_of(bounds, k)))
             .cloned()
             .collect();
         let cached = replica.cached();
@@ -275,10 +285,11 @@ async fn wait_settled(
     lease_ns: &str,
     replicas: &[&Replica],
     keys: &BTreeSet<String>,
+    bounds: &ShardBounds,
 ) -> Vec<String> {
     let deadline = Instant::now() + WAIT;
     loop {
-        match settled(client, lease_ns, replicas, keys).await {
+        match settled(client, lease_ns, replicas, keys, bounds).await {
             Ok(holders) => return holders,
             Err(why) if Instant::now() > deadline => panic!("never settled: {why}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
@@ -306,7 +317,12 @@ fn overlaps(log: &[Reconciled], killed: Instant) -> Vec<(Reconciled, Reconciled)
     found
 }
 
-async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::Cluster) {
+/// `balanced`: the shards cut at bounds balanced on the namespaces made here; else equal
+/// hash ranges.
+async fn four_replicas_cache_and_reconcile_only_their_shards(
+    cluster: &testenv::Cluster,
+    balanced: bool,
+) {
     let client = cluster.client().await.unwrap();
     let lease_ns = cluster.new_namespace("shard-watch").await.unwrap();
     let run = lease_ns.clone();
@@ -317,16 +333,24 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
             namespaces.push(ns.unwrap());
         }
     }
+    let bounds = if balanced {
+        ShardBounds::of_namespaces(namespaces.iter().map(|ns| (ns.as_str(), 1)), SHARDS).unwrap()
+    } else {
+        ShardBounds::even(SHARDS).unwrap()
+    };
     let per_shard = namespaces
         .iter()
         .fold([0usize; SHARDS as usize], |mut n, ns| {
-            n[shard_of(&format!("{ns}/x")) as usize] += 1;
+            n[shard_of(&bounds, &format!("{ns}/x")) as usize] += 1;
             n
         });
     assert!(
         per_shard.iter().all(|n| *n > 0),
         "every shard has namespaces: {per_shard:?}"
     );
+    if balanced {
+        assert_eq!(per_shard, [NAMESPACES / SHARDS as usize; SHARDS as usize]);
+    }
 
     let log: Log = Arc::default();
     let mut replicas: Vec<Replica> = (0..REPLICAS)
@@ -336,6 +360,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
                 &lease_ns,
                 &run,
                 &format!("replica-{i}"),
+                &bounds,
                 log.clone(),
             )
         })
@@ -347,6 +372,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
         &lease_ns,
         &replicas.iter().collect::<Vec<_>>(),
         &none,
+        &bounds,
     )
     .await;
 
@@ -368,7 +394,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
         }
     }
     let all: Vec<&Replica> = replicas.iter().collect();
-    let holders = wait_settled(&client, &lease_ns, &all, &keys).await;
+    let holders = wait_settled(&client, &lease_ns, &all, &keys, &bounds).await;
     eventually("every ConfigMap reconciled", WAIT, || async {
         let log = log.lock();
         keys.iter()
@@ -378,11 +404,11 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     for r in log.lock().iter() {
         assert_eq!(
             r.replica,
-            holders[shard_of(&r.key) as usize],
+            holders[shard_of(&bounds, &r.key) as usize],
             "{} was reconciled by {}, not by the holder of its shard {} ({holders:?})",
             r.key,
             r.replica,
-            shard_of(&r.key)
+            shard_of(&bounds, &r.key)
         );
     }
 
@@ -399,10 +425,10 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     let killed = Instant::now();
     replicas[victim].kill();
     let survivors: Vec<&Replica> = replicas.iter().filter(|r| r.runtime.is_some()).collect();
-    let after = wait_settled(&client, &lease_ns, &survivors, &keys).await;
+    let after = wait_settled(&client, &lease_ns, &survivors, &keys, &bounds).await;
     let lost_keys: Vec<&String> = keys
         .iter()
-        .filter(|k| lost.contains(&shard_of(k)))
+        .filter(|k| lost.contains(&shard_of(&bounds, k)))
         .collect();
     assert!(!lost_keys.is_empty());
     eventually(
@@ -415,7 +441,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
                     r.key == **k
                         && r.start > killed
                         && r.end.is_some()
-                        && r.replica == after[shard_of(k) as usize]
+                        && r.replica == after[shard_of(&bounds, k) as usize]
                 })
             })
         },
@@ -432,7 +458,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
     {
         let gained = lost_keys
             .iter()
-            .filter(|k| after[shard_of(k) as usize] == replica.name)
+            .filter(|k| after[shard_of(&bounds, k) as usize] == replica.name)
             .count() as u64;
         let listed = replica.listed() - before;
         assert!(
@@ -451,10 +477,11 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
         &lease_ns,
         &run,
         "replica-joined",
+        &bounds,
         log.clone(),
     ));
     let live: Vec<&Replica> = replicas.iter().filter(|r| r.runtime.is_some()).collect();
-    let joined = wait_settled(&client, &lease_ns, &live, &keys).await;
+    let joined = wait_settled(&client, &lease_ns, &live, &keys, &bounds).await;
     assert!(
         joined.iter().any(|h| h == "replica-joined"),
         "the newcomer took a shard a survivor gave up: {after:?} -> {joined:?}"
@@ -485,7 +512,7 @@ async fn four_replicas_cache_and_reconcile_only_their_shards(cluster: &testenv::
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_gate_on_each_replica_lists_watches_and_reconciles_only_its_shards() {
-    four_replicas_cache_and_reconcile_only_their_shards(testenv::shared().await).await;
+    four_replicas_cache_and_reconcile_only_their_shards(testenv::shared().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -496,5 +523,5 @@ async fn with_the_gate_off_the_same_through_the_informers_own_filter() {
     )
     .await
     .unwrap();
-    four_replicas_cache_and_reconcile_only_their_shards(&cluster).await;
+    four_replicas_cache_and_reconcile_only_their_shards(&cluster, false).await;
 }

@@ -9,7 +9,8 @@
 //! - [`LogArgs`] / [`init_logging`]: `-v`/`-vv`, klog's `-v=N` and `-logtostderr`.
 //! - [`normalize_args`]: Go-style one-dash long flags rewritten for clap.
 //! - [`holder_identity`]: the leader-election identity default.
-//! - [`check_shard_flags`]: `--watch-held-shards` only with a ring.
+//! - [`check_shard_flags`]: `--watch-held-shards` only with a ring, `--shard-bounds` only
+//!   with it and as many shards as `--shards`.
 //!
 //! The metrics / health flags are `crate::OpsArgs`, shared the same way.
 
@@ -95,11 +96,26 @@ pub async fn serve_controller_ops(
 
 /// Refuses `--watch-held-shards` without a ring: `--shards 0` (the default) turns sharding
 /// off, and clap's `requires` is met by `--shards 0` written out, so the flag would otherwise
-/// be ignored without a word.
-pub fn check_shard_flags(shards: u32, watch_held_shards: bool) -> anyhow::Result<()> {
+/// be ignored without a word. Refuses `--shard-bounds` that cut another number of shards
+/// than `--shards`.
+pub fn check_shard_flags(
+    shards: u32,
+    watch_held_shards: bool,
+    bounds: Option<&kubeloop::cache::ShardBounds>,
+) -> anyhow::Result<()> {
     if watch_held_shards && shards == 0 {
         anyhow::bail!(
             "--watch-held-shards needs --shards 1 or more: --shards 0 turns sharding off, so there are no held shards to watch"
+        );
+    }
+    if let Some(bounds) = bounds
+        && bounds.shards() != shards
+    {
+        anyhow::bail!(
+            "--shard-bounds cuts {} shards ({} bounds), but --shards is {shards}: give --shards {} or bounds for {shards} shards (kubeloop shard-bounds --shards {shards})",
+            bounds.shards(),
+            bounds.shards() - 1,
+            bounds.shards(),
         );
     }
     Ok(())
@@ -116,13 +132,26 @@ mod tests {
 
     #[test]
     fn watch_held_shards_without_a_ring_is_refused_by_name() {
-        let err = check_shard_flags(0, true).unwrap_err().to_string();
+        let err = check_shard_flags(0, true, None).unwrap_err().to_string();
         assert!(
             err.contains("--watch-held-shards") && err.contains("--shards 0"),
             "{err}"
         );
-        assert!(check_shard_flags(4, true).is_ok());
-        assert!(check_shard_flags(0, false).is_ok());
+        assert!(check_shard_flags(4, true, None).is_ok());
+        assert!(check_shard_flags(0, false, None).is_ok());
+    }
+
+    #[test]
+    fn shard_bounds_for_another_shard_count_are_refused_by_name() {
+        let four = kubeloop::cache::ShardBounds::even(4).unwrap();
+        let err = check_shard_flags(8, true, Some(&four))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--shard-bounds cuts 4 shards (3 bounds), but --shards is 8"),
+            "{err}"
+        );
+        assert!(check_shard_flags(4, true, Some(&four)).is_ok());
     }
 
     #[tokio::test]

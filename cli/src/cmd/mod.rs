@@ -5,5 +5,6 @@ pub mod cluster;
 pub mod common;
 pub mod ops_flags;
 pub mod sample_controller;
+pub mod shard_bounds;
 pub mod trace;
 pub mod vm_controller;

@@ -52,10 +52,21 @@ pub struct Args {
     /// ShardedListAndWatch gate). Every replica must agree.
     #[arg(long, requires = "shards")]
     pub watch_held_shards: bool,
+    /// With --watch-held-shards: where each shard of the namespace-hash ring starts, as
+    /// `kubeloop shard-bounds` prints them (the starts of shards 1.., 0x and 16 hex digits,
+    /// comma-separated), instead of equal ranges: bounds at the quantiles of the objects
+    /// even the shards out. Every replica must be given the same; the ring gives a replica
+    /// with other bounds no shard.
+    #[arg(long, value_name = "BOUNDS", requires = "watch_held_shards")]
+    pub shard_bounds: Option<kubeloop::cache::ShardBounds>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    common::check_shard_flags(args.shards, args.watch_held_shards)?;
+    common::check_shard_flags(
+        args.shards,
+        args.watch_held_shards,
+        args.shard_bounds.as_ref(),
+    )?;
     // Handlers first, before any await: a SIGTERM during start-up must stop us cleanly.
     let shutdown = common::shutdown_on_signals().context("installing SIGINT/SIGTERM handlers")?;
     let client = args.cluster.client().await?;
@@ -73,6 +84,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
         }),
         watch_held_shards: args.watch_held_shards,
+        shard_bounds: args.shard_bounds.clone(),
         sharding_namespace: args
             .shard_lease_namespace
             .clone()

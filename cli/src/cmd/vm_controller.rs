@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgAction, ValueEnum};
 use kube_client::Client;
+use kubeloop::cache::ShardScope;
 use kubeloop::controller::vm::{
     self, Accel, DockerDriver, DockerDriverConfig, Driver, FakeDriver, QemuDriver,
     QemuDriverConfig, VmControllerConfig, VmControllerError,
@@ -75,6 +76,13 @@ pub struct Args {
     /// apiserver, not this partial cache, whether a server's VM exists.
     #[arg(long, requires = "shards")]
     pub watch_held_shards: bool,
+    /// With --watch-held-shards: where each shard of the namespace-hash ring starts, as
+    /// `kubeloop shard-bounds` prints them (the starts of shards 1.., 0x and 16 hex digits,
+    /// comma-separated), instead of equal ranges: bounds at the quantiles of the objects
+    /// even the shards out. Every replica must be given the same; the ring gives a replica
+    /// with other bounds no shard.
+    #[arg(long, value_name = "BOUNDS", requires = "watch_held_shards")]
+    pub shard_bounds: Option<kubeloop::cache::ShardBounds>,
     /// With --watch-held-shards: how long the ring's members a replica sees must stay
     /// unchanged before it takes its first shards (at most --lease-duration), so that
     /// replicas started together split the shards before any lists more than its share
@@ -145,7 +153,11 @@ pub enum QemuAccel {
 
 /// Runs the controller until a signal (or a lost lease).
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    common::check_shard_flags(args.shards, args.watch_held_shards)?;
+    common::check_shard_flags(
+        args.shards,
+        args.watch_held_shards,
+        args.shard_bounds.as_ref(),
+    )?;
     // Handlers first, before any await: a SIGTERM during start-up must stop us cleanly.
     let shutdown = common::shutdown_on_signals().context("installing SIGINT/SIGTERM handlers")?;
     let client = args.cluster.client().await?;
@@ -237,10 +249,14 @@ async fn run_with<D: Driver>(
                 ..ShardingConfig::new(args.lease_lock_name.clone(), args.shards, identity.clone())
             };
             info!(identity = %identity, ring = %args.lease_lock_name, namespace = %namespace, shards = args.shards, watch_held_shards = args.watch_held_shards, "joining the shard ring");
-            Some(
-                ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
+            let ring = ShardRing::new(sharding, LeaseRing::new(client.clone(), &namespace))
+                .context("invalid sharding settings")?;
+            Some(match args.shard_bounds.clone() {
+                Some(bounds) => ring
+                    .watch_held_shards(ShardScope::with_bounds(bounds))
                     .context("invalid sharding settings")?,
-            )
+                None => ring,
+            })
         } else {
             None
         };

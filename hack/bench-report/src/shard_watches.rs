@@ -7,7 +7,8 @@
 //! `side=takeover identity=.. gained=.. objects=.. listed_ms=.. listed=..` for each survivor
 //! that took over shards of the killed one (its `objects` counted after the takeover, `listed`
 //! the objects its LISTs brought while taking over). Meta `objects`,
-//! `namespaces`, `replicas`, `shards`, `cores`, `load`, `date`, `commit`.
+//! `namespaces`, `replicas`, `shards`, `bounds` (`balanced` or `even`; runs before it was
+//! recorded used even ones), `cores`, `load`, `date`, `commit`.
 
 use std::fmt::Write as _;
 
@@ -18,11 +19,12 @@ use crate::stats::{Samples, ratio};
 /// Renders the report of `results`.
 pub fn render(results: &Results) -> Result<String, ReportError> {
     let mut out = format!(
-        "{} ConfigMaps of 1 KiB over {} namespaces: {} replicas on a ring of {} shards, each listing and watching only its shards (KEP-5866, gate on), against one unsharded informer; local control plane, {}\n(machine: {} cores; load at the end: {})\n\n",
+        "{} ConfigMaps of 1 KiB over {} namespaces: {} replicas on a ring of {} shards ({} bounds), each listing and watching only its shards (KEP-5866, gate on), against one unsharded informer; local control plane, {}\n(machine: {} cores; load at the end: {})\n\n",
         results.meta("objects")?,
         results.meta("namespaces")?,
         results.meta("replicas")?,
         results.meta("shards")?,
+        results.meta("bounds").unwrap_or("even"),
         results.stamp()?,
         results.meta("cores")?,
         results.meta("load")?,
@@ -150,7 +152,7 @@ mod tests {
         ));
         assert_eq!(
             render(&results).unwrap(),
-            "1000 ConfigMaps of 1 KiB over 20 namespaces: 2 replicas on a ring of 2 shards, each listing and watching only its shards (KEP-5866, gate on), against one unsharded informer; local control plane, 2026-11-29 at abc1234\n\
+            "1000 ConfigMaps of 1 KiB over 20 namespaces: 2 replicas on a ring of 2 shards (even bounds), each listing and watching only its shards (KEP-5866, gate on), against one unsharded informer; local control plane, 2026-11-29 at abc1234\n\
              (machine: 2 cores; load at the end: 1.00 0.90 0.80)\n\n\
              | median (min-max) | unsharded: 1 rounds | a replica: 2 of them | replica / unsharded, median | the largest replica / unsharded |\n\
              |---|---|---|---|---|\n\

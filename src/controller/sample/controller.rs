@@ -67,6 +67,9 @@ pub struct ControllerConfig {
     /// list and watch only the shards this replica holds
     /// ([`crate::runtime::ShardRing::watch_held_shards`]).
     pub watch_held_shards: bool,
+    /// With `watch_held_shards`: where the shards start (`None`: equal hash ranges;
+    /// [`crate::cache::ShardBounds`]).
+    pub shard_bounds: Option<crate::cache::ShardBounds>,
     /// Read-your-writes: how long a sync waits at most for the caches to hold the Foo's last
     /// Deployment and status writes (`None`: no wait; see
     /// [`crate::runtime::Controller::read_your_writes`]).
@@ -86,6 +89,7 @@ impl Default for ControllerConfig {
             sharding: None,
             sharding_namespace: "default".to_string(),
             watch_held_shards: false,
+            shard_bounds: None,
             freshness_wait: Some(crate::runtime::DEFAULT_FRESHNESS_WAIT),
         }
     }
@@ -109,11 +113,15 @@ pub async fn run(
                 sharding,
                 LeaseRing::new(client.clone(), &config.sharding_namespace),
             )?;
-            Some(if config.watch_held_shards {
-                ring.with_shard_scope()
-            } else {
-                ring
-            })
+            Some(
+                match (config.watch_held_shards, config.shard_bounds.clone()) {
+                    (true, Some(bounds)) => {
+                        ring.watch_held_shards(crate::cache::ShardScope::with_bounds(bounds))?
+                    }
+                    (true, None) => ring.with_shard_scope(),
+                    (false, _) => ring,
+                },
+            )
         }
         None => None,
     };

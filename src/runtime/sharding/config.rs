@@ -189,6 +189,15 @@ impl<R: RingStore> ShardRing<R> {
         self.scope.as_ref()
     }
 
+    /// How this replica splits keys into shards, as its member Lease says it
+    /// ([`super::LAYOUT_LABEL`]): `keys-<shards>`, or `ns-<digest of the scope's bounds>`.
+    pub fn layout(&self) -> String {
+        match &self.scope {
+            Some(scope) => format!("ns-{}", scope.bounds().digest()),
+            None => format!("keys-{}", self.config.shards),
+        }
+    }
+
     /// The configuration this ring runs with.
     pub fn config(&self) -> &ShardingConfig {
         &self.config

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::lease_ring::{RingLease, RingRole, RingStore};
+use super::lease_ring::{LAYOUT_LABEL, RingLease, RingRole, RingStore};
 use crate::leaderelection::LockError;
 use crate::testing::{FakeLock, FakeLockStore, Reach};
 
@@ -57,13 +57,15 @@ impl RingStore for FakeRing {
     fn lock(&self, name: &str, identity: &str, labels: BTreeMap<String, String>) -> FakeLock {
         let mut inner = self.inner.lock();
         let reach = inner.reach.clone();
-        let (store, _) = inner.leases.entry(name.to_string()).or_insert_with(|| {
+        let (store, kept) = inner.leases.entry(name.to_string()).or_insert_with(|| {
             let store = FakeLockStore::new();
             for (id, r) in &reach {
                 store.set_reach(id, *r);
             }
-            (store, labels)
+            (store, BTreeMap::new())
         });
+        // As LeaseLock's create and updates set them.
+        kept.extend(labels);
         store.lock_for(identity)
     }
 
@@ -79,6 +81,7 @@ impl RingStore for FakeRing {
                     role,
                     record: store.record()?,
                     version: store.version()?.to_string(),
+                    layout: labels.get(LAYOUT_LABEL).cloned(),
                 })
             })
             .collect())

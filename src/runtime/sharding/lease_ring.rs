@@ -18,6 +18,10 @@ pub const RING_LABEL: &str = "kubeloop.dev/ring";
 pub const ROLE_LABEL: &str = "kubeloop.dev/ring-role";
 /// Label carrying a shard Lease's shard number.
 pub const SHARD_LABEL: &str = "kubeloop.dev/shard";
+/// Label of a member Lease naming how its replica splits keys into shards: `keys-<shards>`
+/// for the hash of `namespace/name`, `ns-<digest>` for namespace-hash ranges
+/// ([`crate::cache::ShardBounds::digest`]). Replicas of one ring must agree on it.
+pub const LAYOUT_LABEL: &str = "kubeloop.dev/shard-layout";
 
 /// One Lease of a ring, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +34,8 @@ pub struct RingLease {
     pub record: LeaderElectionRecord,
     /// Changes with every write (the resourceVersion).
     pub version: String,
+    /// Its [`LAYOUT_LABEL`], if it has one.
+    pub layout: Option<String>,
 }
 
 /// What a ring's Lease stands for.
@@ -124,8 +130,11 @@ impl RingStore for LeaseRing {
             .items
             .into_iter()
             .filter_map(|lease| {
-                let role = RingRole::of(lease.metadata.labels.as_ref()?, ring)?;
+                let labels = lease.metadata.labels.as_ref()?;
+                let role = RingRole::of(labels, ring)?;
+                let layout = labels.get(LAYOUT_LABEL).cloned();
                 Some(RingLease {
+                    layout,
                     name: lease.metadata.name.clone()?,
                     role,
                     record: lease_spec_to_record(&lease.spec.clone().unwrap_or_default()),

@@ -62,7 +62,7 @@ pub use assign::{assign, member_lease_name, shard_lease_name};
 pub use config::{ShardRing, ShardingConfig, ShardingError};
 pub use fake_ring::FakeRing;
 pub use lease_ring::{
-    LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,
+    LAYOUT_LABEL, LeaseRing, RING_LABEL, ROLE_LABEL, RingLease, RingRole, RingStore, SHARD_LABEL,
 };
 pub(crate) use ring::{RingContext, Sharding};
 

@@ -10,11 +10,11 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::assign::{assign, member_lease_name, shard_lease_name};
 use super::config::{ShardRing, ShardingConfig};
-use super::lease_ring::{RingLease, RingRole, RingStore};
+use super::lease_ring::{LAYOUT_LABEL, RingLease, RingRole, RingStore};
 use crate::cache::ShardScope;
 use crate::leaderelection::{
     ConfigError, LeaderCallbacks, LeaderElectionRecord, LeaderElector, ResourceLock,
@@ -80,6 +80,63 @@ impl Observations {
     }
 }
 
+/// What this replica last said about the layouts of the ring's members, so that each
+/// disagreement is logged once, when it starts.
+#[derive(Default)]
+struct LayoutWatch {
+    refused_by: Option<String>,
+    strangers: BTreeMap<String, String>,
+}
+
+impl LayoutWatch {
+    /// Whether this replica (`me`, splitting keys by `mine`) is outvoted: the ring runs with
+    /// the layout most live members have ([`ring_layout`]). Logs each replica of another
+    /// layout once, and the refusal when it starts.
+    fn judge(
+        &mut self,
+        controller: &str,
+        me: &str,
+        mine: &str,
+        layouts: &BTreeMap<String, String>,
+    ) -> bool {
+        let ring = ring_layout(layouts.values().map(String::as_str)).unwrap_or(mine);
+        let strangers: BTreeMap<String, String> = layouts
+            .iter()
+            .filter(|(_, l)| l.as_str() != mine)
+            .map(|(id, l)| (id.clone(), l.clone()))
+            .collect();
+        let refused = (ring != mine).then(|| ring.to_string());
+        if refused.is_some() && refused != self.refused_by {
+            let with: Vec<&str> = strangers.keys().map(String::as_str).collect();
+            error!(controller, identity = me, layout = mine, ring_layout = ring, replicas = ?with, "this replica splits keys into shards otherwise than most of its ring (another --shards or --shard-bounds): it takes no shard until they agree");
+        } else if refused.is_none() {
+            for (id, theirs) in &strangers {
+                if self.strangers.get(id) != Some(theirs) {
+                    warn!(controller, replica = %id, layout = %theirs, ring_layout = mine, "a replica splits keys into shards otherwise than this ring (another --shards or --shard-bounds): it is given no shard");
+                }
+            }
+        }
+        self.refused_by = refused;
+        self.strangers = strangers;
+        self.refused_by.is_some()
+    }
+}
+
+/// The layout a ring runs with: the one most of `layouts` (one per live member) name, ties
+/// to the smallest, so every replica with the same view agrees.
+fn ring_layout<'a>(layouts: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for layout in layouts {
+        *counts.entry(layout).or_default() += 1;
+    }
+    // max_by_key keeps the last of equals: iterate from the largest so it is the smallest.
+    counts
+        .into_iter()
+        .rev()
+        .max_by_key(|(_, n)| *n)
+        .map(|(layout, _)| layout)
+}
+
 /// When a record seen at `since` expires (its holder's lease duration after).
 fn expiry(record: &LeaderElectionRecord, since: Instant) -> Instant {
     since + Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0))
@@ -89,6 +146,7 @@ fn expiry(record: &LeaderElectionRecord, since: Instant) -> Instant {
 /// replica should own. On `stop`, every shard's term ends and its Lease is released (after its
 /// reconciles ended), then the member Lease.
 async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: CancellationToken) {
+    let layout = ring.layout();
     let ShardRing { config, store, .. } = ring;
     let me = config.identity.clone();
     let metrics = ShardMetrics::global().for_controller(&ctx.controller);
@@ -98,7 +156,11 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
     let member_stop = CancellationToken::new();
     let member = match LeaderElector::new(
         config.election(&format!("{}/{member_name}", config.ring)),
-        store.lock(&member_name, &me, RingRole::Member.labels(&config.ring)),
+        store.lock(&member_name, &me, {
+            let mut labels = RingRole::Member.labels(&config.ring);
+            labels.insert(LAYOUT_LABEL.to_string(), layout.clone());
+            labels
+        }),
     ) {
         Ok(elector) => elector,
         Err(e) => {
@@ -114,7 +176,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                 .await;
         }
     });
-    info!(controller = %ctx.controller, ring = %config.ring, shards = config.shards, identity = %me, "joined the shard ring");
+    info!(controller = %ctx.controller, ring = %config.ring, shards = config.shards, layout = %layout, identity = %me, "joined the shard ring");
 
     let ctx = Arc::new(ctx);
     // A ring whose informers cache only the shards held lists on every shard it takes: it
@@ -131,6 +193,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
     let mut observed = Observations::default();
     let mut running: BTreeMap<u32, Running<R::Lock>> = BTreeMap::new();
     let mut stopping: Vec<JoinHandle<()>> = Vec::new();
+    let mut layouts = LayoutWatch::default();
     loop {
         let now = Instant::now();
         let mut wake = now + config.retry_period;
@@ -141,6 +204,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
             Ok(leases) => {
                 let now = Instant::now();
                 let mut members = vec![me.clone()];
+                let mut member_layouts = BTreeMap::from([(me.clone(), layout.clone())]);
                 let mut holders: Vec<Option<String>> = vec![None; config.shards as usize];
                 let mut shard_leases: HashMap<u32, (LeaderElectionRecord, Instant)> =
                     HashMap::new();
@@ -155,7 +219,14 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     match lease.role {
                         RingRole::Member => {
                             if live {
-                                members.push(lease.record.holder_identity.clone());
+                                let holder = &lease.record.holder_identity;
+                                members.push(holder.clone());
+                                if *holder != me {
+                                    member_layouts.insert(
+                                        holder.clone(),
+                                        lease.layout.clone().unwrap_or_default(),
+                                    );
+                                }
                             } else if lease.record.holder_identity != me
                                 && now.saturating_duration_since(since) >= 2 * config.lease_duration
                             {
@@ -174,6 +245,14 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                 }
                 members.sort();
                 members.dedup();
+                // Replicas that split keys otherwise are no members of this ring; a
+                // replica outvoted on its layout takes nothing and gives back what it holds.
+                let refused = layouts.judge(&ctx.controller, &me, &layout, &member_layouts);
+                members.retain(|m| member_layouts.get(m) == Some(&layout));
+                let strangers_hold = holders
+                    .iter()
+                    .flatten()
+                    .any(|h| member_layouts.get(h).is_some_and(|l| *l != layout));
                 for holder in holders.iter_mut() {
                     if holder
                         .as_ref()
@@ -182,14 +261,21 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                         *holder = None;
                     }
                 }
-                let owners = assign(config.shards, &members, &holders);
+                let owners = if refused {
+                    vec![None; config.shards as usize]
+                } else {
+                    assign(config.shards, &members, &holders)
+                };
+                // No shard is taken while a replica of another layout holds one: its keys
+                // and ours may overlap across shard numbers.
+                let may_take = !refused && !strangers_hold;
                 if ctx.scope.is_some() && now <= first_take && members != members_seen {
                     first_take = first_take.max(now + config.join_window).min(take_by);
                     members_seen.clone_from(&members);
                 }
                 if now < first_take {
                     wake = wake.min(first_take);
-                } else if let Some(scope) = &ctx.scope {
+                } else if let Some(scope) = ctx.scope.as_ref().filter(|_| may_take) {
                     // The shards this replica is to hold are listed together, in one list,
                     // while their electors acquire them (their terms open once listed).
                     let taking = owners.iter().enumerate().filter(|(shard, owner)| {
@@ -204,7 +290,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                     let shard = shard as u32;
                     let mine = owner.as_deref() == Some(me.as_str());
                     let is_running = running.get(&shard).is_some_and(|r| !r.task.is_finished());
-                    if mine && !is_running && now >= first_take {
+                    if mine && !is_running && now >= first_take && may_take {
                         match start_shard(
                             &config,
                             &store,

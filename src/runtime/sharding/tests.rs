@@ -357,6 +357,35 @@ mod ring {
         assert_eq!(most, [2, 2, 2], "the most shards each held at once");
     }
 
+    // kubeloop's own (issue 51): a replica whose shards are cut at other bounds would
+    // reconcile keys that the ring's shard of the same number does not hold. Started with two
+    // replicas of the ring's layout, it is outvoted: it holds no shard, at no moment, and the
+    // two others share all six.
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_with_other_shard_bounds_is_given_no_shard_and_takes_none() {
+        let source = FakeControllerSource::<ConfigMap>::new();
+        let (fake, log) = (FakeRing::new(), Log::default());
+        let even = || crate::cache::ShardScope::namespaces(6).unwrap();
+        let other = crate::cache::ShardScope::with_bounds(
+            crate::cache::ShardBounds::from_starts([1, 2, 3, 4, 5]).unwrap(),
+        );
+        let a = replica_in("a", &source, &fake, &log, Some(even()));
+        let c = replica_in("c", &source, &fake, &log, Some(other.clone()));
+        let b = replica_in("b", &source, &fake, &log, Some(even()));
+        let mut most_c = 0;
+        for _ in 0..600 {
+            most_c = most_c.max(other.held().len() + count(&holders(&fake), "c"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let h = holders(&fake);
+        assert_eq!((count(&h, "a"), count(&h, "b")), (3, 3), "{h:?}");
+        assert_eq!(most_c, 0, "c held or listed a shard");
+        for r in [a, b, c] {
+            r.shutdown.cancel();
+            r.run.await.unwrap().unwrap();
+        }
+    }
+
     /// Starts scoped replicas a, b and c `apart` from each other on one ring of six shards;
     /// returns the most shards each one's scope held at once, sampled every 10 ms over 6 s
     /// from before a starts, after checking that each holds two in the end.
