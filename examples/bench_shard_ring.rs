@@ -7,19 +7,27 @@
 //!     creates N ConfigMaps of 1 KiB over M new namespaces, each with the label; prints
 //!     CREATED objects=N namespaces=M
 //! bench_shard_ring --kubeconfig K --label KEY=VALUE
-//!     RESULT side=unsharded objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
+//!     RESULT side=unsharded objects= synced_ms= cpu_ms= reconciled_ms= reconciled_cpu_ms=
+//!     peak_rss_kib= rx_bytes=
 //! bench_shard_ring --kubeconfig K --label KEY=VALUE --replica ID --ring R --lease-namespace NS
 //!     --shards S --expect E [--bounds B]
-//!     RESULT side=replica identity= held= objects= synced_ms= cpu_ms= peak_rss_kib= rx_bytes=
+//!     RESULT side=replica identity= held= objects= synced_ms= cpu_ms= reconciled_ms=
+//!     reconciled_cpu_ms= peak_rss_kib= rx_bytes=
 //!     then, for each shard it takes over later:
 //!     TAKEOVER identity= gained= objects= listed_ms=
 //!     and runs until killed.
 //! ```
 //!
-//! `synced_ms` and `cpu_ms` run from just before the informer starts: for the unsharded side
-//! to `has_synced`; for a replica to the moment it holds `E` shards and its informer has
-//! listed them and holds their objects (its object count unchanged over 100 ms: up to 0.1 s
-//! of each replica's time is that wait). `rx_bytes` is what the process received over its
+//! Both sides run the same controller over the informer, reconciling each key with a no-op
+//! (the unsharded side without a ring): "the unsharded replica". `synced_ms` and `cpu_ms` run
+//! from just before the controller starts: for the unsharded side to `has_synced`; for a
+//! replica to the moment it holds `E` shards and its informer has listed them and holds their
+//! objects (its object count unchanged over 100 ms: up to 0.1 s of each replica's time is that
+//! wait). A replica reconciles a shard's keys as soon as the shard's term opens, the
+//! unsharded controller only after its cache synced, so `cpu_ms` holds some reconciles on a
+//! replica and none on the unsharded side; `reconciled_ms` and `reconciled_cpu_ms` run to the
+//! moment every key cached was reconciled once, the same work on both sides. `peak_rss_kib`
+//! is read then. `rx_bytes` is what the process received over its
 //! open TCP connections then (TCP_INFO's `tcpi_bytes_received`: the apiserver's answers as
 //! sent, TLS included; the informer keeps its connections open, so nothing it received is
 //! lost with a closed one). `listed_ms` runs from the moment a replica's held shards grew to
@@ -36,6 +44,8 @@
 mod measure;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -200,21 +210,57 @@ fn rx_bytes() -> u64 {
     measure::tcp_bytes_received()
 }
 
-async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
-    let informer = factory(args, client, None, &CacheMetrics::new()).informer::<ConfigMap>();
-    let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
-    informer.start();
-    if !informer.wait_for_cache_sync().await {
-        return Err("cache did not sync".into());
+/// Runs `controller` with a reconcile that only counts, into the count returned.
+fn run_counting(controller: Controller<ConfigMap>) -> Arc<AtomicUsize> {
+    let reconciled = Arc::new(AtomicUsize::new(0));
+    let count = reconciled.clone();
+    tokio::spawn(controller.run(
+        move |_key: ObjectKey, _ctx: ReconcileContext| {
+            count.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, Error>(Action::Done) }
+        },
+        default_error_policy,
+        Default::default(),
+    ));
+    reconciled
+}
+
+/// Waits until `reconciled` reaches `objects`; then the time from `start`, the CPU from
+/// `cpu0` (both in ms) and the peak RSS, as "reconciled_ms= reconciled_cpu_ms= peak_rss_kib=".
+async fn all_reconciled(
+    reconciled: &AtomicUsize,
+    objects: usize,
+    start: Instant,
+    cpu0: Duration,
+) -> String {
+    while reconciled.load(Ordering::Relaxed) < objects {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    println!(
-        "RESULT side=unsharded objects={} synced_ms={} cpu_ms={} peak_rss_kib={} rx_bytes={}",
-        informer.lister().list(&Default::default()).len(),
+    format!(
+        "reconciled_ms={} reconciled_cpu_ms={} peak_rss_kib={}",
         start.elapsed().as_millis(),
         (measure::cpu_time() - cpu0).as_millis(),
         measure::proc_status("VmHWM"),
-        rx_bytes() - rx0,
+    )
+}
+
+async fn unsharded(args: &Args, client: Client) -> Result<(), Error> {
+    let informer = factory(args, client, None, &CacheMetrics::new()).informer::<ConfigMap>();
+    let controller = Controller::new("bench-shard-ring", informer.clone());
+    let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
+    let reconciled = run_counting(controller);
+    if !informer.wait_for_cache_sync().await {
+        return Err("cache did not sync".into());
+    }
+    let synced = format!(
+        "synced_ms={} cpu_ms={}",
+        start.elapsed().as_millis(),
+        (measure::cpu_time() - cpu0).as_millis()
     );
+    let rx = rx_bytes() - rx0;
+    let objects = informer.lister().list(&Default::default()).len();
+    let done = all_reconciled(&reconciled, objects, start, cpu0).await;
+    println!("RESULT side=unsharded objects={objects} {synced} {done} rx_bytes={rx}");
     Ok(())
 }
 
@@ -271,19 +317,18 @@ async fn replica(args: &Args, client: Client, identity: &str) -> Result<(), Erro
     .watch_held_shards(scope.clone())?;
     let controller = Controller::new("bench-shard-ring", informer.clone()).sharding(ring);
     let (cpu0, rx0, start) = (measure::cpu_time(), rx_bytes(), Instant::now());
-    tokio::spawn(controller.run(
-        |_key: ObjectKey, _ctx: ReconcileContext| async { Ok::<_, Error>(Action::Done) },
-        default_error_policy,
-        Default::default(),
-    ));
+    let reconciled = run_counting(controller);
     let (mut held, objects) = held_and_cached(&scope, &informer, args.expect).await;
-    println!(
-        "RESULT side=replica identity={identity} held={} objects={objects} synced_ms={} cpu_ms={} peak_rss_kib={} rx_bytes={}",
-        list(&held),
+    let synced = format!(
+        "synced_ms={} cpu_ms={}",
         start.elapsed().as_millis(),
-        (measure::cpu_time() - cpu0).as_millis(),
-        measure::proc_status("VmHWM"),
-        rx_bytes() - rx0,
+        (measure::cpu_time() - cpu0).as_millis()
+    );
+    let rx = rx_bytes() - rx0;
+    let done = all_reconciled(&reconciled, objects, start, cpu0).await;
+    println!(
+        "RESULT side=replica identity={identity} held={} objects={objects} {synced} {done} rx_bytes={rx}",
+        list(&held),
     );
     loop {
         let now = scope.held();

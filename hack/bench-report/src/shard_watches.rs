@@ -19,12 +19,16 @@ use crate::stats::{Samples, ratio};
 /// Renders the report of `results`.
 pub fn render(results: &Results) -> Result<String, ReportError> {
     let mut out = format!(
-        "{} ConfigMaps of 1 KiB over {} namespaces: {} replicas on a ring of {} shards ({} bounds), each listing and watching only its shards (KEP-5866, gate on), against one unsharded informer; local control plane, {}\n(machine: {} cores; load at the end: {})\n\n",
+        "{} ConfigMaps of 1 KiB over {} namespaces: {} replicas on a ring of {} shards ({} bounds), each listing and watching only its shards (KEP-5866, gate on), against {}; local control plane, {}\n(machine: {} cores; load at the end: {})\n\n",
         results.meta("objects")?,
         results.meta("namespaces")?,
         results.meta("replicas")?,
         results.meta("shards")?,
         results.meta("bounds").unwrap_or("even"),
+        match results.meta("unsharded") {
+            Ok("controller") => "one unsharded replica of the same controller",
+            _ => "one unsharded informer",
+        },
         results.stamp()?,
         results.meta("cores")?,
         results.meta("load")?,
@@ -48,14 +52,30 @@ pub fn render(results: &Results) -> Result<String, ReportError> {
     );
     out.push_str("|---|---|---|---|---|\n");
     // (row title, the results key, how a value is scaled for the table, its unit)
-    let rows: [(&str, &str, f64, &str); 5] = [
+    let rows: [(&str, &str, f64, &str); 7] = [
         ("objects cached", "objects", 1.0, ""),
         ("time to synced", "synced_ms", 1e-3, " s"),
         ("CPU to synced", "cpu_ms", 1e-3, " s"),
+        (
+            "time to every key reconciled once",
+            "reconciled_ms",
+            1e-3,
+            " s",
+        ),
+        (
+            "CPU to every key reconciled once",
+            "reconciled_cpu_ms",
+            1e-3,
+            " s",
+        ),
         ("peak RSS", "peak_rss_kib", 1.0 / 1024.0, " MiB"),
         ("bytes read", "rx_bytes", 1.0 / 1048576.0, " MiB"),
     ];
     for (title, key, scale, unit) in rows {
+        // Runs before 2026-11-30's second run recorded no reconciles.
+        if key.starts_with("reconciled") && unsharded.iter().any(|l| l.value(key).is_err()) {
+            continue;
+        }
         let whole = samples(&unsharded, key)?;
         let each = samples(&replicas, key)?;
         let (Some(base), Some(median), Some(largest)) = (whole.median(), each.median(), each.max())
@@ -140,6 +160,27 @@ mod tests {
     use super::*;
 
     const META: &str = "# objects: 1000\n# namespaces: 20\n# replicas: 2\n# shards: 2\n# cores: 2\n# load: 1.00 0.90 0.80\n# date: 2026-11-29\n# commit: abc1234\n";
+
+    #[test]
+    fn an_unsharded_controller_and_the_reconciles_get_their_rows() {
+        let results = Results::parse(&format!(
+            "# bounds: balanced\n# unsharded: controller\n{META}\
+             round=1 side=unsharded objects=1000 synced_ms=2000 cpu_ms=1000 reconciled_ms=2500 reconciled_cpu_ms=1200 peak_rss_kib=102400 rx_bytes=10485760\n\
+             round=1 side=replica identity=a held=0 objects=500 synced_ms=1000 cpu_ms=300 reconciled_ms=1100 reconciled_cpu_ms=330 peak_rss_kib=40960 rx_bytes=4194304\n\
+             round=1 side=takeover identity=a gained=1 held=0,1 objects=1000 listed_ms=500 listed=500\n"
+        ));
+        let report = render(&results).unwrap();
+        assert!(
+            report.contains("a ring of 2 shards (balanced bounds)")
+                && report.contains("against one unsharded replica of the same controller;"),
+            "{report}"
+        );
+        assert!(
+            report.contains("| time to every key reconciled once | 2.50 s (2.50-2.50) | 1.10 s (1.10-1.10) | 0.44x | 0.44x |\n\
+                 | CPU to every key reconciled once | 1.20 s (1.20-1.20) | 0.33 s (0.33-0.33) | 0.28x | 0.28x |\n"),
+            "{report}"
+        );
+    }
 
     #[test]
     fn replicas_against_the_unsharded_side_and_the_takeover() {
