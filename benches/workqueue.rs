@@ -45,7 +45,7 @@ fn static_keys(n: usize) -> Vec<&'static str> {
 }
 
 /// client-go's BenchmarkQueue body: a new queue, then add, get, done for each key.
-async fn add_get_done_round<K: Hash + Eq + Clone + Send + 'static>(keys: &[K]) {
+async fn add_get_done_round<K: Hash + Eq + Clone + Send + Sync + 'static>(keys: &[K]) {
     let q: Queue<K> = Queue::new();
     for k in keys {
         q.add(k.clone());
@@ -54,7 +54,7 @@ async fn add_get_done_round<K: Hash + Eq + Clone + Send + 'static>(keys: &[K]) {
     }
 }
 
-fn bench_add_get_done<K: Hash + Eq + Clone + Send + 'static>(
+fn bench_add_get_done<K: Hash + Eq + Clone + Send + Sync + 'static>(
     c: &mut Criterion,
     label: &str,
     keys: Vec<K>,

@@ -84,13 +84,13 @@ impl<T> Deref for DelayingQueue<T> {
     }
 }
 
-impl<T: Hash + Eq + Clone + Send + 'static> Default for DelayingQueue<T> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> Default for DelayingQueue<T> {
     fn default() -> Self {
         DelayingQueue::new()
     }
 }
 
-impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> DelayingQueue<T> {
     /// An unnamed delaying queue (no metrics). client-go: `NewTypedDelayingQueue`.
     pub fn new() -> Self {
         DelayingQueue::with_config(QueueConfig::default())
@@ -164,7 +164,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> DelayingQueue<T> {
 /// Starts the timer task if the delaying heap has entries, none is alive, and a tokio runtime
 /// is current: this queue's and the priority queue's. Without a runtime, waiting items still
 /// move on the next `get` or `len`, and the next `get` that parks starts the task.
-pub(super) fn ensure_timer<S: Discipline + Send + 'static>(shared: &Arc<Shared<S>>, state: &mut S) {
+pub(super) fn ensure_timer<S: Discipline<Filter: Send + Sync> + Send + 'static>(
+    shared: &Arc<Shared<S>>,
+    state: &mut S,
+) {
     if !state.core().needs_timer() {
         return;
     }

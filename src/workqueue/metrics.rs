@@ -442,7 +442,7 @@ pub fn fairness_by_queue() -> Vec<(String, Vec<FairnessDepth>)> {
 /// Starts the task refreshing the unfinished-work gauges every
 /// [`UNFINISHED_WORK_UPDATE_PERIOD`], if a tokio runtime is current. It ends at shutdown or when
 /// the queue is dropped. client-go: `updateUnfinishedWorkLoop`.
-pub(super) fn spawn_unfinished_work_updater<S: Discipline + Send + 'static>(
+pub(super) fn spawn_unfinished_work_updater<S: Discipline<Filter: Send + Sync> + Send + 'static>(
     shared: &Arc<Shared<S>>,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -140,6 +140,7 @@ pub(crate) struct Add<T> {
 impl<T> Discipline for PriorityState<T> {
     type Key = T;
     type Extra = Pending;
+    type Filter = ();
     type Hooks = dyn PriorityHooks;
     type Out = (T, i32);
     type Gauges = Option<Vec<FairnessDepth>>;

@@ -91,13 +91,13 @@ impl<T> fmt::Debug for Queue<T> {
     }
 }
 
-impl<T: Hash + Eq + Clone + Send + 'static> Default for Queue<T> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> Default for Queue<T> {
     fn default() -> Self {
         Queue::new()
     }
 }
 
-impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> Queue<T> {
     /// An unnamed queue (no metrics). client-go: `NewTyped`.
     pub fn new() -> Self {
         Queue::with_config(QueueConfig::default())
@@ -228,6 +228,38 @@ mod tests {
         assert_eq!(q.len(), 2);
         q.add("foo"); // should not increase the queue length
         assert_eq!(q.len(), 2);
+    }
+
+    // kubeloop's own (issue 53): a duplicate add publishes its key, and adds of it return
+    // without the lock while, and only while, it is dirty: through a get, re-adds while
+    // processing, done, and its slot freed and the key tracked anew.
+    #[tokio::test]
+    async fn a_published_key_is_merged_without_the_lock_only_while_dirty() {
+        let q = Queue::new();
+        let unlocked = |q: &Queue<u32>| q.shared.filter.holds_dirty(q.shared.hash(&1), &1);
+        q.add(1u32);
+        assert!(!unlocked(&q), "a first add publishes nothing");
+        q.add(1);
+        assert!(unlocked(&q), "a duplicate publishes the key");
+        q.add(1);
+        assert_eq!(q.len(), 1);
+        let one = q.get().await.unwrap();
+        assert!(!unlocked(&q), "taken by get: not dirty");
+        q.add(1);
+        assert!(unlocked(&q), "added while processing: dirty again");
+        q.add(1);
+        q.done(&one);
+        assert_eq!(q.len(), 1, "back in line once");
+        let again = q.get().await.unwrap();
+        q.done(&again);
+        assert!(q.shared.inspect(|s| s.core().tracked() == 0));
+        assert!(!unlocked(&q), "forgotten: its entry says not dirty");
+        q.add(1);
+        assert_eq!(q.len(), 1, "tracked anew");
+        assert!(!unlocked(&q), "a new slot keeps no old entry");
+        q.add(2);
+        q.add(2);
+        assert!(q.shared.filter.holds_dirty(q.shared.hash(&2), &2));
     }
 
     // client-go: TestReinsert

@@ -63,7 +63,7 @@ impl<T> Deref for RateLimitingQueue<T> {
     }
 }
 
-impl<T: Hash + Eq + Clone + Send + 'static> RateLimitingQueue<T> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> RateLimitingQueue<T> {
     /// An unnamed queue (no metrics). client-go: `NewTypedRateLimitingQueue`.
     pub fn new(limiter: impl RateLimiter<T> + 'static) -> Self {
         RateLimitingQueue::with_config(limiter, QueueConfig::default())

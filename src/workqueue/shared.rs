@@ -76,6 +76,8 @@ pub(crate) trait Discipline: Sized {
     type Key;
     /// What a slot holds beyond the core's fields.
     type Extra: Default;
+    /// What the queue keeps outside the lock (the plain queue's duplicate-add filter).
+    type Filter: Default;
     /// The metrics the queue reports to (a subtrait of [`Hooks`] for the priority queue).
     type Hooks: ?Sized + Hooks;
     /// What `get` hands out.
@@ -110,6 +112,8 @@ pub(crate) trait Discipline: Sized {
 /// What every handle of one queue shares.
 pub(crate) struct Shared<S: Discipline> {
     pub(crate) state: Mutex<S>,
+    /// Read without the lock (see [`Discipline::Filter`]).
+    pub(crate) filter: S::Filter,
     /// Hashes keys before the lock is taken; `Core::index` holds these hashes.
     hasher: DefaultHashBuilder,
     hooks: Option<Box<S::Hooks>>,
@@ -205,6 +209,7 @@ impl<S: Discipline> Shared<S> {
     pub(crate) fn new(state: S, hooks: Option<Box<S::Hooks>>) -> Self {
         Shared {
             state: Mutex::new(state),
+            filter: S::Filter::default(),
             hasher: DefaultHashBuilder::default(),
             hooks,
             drained: Notify::new(),

@@ -11,6 +11,25 @@
 //! `dirty && !processing`, present once. A slot may be dirty and wait for a ready time at
 //! once: client-go's delaying queue adds it again when that time comes, which changes
 //! nothing if it is still dirty.
+//!
+//! # An add of a key already dirty takes no lock
+//! client-go's `Add` of a dirty key changes nothing (not even the metrics), but still takes
+//! the queue's lock; with several producers on a hot key the lock's cache line is what they
+//! wait on (issue 53). Here such an add reads without the lock ([`DedupFilter`]): a key added
+//! while it was dirty already (a duplicate that took the lock) is published in a cell picked
+//! by its hash, as a [`Hot`] entry holding the key and a `dirty` flag, and its slot keeps
+//! the entry (`Slot::extra`). Under the lock the flag follows the slot's: set where the slot
+//! becomes dirty (`make_dirty`), cleared where `get` takes it (`pop`); so an entry that
+//! says dirty is the entry of a key that is dirty. A later add finds the entry, sees the
+//! same key dirty and returns. A key whose cell holds another dirty key takes the lock as
+//! before; an entry replaced in its cell, or left there when its slot is freed (its flag
+//! false then, and never set again), misleads no add.
+//!
+//! What the lock gave that the read must keep: whoever `get`s the key after the add sees
+//! what the adder wrote before it. The add fences (`SeqCst`) before it reads the flag and
+//! `pop` fences after it clears it: of two such fences one comes first, so either the add
+//! sees the flag cleared (and takes the lock) or the `get` that cleared it sees the adder's
+//! writes (the store-buffering pattern; modelled in `tests/local/workqueue_loom.rs`).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,7 +38,10 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use super::shared::{Core, Discipline, FOREVER, Hooks, OnPark, Shared, Stamp, Wakeups};
+use super::sync::{AtomicBool, Cell, DEDUP_CELLS, fence};
 
 /// The queue's state, behind the one lock. In this order (`repr(C)`) the line, then the
 /// core's index and slots, sit on the lock's cache line and the next, as they did before the
@@ -30,7 +52,67 @@ use super::shared::{Core, Discipline, FOREVER, Hooks, OnPark, Shared, Stamp, Wak
 pub(crate) struct State<T> {
     /// Slots ready to hand out, oldest first.
     line: VecDeque<u32>,
-    core: Core<T, ()>,
+    core: Core<T, Option<Arc<Hot<T>>>>,
+}
+
+/// A key added again while it was dirty, published for adds that read without the lock
+/// (see the module docs). `key` and `hash` never change; `dirty` is written under the lock.
+pub(crate) struct Hot<T> {
+    key: T,
+    hash: u64,
+    dirty: AtomicBool,
+}
+
+/// The cells of [`Hot`] entries, one per hash bucket, read without the lock.
+pub(crate) struct DedupFilter<T> {
+    cells: Box<[Cell<Hot<T>>]>,
+}
+
+impl<T> Default for DedupFilter<T> {
+    fn default() -> Self {
+        DedupFilter {
+            cells: (0..DEDUP_CELLS).map(|_| Cell::empty()).collect(),
+        }
+    }
+}
+
+impl<T: Eq> DedupFilter<T> {
+    fn cell(&self, hash: u64) -> &Cell<Hot<T>> {
+        &self.cells[hash as usize & (DEDUP_CELLS - 1)]
+    }
+
+    /// Whether `item` is dirty, as far as its cell tells without the lock: `false` when the
+    /// cell holds another key or none (the caller then takes the lock).
+    #[inline]
+    pub(crate) fn holds_dirty(&self, hash: u64, item: &T) -> bool {
+        let cell = self.cell(hash).load();
+        let Some(hot) = cell.as_deref() else {
+            return false;
+        };
+        // Pairs with the fence in `State::pop` (module docs).
+        fence(Ordering::SeqCst);
+        hot.hash == hash && hot.dirty.load(Ordering::SeqCst) && hot.key == *item
+    }
+
+    /// Under the lock: publishes `key`, dirty, in its cell unless the cell holds another
+    /// dirty key; the entry, for its slot to keep.
+    fn publish(&self, hash: u64, key: T) -> Option<Arc<Hot<T>>> {
+        let cell = self.cell(hash);
+        if cell
+            .load()
+            .as_deref()
+            .is_some_and(|hot| hot.dirty.load(Ordering::Relaxed))
+        {
+            return None;
+        }
+        let hot = Arc::new(Hot {
+            key,
+            hash,
+            dirty: AtomicBool::new(true),
+        });
+        cell.store(Some(hot.clone()));
+        Some(hot)
+    }
 }
 
 /// Where an item is, as [`Shared::status`] sees it.
@@ -48,18 +130,19 @@ pub(crate) enum ItemStatus {
 
 impl<T> Discipline for State<T> {
     type Key = T;
-    type Extra = ();
+    type Extra = Option<Arc<Hot<T>>>;
+    type Filter = DedupFilter<T>;
     type Hooks = dyn Hooks;
     type Out = T;
     type Gauges = ();
     // client-go's `Get` hands out what is in line until none is left, shut down or not.
     const HANDS_OUT_AFTER_SHUTDOWN: bool = true;
 
-    fn core(&self) -> &Core<T, ()> {
+    fn core(&self) -> &Core<T, Self::Extra> {
         &self.core
     }
 
-    fn core_mut(&mut self) -> &mut Core<T, ()> {
+    fn core_mut(&mut self) -> &mut Core<T, Self::Extra> {
         &mut self.core
     }
 
@@ -72,7 +155,13 @@ impl<T> Discipline for State<T> {
     }
 
     fn pop(&mut self, _hooks: Option<&dyn Hooks>) -> Option<u32> {
-        self.line.pop_front()
+        let i = self.line.pop_front()?;
+        if let Some(hot) = &self.core.slots[i as usize].extra {
+            hot.dirty.store(false, Ordering::SeqCst);
+            // Pairs with the fence in `DedupFilter::holds_dirty` (module docs).
+            fence(Ordering::SeqCst);
+        }
+        Some(i)
     }
 
     fn out(&self, _i: u32, key: T) -> T {
@@ -95,15 +184,31 @@ impl<T> Discipline for State<T> {
 impl<T: Hash + Eq + Clone> Shared<State<T>> {
     /// Marks `item` dirty and puts it in line unless it is dirty or processing already.
     /// Ignored after shutdown. client-go: `Add`.
+    /// An add of a key that is dirty already returns without the lock when the key is
+    /// published in the filter, and publishes it when not (see the module docs).
     pub(crate) fn add(&self, item: T) {
         let hash = self.hash(&item);
+        if self.filter.holds_dirty(hash, &item) {
+            return;
+        }
         let mut state = self.state.lock();
         if state.core.shutting_down {
             return;
         }
-        let (i, _unused) = state.core.slot_for(hash, item);
-        let wake = state.make_dirty(i, self.hooks());
+        let (i, mut unused) = state.core.slot_for(hash, item);
+        let slot = &mut state.core.slots[i as usize];
+        let wake = if slot.dirty {
+            if slot.extra.is_none()
+                && let Some(key) = unused.take()
+            {
+                slot.extra = self.filter.publish(hash, key);
+            }
+            None
+        } else {
+            state.make_dirty(i, self.hooks())
+        };
         drop(state);
+        drop(unused);
         if let Some(w) = wake {
             w.wake();
         }
@@ -172,6 +277,9 @@ impl<T> State<T> {
             return None;
         }
         slot.dirty = true;
+        if let Some(hot) = &slot.extra {
+            hot.dirty.store(true, Ordering::Relaxed);
+        }
         if let Some(h) = hooks {
             h.added(&mut slot.added_at, self.core.epoch);
         }

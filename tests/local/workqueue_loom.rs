@@ -11,6 +11,9 @@
 //!
 //! What must hold in every interleaving:
 //! - an item added while a `get` parks is handed to a `get` (no lost wake-up);
+//! - an add that returns without the lock because its key is dirty (`state.rs`'s filter) is
+//!   seen by the `get` it merged into: a worker that does not see what the adder wrote before
+//!   the add finds the item back in line at `done`;
 //! - an item is never handed to two workers at once, and one added while processing comes
 //!   back after `done`;
 //! - a `get` that is woken and then cancelled passes the wake-up on;
@@ -42,6 +45,29 @@ mod sync {
 
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("the queue's lock is never poisoned")
+        }
+    }
+
+    pub(crate) use loom::sync::atomic::{AtomicBool, fence};
+
+    /// Two cells: enough for one key and a neighbour.
+    pub(crate) const DEDUP_CELLS: usize = 2;
+
+    /// A cell of the duplicate-add filter as loom sees it: a loom lock around the entry
+    /// (arc-swap is not modelled), so loom interleaves each read of a cell with its writes.
+    pub(crate) struct Cell<T>(loom::sync::Mutex<Option<std::sync::Arc<T>>>);
+
+    impl<T> Cell<T> {
+        pub(crate) fn empty() -> Self {
+            Cell(loom::sync::Mutex::new(None))
+        }
+
+        pub(crate) fn load(&self) -> Option<std::sync::Arc<T>> {
+            self.0.lock().expect("never poisoned").clone()
+        }
+
+        pub(crate) fn store(&self, value: Option<std::sync::Arc<T>>) {
+            *self.0.lock().expect("never poisoned") = value;
         }
     }
 }
@@ -138,6 +164,48 @@ fn two_workers_never_hold_one_item_and_a_readd_comes_back() {
         assert_eq!(last, Some(1));
         q.done(&1);
         assert_eq!(loom::future::block_on(q.get(None)), None);
+        assert_empty(&q);
+    });
+}
+
+#[test]
+fn a_duplicate_add_without_the_lock_is_seen_by_the_get_it_merges_into() {
+    model(|| {
+        let q = queue();
+        q.add(1);
+        q.add(1); // a duplicate under the lock: publishes 1 in the filter
+        let written = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let producer = {
+            let (q, written) = (q.clone(), written.clone());
+            thread::spawn(move || {
+                written.store(1, Ordering::Relaxed);
+                q.add(1);
+            })
+        };
+        let worker = {
+            let (q, written) = (q.clone(), written.clone());
+            thread::spawn(move || {
+                let item = loom::future::block_on(q.get(None)).expect("not shut down");
+                let seen = written.load(Ordering::Relaxed);
+                q.done(&item);
+                seen
+            })
+        };
+        producer.join().unwrap();
+        let seen = worker.join().unwrap();
+        if seen == 0 {
+            q.inspect(|s| {
+                assert_eq!(
+                    s.line_len(),
+                    1,
+                    "the worker missed the adder's write and the add was merged away"
+                )
+            });
+        }
+        q.shutdown(false);
+        while let Some(item) = loom::future::block_on(q.get(None)) {
+            q.done(&item);
+        }
         assert_empty(&q);
     });
 }
