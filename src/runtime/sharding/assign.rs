@@ -20,8 +20,15 @@ pub fn member_lease_name(ring: &str, identity: &str) -> String {
 /// computes the same answer. Each member gets `shards / members` shards, the first
 /// `shards % members` of them (those holding most now, then by identity) one more; a shard
 /// stays with its holder while the holder is within its share, so shards only move to even
-/// the load; the others go, in order, to the member with the most room left (ties by
-/// identity). `None` for every shard if there are no members.
+/// the load; the others go to their home member if it has room (shard `i`'s home is the
+/// `i mod members`-th member by identity), then, in order, to the member with the most room
+/// left (ties by identity). `None` for every shard if there are no members.
+///
+/// Homes make the assignment the same in views that differ only by shards taken at home:
+/// replicas that start together and acquire their shards one by one see each other's
+/// acquisitions at different moments, and without homes each such view filled the free
+/// shards differently, so replicas contended for (and listed) shards that then moved on
+/// (`hack/bench-shard-watches`, 2026-11-30: two rounds of three).
 pub fn assign(shards: u32, members: &[String], holders: &[Option<String>]) -> Vec<Option<String>> {
     let mut members: Vec<&String> = members.iter().collect();
     members.sort();
@@ -49,6 +56,16 @@ pub fn assign(shards: u32, members: &[String], holders: &[Option<String>]) -> Ve
         {
             *left -= 1;
             owners[shard] = Some(holder.clone());
+        }
+    }
+    for (shard, owner) in owners.iter_mut().enumerate() {
+        let home = members[shard % members.len()];
+        if owner.is_none()
+            && let Some(left) = room.get_mut(home)
+            && *left > 0
+        {
+            *left -= 1;
+            *owner = Some(home.clone());
         }
     }
     for owner in owners.iter_mut().filter(|o| o.is_none()) {

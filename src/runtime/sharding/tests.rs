@@ -73,6 +73,28 @@ fn assign_gives_every_member_its_fair_share() {
     assert_eq!(assign(3, &[], &[None, None, None]), vec![None::<String>; 3]);
 }
 
+// kubeloop's own (issue 51): replicas starting together see each other's first
+// acquisitions at different moments; every such view (each member holding any part of its
+// home shards) must give the same assignment, or a replica contends for a shard it then
+// hands over, listing it for nothing.
+#[test]
+fn views_that_differ_by_shards_taken_at_home_assign_alike() {
+    let members = ids(&["r0", "r1", "r2", "r3"]);
+    let none = vec![None; 20];
+    let canonical = assign(20, &members, &none);
+    for (shard, owner) in canonical.iter().enumerate() {
+        assert_eq!(owner.as_deref(), Some(members[shard % 4].as_str()));
+    }
+    // Every subset of shards already taken by their homes, by a simple enumeration: shard
+    // i is taken in view v when bit (i mod 16) of v is set.
+    for v in 0u32..(1 << 16) {
+        let holders: Vec<Option<String>> = (0..20)
+            .map(|i| (v >> (i % 16) & 1 == 1).then(|| members[i % 4].clone()))
+            .collect();
+        assert_eq!(assign(20, &members, &holders), canonical, "view {v:#06x}");
+    }
+}
+
 #[test]
 fn assign_moves_only_what_evens_the_load() {
     let a_holds_all = vec![Some("a".to_string()); 6];
