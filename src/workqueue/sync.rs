@@ -17,4 +17,4 @@ pub(super) use std::sync::atomic::{AtomicBool, fence};
 pub(super) type Cell<T> = arc_swap::ArcSwapOption<T>;
 
 /// How many cells the plain queue's duplicate-add filter has (a power of two).
-pub(super) const DEDUP_CELLS: usize = 256;
+pub(super) const DEDUP_CELLS: usize = 1024;

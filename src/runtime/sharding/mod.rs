@@ -23,8 +23,9 @@
 //! its `leaseDurationSeconds` by this process's clock since the replica saw it change. From
 //! the live members and the live holders it computes the same assignment every other replica
 //! with the same view computes ([`assign`]: each member gets its fair share, `shards / members`
-//! rounded up or down; a shard stays with a live holder within its share; the rest go to the
-//! members with the most room). It then runs an elector for each shard assigned to it and stops
+//! rounded up or down; a shard stays with a live holder within its share; the rest go to their
+//! home member, the `i mod members`-th by identity, while it has room, then to the members
+//! with the most room). It then runs an elector for each shard assigned to it and stops
 //! the elector of each shard it holds that is assigned elsewhere.
 //!
 //! Safety does not rest on the assignment (views differ for a moment while a replica joins or
