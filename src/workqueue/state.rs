@@ -34,11 +34,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
-
-use std::sync::atomic::Ordering;
 
 use super::shared::{Core, Discipline, FOREVER, Hooks, OnPark, Shared, Stamp, Wakeups};
 use super::sync::{AtomicBool, Cell, DEDUP_CELLS, fence};
@@ -63,29 +62,34 @@ pub(crate) struct Hot<T> {
     dirty: AtomicBool,
 }
 
-/// The cells of [`Hot`] entries, one per hash bucket, read without the lock.
+/// The cells of [`Hot`] entries, one per hash bucket, read without the lock; made at the
+/// first publish, so a queue that never sees a duplicate of a dirty key has none to read,
+/// fill or drop (an arc-swap cell's drop visits every thread's debt list).
 pub(crate) struct DedupFilter<T> {
-    cells: Box<[Cell<Hot<T>>]>,
+    cells: OnceLock<Box<[Cell<Hot<T>>]>>,
 }
 
 impl<T> Default for DedupFilter<T> {
     fn default() -> Self {
         DedupFilter {
-            cells: (0..DEDUP_CELLS).map(|_| Cell::empty()).collect(),
+            cells: OnceLock::new(),
         }
     }
 }
 
-impl<T: Eq> DedupFilter<T> {
-    fn cell(&self, hash: u64) -> &Cell<Hot<T>> {
-        &self.cells[hash as usize & (DEDUP_CELLS - 1)]
-    }
+fn cell<T>(cells: &[Cell<Hot<T>>], hash: u64) -> &Cell<Hot<T>> {
+    &cells[hash as usize & (DEDUP_CELLS - 1)]
+}
 
+impl<T: Eq> DedupFilter<T> {
     /// Whether `item` is dirty, as far as its cell tells without the lock: `false` when the
     /// cell holds another key or none (the caller then takes the lock).
     #[inline]
     pub(crate) fn holds_dirty(&self, hash: u64, item: &T) -> bool {
-        let cell = self.cell(hash).load();
+        let Some(cells) = self.cells.get() else {
+            return false;
+        };
+        let cell = cell(cells, hash).load();
         let Some(hot) = cell.as_deref() else {
             return false;
         };
@@ -97,7 +101,10 @@ impl<T: Eq> DedupFilter<T> {
     /// Under the lock: publishes `key`, dirty, in its cell unless the cell holds another
     /// dirty key; the entry, for its slot to keep.
     fn publish(&self, hash: u64, key: T) -> Option<Arc<Hot<T>>> {
-        let cell = self.cell(hash);
+        let cells = self
+            .cells
+            .get_or_init(|| (0..DEDUP_CELLS).map(|_| Cell::empty()).collect());
+        let cell = cell(cells, hash);
         if cell
             .load()
             .as_deref()
