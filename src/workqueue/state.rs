@@ -19,9 +19,9 @@
 //! while it was dirty already (a duplicate that took the lock) is published in a cell picked
 //! by its hash, as a [`Hot`] entry holding the key and a `dirty` flag; the slot is marked
 //! (`Slot::extra`) and the entry kept beside the slots (`State::hot`), so a slot stays 64
-//! bytes (with the entry in it, 72: the rate-limited row ran 38% slower). Under the lock the flag follows the slot's: set where the slot
-//! becomes dirty (`make_dirty`), cleared where `get` takes it (`pop`); so an entry that
-//! says dirty is the entry of a key that is dirty. A later add finds the entry, sees the
+//! bytes (with the entry in it, 72: the rate-limited row ran 38% slower). Under the lock the
+//! flag follows the slot's: set where the slot becomes dirty (`make_dirty`), cleared where
+//! `get` takes it (`pop`); so an entry that says dirty is the entry of a key that is dirty. A later add finds the entry, sees the
 //! same key dirty and returns. A key whose cell holds another dirty key takes the lock as
 //! before; an entry replaced in its cell, or left there when its slot is freed (its flag
 //! false then, and never set again), misleads no add.
@@ -52,9 +52,10 @@ use super::sync::{AtomicBool, Cell, DEDUP_CELLS, fence};
 pub(crate) struct State<T> {
     /// Slots ready to hand out, oldest first.
     line: VecDeque<u32>,
-    /// A slot's `extra` says its key is published; its entry is here, by slot number (an
-    /// entry left by a freed slot stays until the slot publishes again).
+    /// A slot's `extra`: its key is published, its entry in `hot`.
     core: Core<T, bool>,
+    /// Published entries by slot number (one left by a freed slot stays until that slot
+    /// publishes again).
     hot: Vec<Option<Arc<Hot<T>>>>,
 }
 
@@ -195,6 +196,7 @@ impl<T> Discipline for State<T> {
 impl<T: Hash + Eq + Clone> Shared<State<T>> {
     /// Marks `item` dirty and puts it in line unless it is dirty or processing already.
     /// Ignored after shutdown. client-go: `Add`.
+    ///
     /// An add of a key that is dirty already returns without the lock when the key is
     /// published in the filter, and publishes it when not (see the module docs).
     pub(crate) fn add(&self, item: T) {
