@@ -305,11 +305,6 @@ impl<T> State<T> {
     /// Inlined into the add under the lock, as `Core::slot_for`.
     #[inline(always)]
     fn make_dirty(&mut self, i: u32, hooks: Option<&dyn Hooks>) -> Option<Waker> {
-        if let Some(hot) = self.published(i)
-            && !self.core.slots[i as usize].dirty
-        {
-            hot.dirty.store(true, Ordering::Relaxed);
-        }
         let slot = &mut self.core.slots[i as usize];
         if slot.dirty {
             return None;
@@ -318,7 +313,11 @@ impl<T> State<T> {
         if let Some(h) = hooks {
             h.added(&mut slot.added_at, self.core.epoch);
         }
-        if slot.processing {
+        let processing = slot.processing;
+        if let Some(hot) = self.published(i) {
+            hot.dirty.store(true, Ordering::Relaxed);
+        }
+        if processing {
             return None;
         }
         self.line.push_back(i);

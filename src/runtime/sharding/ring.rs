@@ -203,7 +203,7 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
             }
             Ok(leases) => {
                 let now = Instant::now();
-                let mut members = vec![me.clone()];
+                // Every live member (this replica included) and how it splits keys.
                 let mut member_layouts = BTreeMap::from([(me.clone(), layout.clone())]);
                 let mut holders: Vec<Option<String>> = vec![None; config.shards as usize];
                 let mut shard_leases: HashMap<u32, (LeaderElectionRecord, Instant)> =
@@ -220,7 +220,6 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                         RingRole::Member => {
                             if live {
                                 let holder = &lease.record.holder_identity;
-                                members.push(holder.clone());
                                 if *holder != me {
                                     member_layouts.insert(
                                         holder.clone(),
@@ -243,12 +242,14 @@ async fn run_ring<R: RingStore>(ring: ShardRing<R>, ctx: RingContext, stop: Canc
                         RingRole::Shard(_) => {}
                     }
                 }
-                members.sort();
-                members.dedup();
                 // Replicas that split keys otherwise are no members of this ring; a
                 // replica outvoted on its layout takes nothing and gives back what it holds.
                 let refused = layouts.judge(&ctx.controller, &me, &layout, &member_layouts);
-                members.retain(|m| member_layouts.get(m) == Some(&layout));
+                let members: Vec<String> = member_layouts
+                    .iter()
+                    .filter(|(_, l)| **l == layout)
+                    .map(|(m, _)| m.clone())
+                    .collect();
                 let strangers_hold = holders
                     .iter()
                     .flatten()
