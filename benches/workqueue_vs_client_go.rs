@@ -401,7 +401,7 @@ fn client_go_benchmark_queue<K: Key>() -> Work {
             let q: Queue<K> = Queue::new();
             let start = Instant::now();
             for key in k.iter() {
-                q.add(key.clone());
+                q.add_ref(key);
                 let item = q.get().await.unwrap();
                 q.done(&item);
                 handed_out += 1;
@@ -449,7 +449,7 @@ async fn single_add_get_done<K: Key>(q: Queue<K>) -> Work {
     let mut handed_out = 0;
     let start = Instant::now();
     for i in 0..n {
-        q.add(k[i % 1000].clone());
+        q.add_ref(&k[i % 1000]);
         let item = q.get().await.unwrap();
         q.done(&item);
         handed_out += 1;
@@ -473,7 +473,7 @@ fn single_batch<K: Key>() -> Work {
         let start = Instant::now();
         for _ in 0..rounds {
             for key in k.iter() {
-                q.add(key.clone());
+                q.add_ref(key);
             }
             for _ in 0..k.len() {
                 let item = q.get().await.unwrap();
@@ -534,7 +534,7 @@ async fn contended<K: Key>(q: Queue<K>, p: usize, w: usize) -> Work {
             let k = k.clone();
             tokio::spawn(async move {
                 for (c, j) in (i..n).step_by(p).enumerate() {
-                    q.add(k[j].clone());
+                    q.add_ref(&k[j]);
                     pace(c).await;
                 }
             })
@@ -570,7 +570,7 @@ async fn dedup<K: Key>(q: Queue<K>) -> Work {
             let k = k.clone();
             tokio::spawn(async move {
                 for j in 0..adds_each {
-                    q.add(k[(i * 7 + j) % 100].clone());
+                    q.add_ref(&k[(i * 7 + j) % 100]);
                     pace(j).await;
                 }
             })

@@ -133,6 +133,18 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> Queue<T> {
         self.shared.add(item);
     }
 
+    /// [`add`](Self::add) for a caller that keeps its key: the queue clones `item` only when
+    /// it must keep a copy (a key it does not track yet). An add of a key already in line
+    /// then costs no clone, and no lock (see `state.rs`); with `add(key.clone())` every add
+    /// pays a clone and a drop, an allocation for a `String`. Rust's counterpart of Go's
+    /// `Add(key)`, which copies a string header and never the text.
+    pub fn add_ref(&self, item: &T) {
+        if crate::trace::on() {
+            self.trace_add(item);
+        }
+        self.shared.add_ref(item);
+    }
+
     /// Records an add for a process that follows keys (see [`crate::trace`]): whether the key
     /// goes into line, is merged with a queued one, or waits for its worker's `done`. Called
     /// before the add (a worker woken by it records its take right away) and with a borrow,
@@ -281,6 +293,44 @@ mod tests {
             q.shared.inspect(|s| s.core().tracked() == 0),
             "finished items are forgotten"
         );
+    }
+
+    /// A key that counts its clones.
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct Counted(&'static str);
+
+    static CLONES: AtomicUsize = AtomicUsize::new(0);
+
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            CLONES.fetch_add(1, Ordering::Relaxed);
+            Counted(self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn add_ref_clones_a_key_only_when_the_queue_keeps_it() {
+        let clones = || CLONES.load(Ordering::Relaxed);
+        let q = Queue::new();
+        let key = Counted("a");
+        q.add_ref(&key);
+        assert_eq!(clones(), 1, "a new key is kept: one clone");
+        q.add_ref(&key); // in line: merged under the lock, and published (a second clone)
+        assert_eq!(clones(), 2);
+        for _ in 0..3 {
+            q.add_ref(&key);
+        }
+        assert_eq!(clones(), 2, "adds of a key in line clone nothing");
+        let item = q.get().await.unwrap(); // `get` hands out a clone
+        assert_eq!(clones(), 3);
+        q.add_ref(&key); // processing: dirty again, with the slot's own copy
+        assert_eq!(clones(), 3);
+        q.done(&item);
+        assert_eq!(q.len(), 1, "an add_ref while processing comes back at done");
+        let again = q.get().await.unwrap();
+        q.done(&again);
+        assert_eq!(q.len(), 0);
+        assert!(q.shared.inspect(|s| s.core().tracked() == 0));
     }
 
     // client-go: TestCollapse

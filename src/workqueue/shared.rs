@@ -688,25 +688,58 @@ impl<T, X: Default> Core<T, X> {
     }
 }
 
-impl<T: Hash + Eq, X: Default> Core<T, X> {
-    /// The slot of `item`, occupied for it if the queue does not track it; and the caller's
-    /// copy of a key the queue had already (to drop after unlocking). Always inlined: it runs
-    /// under the lock, and as a call it lengthened the critical section enough that the
-    /// contended dedup row ran 16% slower (measured 2026-11-29).
+/// An item as an add receives it: owned (`T`), or borrowed (`&T`) and cloned only when the
+/// queue keeps it. A type parameter, not a `Cow`: the owned add compiles to what it was,
+/// with no variant to test in the probe's comparison.
+pub(crate) trait ItemArg<T> {
+    fn item(&self) -> &T;
+    fn into_item(self) -> T;
+}
+
+impl<T> ItemArg<T> for T {
     #[inline(always)]
-    pub(crate) fn slot_for(&mut self, hash: u64, item: T) -> (u32, Option<T>) {
+    fn item(&self) -> &T {
+        self
+    }
+
+    #[inline(always)]
+    fn into_item(self) -> T {
+        self
+    }
+}
+
+impl<T: Clone> ItemArg<T> for &T {
+    #[inline(always)]
+    fn item(&self) -> &T {
+        self
+    }
+
+    #[inline(always)]
+    fn into_item(self) -> T {
+        self.clone()
+    }
+}
+
+impl<T: Hash + Eq, X: Default> Core<T, X> {
+    /// The slot of `item`, occupied for it if the queue does not track it (a borrowed key is
+    /// cloned then, and only then); and the caller's copy of a key the queue had already (to
+    /// drop after unlocking). Always inlined: it runs under the lock, and as a call it
+    /// lengthened the critical section enough that the contended dedup row ran 16% slower
+    /// (measured 2026-11-29).
+    #[inline(always)]
+    pub(crate) fn slot_for<A: ItemArg<T>>(&mut self, hash: u64, item: A) -> (u32, Option<A>) {
         let next = self.next_slot();
         let slots = &self.slots;
         let entry = self.index.entry(
             hash,
-            |&i| slots[i as usize].key.as_ref() == Some(&item),
+            |&i| slots[i as usize].key.as_ref() == Some(item.item()),
             |&i| slots[i as usize].hash,
         );
         match entry {
             Entry::Occupied(e) => (*e.get(), Some(item)),
             Entry::Vacant(e) => {
                 e.insert(next);
-                (self.occupy(item, hash), None)
+                (self.occupy(item.into_item(), hash), None)
             }
         }
     }

@@ -40,7 +40,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
-use super::shared::{Core, Discipline, FOREVER, Hooks, OnPark, Shared, Stamp, Wakeups};
+use super::shared::{Core, Discipline, FOREVER, Hooks, ItemArg, OnPark, Shared, Stamp, Wakeups};
 use super::sync::{AtomicBool, Cell, DEDUP_CELLS, fence};
 
 /// The queue's state, behind the one lock. In this order (`repr(C)`) the line, then the
@@ -104,8 +104,9 @@ impl<T: Eq> DedupFilter<T> {
     }
 
     /// Under the lock: publishes `key`, dirty, in its cell unless the cell holds another
-    /// dirty key; the entry, for its slot to keep.
-    fn publish(&self, hash: u64, key: T) -> Option<Arc<Hot<T>>> {
+    /// dirty key (a borrowed key is cloned only to be published); the entry, for its slot to
+    /// keep.
+    fn publish(&self, hash: u64, key: impl ItemArg<T>) -> Option<Arc<Hot<T>>> {
         let cells = self
             .cells
             .get_or_init(|| (0..DEDUP_CELLS).map(|_| Cell::empty()).collect());
@@ -118,7 +119,7 @@ impl<T: Eq> DedupFilter<T> {
             return None;
         }
         let hot = Arc::new(Hot {
-            key,
+            key: key.into_item(),
             hash,
             dirty: AtomicBool::new(true),
         });
@@ -200,8 +201,19 @@ impl<T: Hash + Eq + Clone> Shared<State<T>> {
     /// An add of a key that is dirty already returns without the lock when the key is
     /// published in the filter, and publishes it when not (see the module docs).
     pub(crate) fn add(&self, item: T) {
-        let hash = self.hash(&item);
-        if self.filter.holds_dirty(hash, &item) {
+        self.add_item(item);
+    }
+
+    /// [`add`](Self::add) of a borrowed key, cloned only if the queue keeps it: a key it
+    /// does not track yet, or one it publishes.
+    pub(crate) fn add_ref(&self, item: &T) {
+        self.add_item(item);
+    }
+
+    #[inline(always)]
+    fn add_item(&self, item: impl ItemArg<T>) {
+        let hash = self.hash(item.item());
+        if self.filter.holds_dirty(hash, item.item()) {
             return;
         }
         let mut state = self.state.lock();
