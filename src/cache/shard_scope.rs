@@ -191,7 +191,7 @@ impl ShardScope {
     /// or later and handed that list to its store. A list-watch made on the scope but never
     /// run is not waited for.
     pub async fn listed(&self, generation: u64) {
-        let mut rx = self.inner.changed.subscribe();
+        let mut rx = self.changes();
         loop {
             rx.borrow_and_update();
             let done = {
@@ -223,6 +223,13 @@ impl ShardScope {
         shards: impl IntoIterator<Item = &'a u32>,
     ) -> Option<ShardSelector> {
         selector_of(&self.inner.bounds, &shards.into_iter().copied().collect())
+    }
+
+    /// A receiver that sees every change of the scope: of the held shards, or of a
+    /// list-watch's listed generation (its value counts them). To wait for a condition on the
+    /// scope without polling: mark the receiver seen, check, then await `changed()`.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changed.subscribe()
     }
 
     /// The current generation: it moves on with each change of the held shards (what
@@ -368,5 +375,19 @@ mod tests {
             .expect("listed resolves once both listed")
             .unwrap();
         drop(never_run);
+    }
+
+    #[test]
+    fn changes_sees_each_change_of_the_held_shards_and_none_without_one() {
+        let scope = ShardScope::namespaces(2).unwrap();
+        let mut changes = scope.changes();
+        assert!(!changes.has_changed().unwrap());
+        scope.hold(0);
+        assert!(changes.has_changed().unwrap(), "a shard taken");
+        changes.borrow_and_update();
+        scope.hold(0);
+        assert!(!changes.has_changed().unwrap(), "held already: no change");
+        scope.release(0);
+        assert!(changes.has_changed().unwrap(), "a shard given up");
     }
 }
