@@ -134,10 +134,11 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> Queue<T> {
     }
 
     /// [`add`](Self::add) for a caller that keeps its key: the queue clones `item` only when
-    /// it must keep a copy (a key it does not track yet). An add of a key already in line
-    /// then costs no clone, and no lock (see `state.rs`); with `add(key.clone())` every add
-    /// pays a clone and a drop, an allocation for a `String`. Rust's counterpart of Go's
-    /// `Add(key)`, which copies a string header and never the text.
+    /// it must keep a copy (a key it does not track yet, or once when it publishes a queued
+    /// key for adds without the lock). An add of a key already in line then costs no clone,
+    /// and no lock (see `state.rs`); with `add(key.clone())` every add pays a clone and a
+    /// drop, an allocation for a `String`. Rust's counterpart of Go's `Add(key)`, which
+    /// copies a string header and never the text.
     pub fn add_ref(&self, item: &T) {
         if crate::trace::on() {
             self.trace_add(item);
