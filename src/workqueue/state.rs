@@ -21,10 +21,10 @@
 //! (`Slot::extra`) and the entry kept beside the slots (`State::hot`), so a slot stays 64
 //! bytes (with the entry in it, 72: the rate-limited row ran 38% slower). Under the lock the
 //! flag follows the slot's: set where the slot becomes dirty (`make_dirty`), cleared where
-//! `get` takes it (`pop`); so an entry that says dirty is the entry of a key that is dirty. A later add finds the entry, sees the
-//! same key dirty and returns. A key whose cell holds another dirty key takes the lock as
-//! before; an entry replaced in its cell, or left there when its slot is freed (its flag
-//! false then, and never set again), misleads no add.
+//! `get` takes it (`pop`); so an entry that says dirty is the entry of a key that is dirty.
+//! A later add finds the entry, sees the same key dirty and returns. A key whose cell holds
+//! another dirty key takes the lock as before; an entry replaced in its cell, or left there
+//! when its slot is freed (its flag false then, and never set again), misleads no add.
 //!
 //! What the lock gave that the read must keep: whoever `get`s the key after the add sees
 //! what the adder wrote before it. The add fences (`SeqCst`) before it reads the flag and
