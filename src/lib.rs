@@ -154,7 +154,8 @@
 //! ```
 
 #![warn(missing_docs)]
-// `unsafe` only where a module allows it (protobuf's `made.rs`, the QEMU driver's libc calls),
+// `unsafe` only where a module allows it (protobuf's `made.rs`, the QEMU driver's libc calls,
+// the workqueue's epoch-reclaimed cell in `workqueue/sync.rs`),
 // each block with a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, denied in the
 // workspace's lints). `forbid` would not let those modules allow it.
 #![deny(unsafe_code)]

@@ -48,6 +48,8 @@ mod rate_limiters;
 mod rate_limiting_queue;
 mod shared;
 mod state;
+// crossbeam-epoch's cell: `unsafe` blocks with `// SAFETY:` comments.
+#[allow(unsafe_code)]
 mod sync;
 
 pub use delaying_queue::DelayingQueue;

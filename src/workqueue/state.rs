@@ -69,7 +69,7 @@ pub(crate) struct Hot<T> {
 
 /// The cells of [`Hot`] entries, one per hash bucket, read without the lock; made at the
 /// first publish, so a queue that never sees a duplicate of a dirty key has none to read,
-/// fill or drop (an arc-swap cell's drop visits every thread's debt list).
+/// fill or drop.
 pub(crate) struct DedupFilter<T> {
     cells: OnceLock<Box<[Cell<Hot<T>>]>>,
 }
@@ -86,7 +86,7 @@ fn cell<T>(cells: &[Cell<Hot<T>>], hash: u64) -> &Cell<Hot<T>> {
     &cells[hash as usize & (DEDUP_CELLS - 1)]
 }
 
-impl<T: Eq> DedupFilter<T> {
+impl<T: Eq + Send + Sync + 'static> DedupFilter<T> {
     /// Whether `item` is dirty, as far as its cell tells without the lock: `false` when the
     /// cell holds another key or none (the caller then takes the lock).
     #[inline]
@@ -94,13 +94,14 @@ impl<T: Eq> DedupFilter<T> {
         let Some(cells) = self.cells.get() else {
             return false;
         };
-        let cell = cell(cells, hash).load();
-        let Some(hot) = cell.as_deref() else {
-            return false;
-        };
-        // Pairs with the fence in `State::pop` (module docs).
-        fence(Ordering::SeqCst);
-        hot.hash == hash && hot.dirty.load(Ordering::SeqCst) && hot.key == *item
+        cell(cells, hash).read(|hot| {
+            let Some(hot) = hot else {
+                return false;
+            };
+            // Pairs with the fence in `State::pop` (module docs).
+            fence(Ordering::SeqCst);
+            hot.hash == hash && hot.dirty.load(Ordering::SeqCst) && hot.key == *item
+        })
     }
 
     /// Under the lock: publishes `key`, dirty, in its cell unless the cell holds another
@@ -111,11 +112,7 @@ impl<T: Eq> DedupFilter<T> {
             .cells
             .get_or_init(|| (0..DEDUP_CELLS).map(|_| Cell::empty()).collect());
         let cell = cell(cells, hash);
-        if cell
-            .load()
-            .as_deref()
-            .is_some_and(|hot| hot.dirty.load(Ordering::Relaxed))
-        {
+        if cell.read(|hot| hot.is_some_and(|hot| hot.dirty.load(Ordering::Relaxed))) {
             return None;
         }
         let hot = Arc::new(Hot {
@@ -194,7 +191,7 @@ impl<T> Discipline for State<T> {
     fn set_gauges(_hooks: &dyn Hooks, _gauges: ()) {}
 }
 
-impl<T: Hash + Eq + Clone> Shared<State<T>> {
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> Shared<State<T>> {
     /// Marks `item` dirty and puts it in line unless it is dirty or processing already.
     /// Ignored after shutdown. client-go: `Add`.
     ///

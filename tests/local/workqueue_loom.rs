@@ -54,7 +54,7 @@ mod sync {
     pub(crate) const DEDUP_CELLS: usize = 2;
 
     /// A cell of the duplicate-add filter as loom sees it: a loom lock around the entry
-    /// (arc-swap is not modelled), so loom interleaves each read of a cell with its writes.
+    /// (crossbeam-epoch is not modelled), so loom interleaves each read of a cell with its writes.
     pub(crate) struct Cell<T>(loom::sync::Mutex<Option<std::sync::Arc<T>>>);
 
     impl<T> Cell<T> {
@@ -62,8 +62,9 @@ mod sync {
             Cell(loom::sync::Mutex::new(None))
         }
 
-        pub(crate) fn load(&self) -> Option<std::sync::Arc<T>> {
-            self.0.lock().expect("never poisoned").clone()
+        pub(crate) fn read<R>(&self, f: impl FnOnce(Option<&T>) -> R) -> R {
+            let entry = self.0.lock().expect("never poisoned").clone();
+            f(entry.as_deref())
         }
 
         pub(crate) fn store(&self, value: Option<std::sync::Arc<T>>) {
