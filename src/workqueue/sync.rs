@@ -10,6 +10,7 @@
 //! `cell.store(Option<Arc<T>>)`, on crossbeam-epoch here (a read keeps the entry it read
 //! alive while it is compared), a `Mutex` of loom's in the model.
 
+use std::marker::PhantomData;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -27,12 +28,15 @@ pub(super) use std::sync::atomic::{AtomicBool, fence};
 pub(super) struct Cell<T> {
     /// `Arc::into_raw` of the entry, or null.
     entry: AtomicPtr<T>,
+    /// The cell owns an `Arc<T>`: it is `Send` and `Sync` only when that is.
+    _owns: PhantomData<Arc<T>>,
 }
 
 impl<T> Cell<T> {
     pub(super) fn empty() -> Self {
         Cell {
             entry: AtomicPtr::new(ptr::null_mut()),
+            _owns: PhantomData,
         }
     }
 
