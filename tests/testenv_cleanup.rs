@@ -50,7 +50,7 @@ fn start_cluster_process(args: &[&str]) -> (ManagedProcess, Vec<u32>, std::path:
 
 #[test]
 fn components_die_with_a_sigkilled_parent() {
-    let (mut child, pids, _) = start_cluster_process(&["--full"]);
+    let (mut child, pids, dir) = start_cluster_process(&["--full"]);
     // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
     assert_eq!(
         pids.len(),
@@ -76,6 +76,9 @@ fn components_die_with_a_sigkilled_parent() {
             }
         },
     );
+    // A SIGKILLed parent cannot remove its working directory; the test does, so that runs of
+    // the suite do not pile clusters' data up in /tmp.
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
 }
 
 #[test]
