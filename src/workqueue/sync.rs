@@ -24,7 +24,7 @@ pub(super) use std::sync::atomic::{AtomicBool, fence};
 ///
 /// arc-swap did this before (2026-11-30): a read there took three locked instructions
 /// (its debt slot's store and release, and the filter's fence after it), here two (the pin
-/// and the fence), which is most of what an add of a dirty key costs (benches/README.md).
+/// and the fence); they were about a quarter of the dedup row's samples (benches/README.md).
 pub(super) struct Cell<T> {
     /// `Arc::into_raw` of the entry, or null.
     entry: AtomicPtr<T>,
