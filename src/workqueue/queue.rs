@@ -231,6 +231,28 @@ mod tests {
     use super::*;
     use crate::workqueue::shared::Discipline;
 
+    /// The slot arena and the delaying heap grow fourfold: each time an add finds one full,
+    /// it makes room for four times its length (doubling copies twice as often, every copy
+    /// into pages the process has not touched yet).
+    #[test]
+    fn the_slot_arena_and_the_delaying_heap_grow_fourfold() {
+        use crate::workqueue::shared::Core;
+        let mut core = Core::<usize, ()>::new();
+        let at = core.now();
+        let mut growths = 0;
+        for k in 0..10_000 {
+            let before = (core.slots.capacity(), core.waiting_capacity());
+            let (i, _) = core.slot_for(k as u64, k);
+            core.wait_until(i, at);
+            let after = (core.slots.capacity(), core.waiting_capacity());
+            if k > 0 && after != before {
+                assert_eq!(after, (4 * k, 4 * k), "grew at length {k}");
+                growths += 1;
+            }
+        }
+        assert_eq!(growths, 6, "from room for 4 to room for 16384");
+    }
+
     // client-go: TestLen
     #[tokio::test]
     async fn len_counts_distinct_waiting_items() {
