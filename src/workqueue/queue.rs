@@ -232,8 +232,8 @@ mod tests {
     use crate::workqueue::shared::Discipline;
 
     /// The slot arena and the delaying heap grow fourfold: each time an add finds one full,
-    /// it makes room for four times its length (doubling copies twice as often, every copy
-    /// into pages the process has not touched yet).
+    /// it makes room for four times its length (doubling grows twice as often and copies
+    /// three times as much, every copy into pages the process has not touched yet).
     #[test]
     fn the_slot_arena_and_the_delaying_heap_grow_fourfold() {
         use crate::workqueue::shared::Core;
