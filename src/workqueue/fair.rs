@@ -131,6 +131,17 @@ pub(crate) fn insert_by_order(items: &mut VecDeque<(u64, u32)>, order: u64, slot
     }
 }
 
+/// The front member of `ring` has had its turn: it goes to the back if it `stays` (it has
+/// ready items left; in a ring of one that is where it is already), out of the ring if not.
+fn take_turn(ring: &mut VecDeque<u32>, stays: bool) {
+    if !stays {
+        ring.pop_front();
+    } else if ring.len() > 1 {
+        let member = ring.pop_front().expect("not empty");
+        ring.push_back(member);
+    }
+}
+
 /// The root node: items without keys, and the first level of keys.
 const ROOT: u32 = 0;
 
@@ -225,34 +236,28 @@ impl FairLine {
             .copied()
     }
 
-    /// The node of `keys`, created (empty) where missing.
-    fn node_of(&mut self, keys: &[&str]) -> u32 {
-        let mut at = ROOT;
-        for key in keys {
-            let hash = self.hash_of(at, key);
-            at = match self.find_hashed(hash, at, key) {
-                Some(child) => child,
-                None => {
-                    let node = Node::new(at, (*key).into(), hash);
-                    let child = match self.free.pop() {
-                        Some(free) => {
-                            self.nodes[free as usize] = node;
-                            free
-                        }
-                        None => {
-                            self.nodes.push(node);
-                            u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 keys")
-                        }
-                    };
-                    let nodes = &self.nodes;
-                    self.children
-                        .insert_unique(hash, child, |&n| nodes[n as usize].hash);
-                    self.idle += 1;
-                    child
-                }
-            };
+    /// The child of `parent` for `key`, created (empty, idle) if missing.
+    fn child(&mut self, parent: u32, key: &str) -> u32 {
+        let hash = self.hash_of(parent, key);
+        if let Some(child) = self.find_hashed(hash, parent, key) {
+            return child;
         }
-        at
+        let node = Node::new(parent, key.into(), hash);
+        let child = match self.free.pop() {
+            Some(free) => {
+                self.nodes[free as usize] = node;
+                free
+            }
+            None => {
+                self.nodes.push(node);
+                u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 keys")
+            }
+        };
+        let nodes = &self.nodes;
+        self.children
+            .insert_unique(hash, child, |&n| nodes[n as usize].hash);
+        self.idle += 1;
+        child
     }
 
     /// The node of `keys`, if it exists.
@@ -263,27 +268,24 @@ impl FairLine {
     /// Puts `slot` in the line of `keys` at `order` (usually the back). A key that had no
     /// ready item joins the back of its parent's ring.
     pub(crate) fn insert(&mut self, keys: &[&str], order: u64, slot: u32) {
-        let leaf = self.node_of(keys);
-        let node = &mut self.nodes[leaf as usize];
+        // Down the path in one pass, counting the item at each node.
+        self.nodes[ROOT as usize].len += 1;
+        let mut at = ROOT;
+        for key in keys {
+            let child = self.child(at, key);
+            let node = &mut self.nodes[child as usize];
+            node.len += 1;
+            if node.len == 1 {
+                self.idle -= 1;
+                self.nodes[at as usize].ring.push_back(child);
+            }
+            at = child;
+        }
+        let node = &mut self.nodes[at as usize];
         if node.items.is_empty() {
-            node.ring.push_back(leaf);
+            node.ring.push_back(at);
         }
         insert_by_order(&mut node.items, order, slot);
-        // Count it up the path; a node that was empty joins its parent's ring.
-        let mut at = leaf;
-        loop {
-            let node = &mut self.nodes[at as usize];
-            node.len += 1;
-            if at == ROOT {
-                break;
-            }
-            let (parent, was_empty) = (node.parent, node.len == 1);
-            if was_empty {
-                self.idle -= 1;
-                self.nodes[parent as usize].ring.push_back(at);
-            }
-            at = parent;
-        }
         self.len += 1;
     }
 
@@ -310,36 +312,38 @@ impl FairLine {
     }
 
     /// Takes the next item: at each level, from the member whose turn it is, which then goes
-    /// to the back of its ring if it still has ready items.
+    /// to the back of its ring if it still has ready items and leaves the ring if not.
     pub(crate) fn pop(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;
         }
+        // Down the path in one pass, counting the item out at each node.
         let mut at = ROOT;
         let slot = loop {
             let node = &mut self.nodes[at as usize];
-            let member = node
+            node.len -= 1;
+            let member = *node
                 .ring
-                .pop_front()
+                .front()
                 .expect("a node with ready items has a turn");
             if member == at {
                 let (_, slot) = node.items.pop_front().expect("its own turn: it has items");
-                if !node.items.is_empty() {
-                    node.ring.push_back(at);
-                }
+                take_turn(&mut node.ring, !node.items.is_empty());
                 break slot;
             }
-            // The member goes to the back now; `uncount` takes it out if it empties.
-            node.ring.push_back(member);
+            let stays = self.nodes[member as usize].len > 1;
+            take_turn(&mut self.nodes[at as usize].ring, stays);
+            if !stays {
+                self.idle += 1;
+            }
             at = member;
         };
-        self.uncount(at);
+        self.counted_out();
         Some(slot)
     }
 
-    /// One item less under `leaf` (already out of its items): counts it down the path,
-    /// taking the nodes left without ready items out of their parents' rings (idle), and
-    /// freeing every idle node once there are more than [`IDLE_KEYS`].
+    /// One item less under `leaf` (already out of its items, for `remove`): counts it up the
+    /// path, taking the nodes left without ready items out of their parents' rings (idle).
     fn uncount(&mut self, leaf: u32) {
         let mut at = leaf;
         loop {
@@ -352,16 +356,21 @@ impl FairLine {
             if node.len == 0 {
                 debug_assert!(node.ring.is_empty() && node.items.is_empty());
                 self.idle += 1;
-                // From the back: a member emptied by `pop` was just put there.
                 let ring = &mut self.nodes[parent as usize].ring;
                 let place = ring
                     .iter()
-                    .rposition(|&m| m == at)
+                    .position(|&m| m == at)
                     .expect("in its parent's ring");
                 ring.remove(place);
             }
             at = parent;
         }
+        self.counted_out();
+    }
+
+    /// One item less in the line; frees every idle node once there are more than
+    /// [`IDLE_KEYS`].
+    fn counted_out(&mut self) {
         self.len -= 1;
         if self.idle > IDLE_KEYS {
             self.free_idle();
