@@ -331,6 +331,7 @@ impl FairLine {
                 take_turn(&mut node.ring, !node.items.is_empty());
                 break slot;
             }
+            // The member's count still holds the item being taken.
             let stays = self.nodes[member as usize].len > 1;
             take_turn(&mut self.nodes[at as usize].ring, stays);
             if !stays {
