@@ -156,7 +156,6 @@ pub(crate) struct FairLine {
     /// Non-root nodes, found by (parent, key).
     children: HashTable<u32>,
     hasher: DefaultHashBuilder,
-    len: usize,
     /// Nodes other than the root with no ready item.
     idle: usize,
 }
@@ -193,7 +192,6 @@ impl Default for FairLine {
             free: Vec::new(),
             children: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
-            len: 0,
             idle: 0,
         }
     }
@@ -214,8 +212,9 @@ impl Node {
 }
 
 impl FairLine {
+    /// Ready items in the line: the root's count.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.nodes[ROOT as usize].len
     }
 
     fn hash_of(&self, parent: u32, key: &str) -> u64 {
@@ -286,7 +285,6 @@ impl FairLine {
             node.ring.push_back(at);
         }
         insert_by_order(&mut node.items, order, slot);
-        self.len += 1;
     }
 
     /// Removes the entry at `order` from the line of `keys`; whether it was there.
@@ -314,7 +312,7 @@ impl FairLine {
     /// Takes the next item: at each level, from the member whose turn it is, which then goes
     /// to the back of its ring if it still has ready items and leaves the ring if not.
     pub(crate) fn pop(&mut self) -> Option<u32> {
-        if self.len == 0 {
+        if self.len() == 0 {
             return None;
         }
         // Down the path in one pass, counting the item out at each node.
@@ -339,7 +337,7 @@ impl FairLine {
             }
             at = member;
         };
-        self.counted_out();
+        self.free_idle_beyond_bound();
         Some(slot)
     }
 
@@ -366,13 +364,11 @@ impl FairLine {
             }
             at = parent;
         }
-        self.counted_out();
+        self.free_idle_beyond_bound();
     }
 
-    /// One item less in the line; frees every idle node once there are more than
-    /// [`IDLE_KEYS`].
-    fn counted_out(&mut self) {
-        self.len -= 1;
+    /// Frees every idle node once there are more than [`IDLE_KEYS`].
+    fn free_idle_beyond_bound(&mut self) {
         if self.idle > IDLE_KEYS {
             self.free_idle();
         }
