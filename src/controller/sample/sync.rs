@@ -31,6 +31,8 @@
 //!   `is_not_found`, which are false for a bare-text error body (kube-core 5 checks only the
 //!   reason when the reason is a known one).
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::api::SyncClient;
@@ -87,8 +89,9 @@ pub async fn sync_handler<C: SyncClient>(
     }
 
     let mut changed = false;
+    // The cache's copy, shared: it is cloned only to be scaled.
     let deployment = match client.deployment(namespace, deployment_name) {
-        Some(existing) => existing.as_ref().clone(),
+        Some(existing) => existing,
         None => {
             changed = true;
             tracing::info!(%key, deployment = deployment_name, "creating deployment");
@@ -101,7 +104,7 @@ pub async fn sync_handler<C: SyncClient>(
                     source,
                 })?;
             ctx.wrote(&created);
-            created
+            Arc::new(created)
         }
     };
 
@@ -109,7 +112,7 @@ pub async fn sync_handler<C: SyncClient>(
         let message = message_resource_exists(deployment_name);
         client.record_event(
             &foo,
-            Some(&deployment),
+            Some(&*deployment),
             EventType::Warning,
             ERR_RESOURCE_EXISTS,
             &message,
@@ -125,7 +128,7 @@ pub async fn sync_handler<C: SyncClient>(
         Some(wanted) if Some(wanted) != current_replicas => {
             tracing::info!(%key, deployment = deployment_name, wanted, current = ?current_replicas, "updating deployment replicas");
             changed = true;
-            let mut scaled = deployment;
+            let mut scaled = Arc::unwrap_or_clone(deployment);
             scaled.spec.get_or_insert_with(Default::default).replicas = Some(wanted);
             let updated = client.update_deployment(&scaled).await.map_err(|source| {
                 SyncError::UpdateDeployment {
@@ -136,7 +139,7 @@ pub async fn sync_handler<C: SyncClient>(
                 }
             })?;
             ctx.wrote(&updated);
-            updated
+            Arc::new(updated)
         }
         _ => deployment,
     };
@@ -154,7 +157,7 @@ pub async fn sync_handler<C: SyncClient>(
     if changed {
         client.record_event(
             &foo,
-            Some(&deployment),
+            Some(&*deployment),
             EventType::Normal,
             SUCCESS_SYNCED,
             MESSAGE_RESOURCE_SYNCED,
@@ -209,12 +212,17 @@ async fn update_foo_status<C: SyncClient>(
     let written = retry_on_conflict(DEFAULT_RETRY, |attempt| {
         let mut wanted = wanted.clone();
         async move {
+            // The Foo is cloned only when its status is to be written.
+            let fresh;
             let current = if attempt == 0 {
-                foo.clone()
+                foo
             } else {
                 tracing::debug!(%key, "status update conflicted, reading the foo again");
                 match client.get_foo(foo.namespace(), foo.name()).await {
-                    Ok(Some(fresh)) => fresh,
+                    Ok(Some(read)) => {
+                        fresh = read;
+                        &fresh
+                    }
                     // Deleted meanwhile: nothing left to report on.
                     Ok(None) => return Ok(false),
                     Err(source) => {
@@ -229,7 +237,7 @@ async fn update_foo_status<C: SyncClient>(
             if current.status.as_ref() == Some(&wanted) {
                 return Ok(false);
             }
-            let mut updated = current;
+            let mut updated = current.clone();
             updated.status = Some(wanted);
             match client.update_foo_status(&updated).await {
                 Ok(written) => {
