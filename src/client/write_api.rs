@@ -110,24 +110,30 @@ where
 
     /// Creates `object` in its namespace (POST), returning what the apiserver stored.
     pub async fn create(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::Create, object).await
+        self.write(Verb::Create, object).await?.decode()
+    }
+
+    /// Creates `object` as [`WriteApi::create`] does, for a caller that never reads what the
+    /// apiserver stored (the events.k8s.io recorder): a success's body is not decoded.
+    pub async fn create_unread(&self, object: &K) -> Result<(), Error> {
+        self.write(Verb::Create, object).await.map(drop)
     }
 
     /// Replaces the object named in `object`'s metadata (PUT); its resourceVersion, if set,
     /// makes this fail with 409 Conflict when someone wrote since.
     pub async fn replace(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::Replace, object).await
+        self.write(Verb::Replace, object).await?.decode()
     }
 
     /// Replaces the status of the object named in `object`'s metadata (PUT to its `status`
     /// subresource); 409 on a resourceVersion conflict.
     pub async fn replace_status(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::ReplaceStatus, object).await
+        self.write(Verb::ReplaceStatus, object).await?.decode()
     }
 
     /// One write: as protobuf while this type is written so, once more as JSON if the server
     /// refuses protobuf; as JSON otherwise.
-    async fn write(&self, verb: Verb, object: &K) -> Result<K, Error> {
+    async fn write(&self, verb: Verb, object: &K) -> Result<Answer<K>, Error> {
         if self.writes_protobuf() {
             // Encoded before anything is sent: an object the encoder refuses sends nothing.
             let body = protobuf::to_vec(object).map_err(|e| unserializable(e.to_string()))?;
@@ -186,8 +192,8 @@ where
         Ok(request)
     }
 
-    /// Sends `request`; decodes a success by its `Content-Type`, a failure as its `Status`.
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<K, Error> {
+    /// Sends `request`: a success is its body, still encoded; a failure its `Status`.
+    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<Answer<K>, Error> {
         let response = self.client.send(request.map(Body::from)).await?;
         let code = response.status();
         let encoding = Encoding::of(response.headers().get(header::CONTENT_TYPE));
@@ -195,9 +201,27 @@ where
         if code.is_client_error() || code.is_server_error() {
             return Err(Error::Api(status_of(code, &body).boxed()));
         }
-        match encoding {
-            Encoding::Json => serde_json::from_slice(&body).map_err(Error::SerdeError),
-            Encoding::Protobuf => protobuf::from_slice(&body).map_err(|e| {
+        Ok(Answer {
+            encoding,
+            body: body.into(),
+            kind: PhantomData,
+        })
+    }
+}
+
+/// A successful write's answer: the stored `K`, as the apiserver encoded it.
+struct Answer<K> {
+    encoding: Encoding,
+    body: Vec<u8>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Resource<DynamicType = ()> + DeserializeOwned> Answer<K> {
+    /// The object, decoded by the answer's `Content-Type`.
+    fn decode(self) -> Result<K, Error> {
+        match self.encoding {
+            Encoding::Json => serde_json::from_slice(&self.body).map_err(Error::SerdeError),
+            Encoding::Protobuf => protobuf::from_slice(&self.body).map_err(|e| {
                 Error::SerdeError(serde::de::Error::custom(format!(
                     "the {} answer in protobuf: {e}",
                     K::kind(&())

@@ -470,3 +470,35 @@ async fn a_protobuf_answer_that_does_not_decode_is_a_decode_error() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn an_unread_create_sends_the_same_request_decodes_no_answer_and_keeps_errors() {
+    // The answer's body would not decode: only a create that reads it fails.
+    let undecodable = b"k8s\0\x0a\x03".to_vec();
+    let (client, seen) = server(vec![
+        (201, PB, undecodable.clone()),
+        (201, PB, undecodable),
+        (409, PB, status_pb(409, "AlreadyExists")),
+    ]);
+    let api = WriteApi::<Lease>::new(client);
+
+    api.create_unread(&lease(None)).await.unwrap();
+    assert!(api.create(&lease(None)).await.is_err());
+    let err = api.create_unread(&lease(None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists"),
+        "{err:?}"
+    );
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 3);
+    for request in seen.iter() {
+        assert_eq!(request.method, http::Method::POST);
+        assert_eq!(
+            request.uri,
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases?"
+        );
+        assert_eq!(request.content_type, PB);
+        assert_eq!(request.body, protobuf::to_vec(&lease(None)).unwrap());
+    }
+}

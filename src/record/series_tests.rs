@@ -50,7 +50,7 @@ fn api_error(code: u16, reason: &str) -> kube_client::Error {
 }
 
 impl EventsV1Sink for MemorySink {
-    async fn create(&self, event: &Event) -> Result<Event, RecordError> {
+    async fn create(&self, event: &Event) -> Result<(), RecordError> {
         self.sent.lock().push(Sent::Create(event.clone()));
         let (namespace, name) = name_of(event);
         let mut stored = self.stored.lock();
@@ -62,10 +62,10 @@ impl EventsV1Sink for MemorySink {
             });
         }
         stored.insert((namespace, name), event.clone());
-        Ok(event.clone())
+        Ok(())
     }
 
-    async fn patch_series(&self, event: &Event) -> Result<Event, RecordError> {
+    async fn patch_series(&self, event: &Event) -> Result<(), RecordError> {
         self.sent.lock().push(Sent::Patch(event.clone()));
         let (namespace, name) = name_of(event);
         if self.refuse_patches {
@@ -80,7 +80,7 @@ impl EventsV1Sink for MemorySink {
             return Err(RecordError::NotFound { namespace, name });
         };
         existing.series = event.series.clone();
-        Ok(existing.clone())
+        Ok(())
     }
 }
 

@@ -16,8 +16,8 @@ use std::future::Future;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1::Event as V1Event;
 use kube_client::api::{ObjectMeta, Patch, PatchParams};
-use kube_client::core::NamespaceResourceScope;
-use kube_client::{Api, Client, Resource};
+use kube_client::core::{NamespaceResourceScope, Request};
+use kube_client::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -138,7 +138,10 @@ impl KubeEventSink {
 
 impl EventSink for KubeEventSink {
     async fn create(&self, event: &Event) -> Result<Event, RecordError> {
-        create(&self.creates, event).await
+        self.creates
+            .create(&to_create(event))
+            .await
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 
     async fn patch(&self, event: &Event) -> Result<Event, RecordError> {
@@ -147,7 +150,10 @@ impl EventSink for KubeEventSink {
             "lastTimestamp": event.last_timestamp,
             "message": event.message,
         });
-        patch_named(&self.client, event, &Patch::Merge(patch)).await
+        self.client
+            .request(patch_request(event, &Patch::Merge(patch))?)
+            .await
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 }
 
@@ -170,48 +176,44 @@ impl<K> EventKind for K where
 {
 }
 
-/// Creates `event` in its namespace (`default` if it names none), without a resourceVersion.
-async fn create<K: EventKind>(creates: &WriteApi<K>, event: &K) -> Result<K, RecordError> {
+/// `event` as it is created: in its namespace (`default` if it names none), without a
+/// resourceVersion.
+fn to_create<K: EventKind>(event: &K) -> K {
     let mut fresh = event.clone();
     let meta = fresh.meta_mut();
     meta.resource_version = None;
     if meta.namespace.as_deref().is_none_or(str::is_empty) {
         meta.namespace = Some("default".to_string());
     }
-    creates
-        .create(&fresh)
-        .await
-        .map_err(|e| RecordError::from_kube(event.meta(), e))
+    fresh
 }
 
-/// Patches the Event named in `event`'s metadata with `patch`.
-async fn patch_named<K: EventKind>(
-    client: &Client,
+/// The request patching the Event named in `event`'s metadata with `patch`.
+fn patch_request<K: EventKind>(
     event: &K,
     patch: &Patch<serde_json::Value>,
-) -> Result<K, RecordError> {
-    let name = event.meta().name.clone().unwrap_or_default();
-    api_of(client, event)
-        .patch(&name, &PatchParams::default(), patch)
-        .await
-        .map_err(|e| RecordError::from_kube(event.meta(), e))
-}
-
-fn api_of<K: EventKind>(client: &Client, event: &K) -> Api<K> {
-    let ns = event.meta().namespace.as_deref().unwrap_or("default");
-    Api::namespaced(client.clone(), ns)
+) -> Result<http::Request<Vec<u8>>, RecordError> {
+    let meta = event.meta();
+    let namespace = meta.namespace.as_deref().unwrap_or("default");
+    let name = meta.name.as_deref().unwrap_or_default();
+    Request::new(K::url_path(&(), Some(namespace)))
+        .patch(name, &PatchParams::default(), patch)
+        .map_err(|e| RecordError::from_kube(meta, kube_client::Error::BuildRequest(e)))
 }
 
 /// Writes events.k8s.io/v1 Events. Implemented by [`KubeEventsV1Sink`]; tests use an
 /// in-memory sink. client-go: `tools/events.EventSink`.
+///
+/// Differs on purpose: a write returns nothing of what the apiserver stored. client-go's sink
+/// returns the stored Event, and its recorder drops it ("We don't want the new recorded Event
+/// to be reflected in the client's cache", `recordToSink` in tools/events); here the answer's
+/// body is not even decoded.
 pub trait EventsV1Sink: Send + Sync + 'static {
-    /// Creates `event`, returning what the apiserver stored.
-    fn create(&self, event: &V1Event) -> impl Future<Output = Result<V1Event, RecordError>> + Send;
+    /// Creates `event`.
+    fn create(&self, event: &V1Event) -> impl Future<Output = Result<(), RecordError>> + Send;
     /// Patches the `series` of the Event named in `event.metadata` to `event`'s.
-    fn patch_series(
-        &self,
-        event: &V1Event,
-    ) -> impl Future<Output = Result<V1Event, RecordError>> + Send;
+    fn patch_series(&self, event: &V1Event)
+    -> impl Future<Output = Result<(), RecordError>> + Send;
 }
 
 /// An [`EventsV1Sink`] writing through the apiserver. client-go: `tools/events.EventSinkImpl`.
@@ -232,13 +234,20 @@ impl KubeEventsV1Sink {
 }
 
 impl EventsV1Sink for KubeEventsV1Sink {
-    async fn create(&self, event: &V1Event) -> Result<V1Event, RecordError> {
-        create(&self.creates, event).await
+    async fn create(&self, event: &V1Event) -> Result<(), RecordError> {
+        self.creates
+            .create_unread(&to_create(event))
+            .await
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 
-    async fn patch_series(&self, event: &V1Event) -> Result<V1Event, RecordError> {
+    async fn patch_series(&self, event: &V1Event) -> Result<(), RecordError> {
         let patch = serde_json::json!({ "series": event.series });
-        patch_named(&self.client, event, &Patch::Strategic(patch)).await
+        self.client
+            .request_text(patch_request(event, &Patch::Strategic(patch))?)
+            .await
+            .map(drop)
+            .map_err(|e| RecordError::from_kube(&event.metadata, e))
     }
 }
 

@@ -240,12 +240,12 @@ impl MemoryEvents {
 }
 
 impl crate::record::EventsV1Sink for MemoryEvents {
-    async fn create(&self, event: &V1Event) -> Result<V1Event, crate::record::RecordError> {
+    async fn create(&self, event: &V1Event) -> Result<(), crate::record::RecordError> {
         self.events.lock().push(event.clone());
-        Ok(event.clone())
+        Ok(())
     }
 
-    async fn patch_series(&self, event: &V1Event) -> Result<V1Event, crate::record::RecordError> {
-        Ok(event.clone())
+    async fn patch_series(&self, _event: &V1Event) -> Result<(), crate::record::RecordError> {
+        Ok(())
     }
 }
