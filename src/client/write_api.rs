@@ -110,35 +110,36 @@ where
 
     /// Creates `object` in its namespace (POST), returning what the apiserver stored.
     pub async fn create(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::Create, object).await?.decode()
+        self.write(Verb::Create, object, Self::decode).await
     }
 
     /// Creates `object` as [`WriteApi::create`] does, for a caller that never reads what the
     /// apiserver stored (the events.k8s.io recorder): a success's body is not decoded.
     pub async fn create_unread(&self, object: &K) -> Result<(), Error> {
-        self.write(Verb::Create, object).await.map(drop)
+        self.write(Verb::Create, object, |_, _| Ok(())).await
     }
 
     /// Replaces the object named in `object`'s metadata (PUT); its resourceVersion, if set,
     /// makes this fail with 409 Conflict when someone wrote since.
     pub async fn replace(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::Replace, object).await?.decode()
+        self.write(Verb::Replace, object, Self::decode).await
     }
 
     /// Replaces the status of the object named in `object`'s metadata (PUT to its `status`
     /// subresource); 409 on a resourceVersion conflict.
     pub async fn replace_status(&self, object: &K) -> Result<K, Error> {
-        self.write(Verb::ReplaceStatus, object).await?.decode()
+        self.write(Verb::ReplaceStatus, object, Self::decode).await
     }
 
     /// One write: as protobuf while this type is written so, once more as JSON if the server
-    /// refuses protobuf; as JSON otherwise.
-    async fn write(&self, verb: Verb, object: &K) -> Result<Answer<K>, Error> {
+    /// refuses protobuf; as JSON otherwise. A success's answer is what `read` makes of its
+    /// body.
+    async fn write<T>(&self, verb: Verb, object: &K, read: Reader<T>) -> Result<T, Error> {
         if self.writes_protobuf() {
             // Encoded before anything is sent: an object the encoder refuses sends nothing.
             let body = protobuf::to_vec(object).map_err(|e| unserializable(e.to_string()))?;
             let request = self.request(verb, object, body, Encoding::Protobuf)?;
-            match self.send(request).await {
+            match self.send(request, read).await {
                 Err(Error::Api(status)) if refuses_protobuf(&status) => {
                     self.protobuf.store(false, Ordering::Relaxed);
                     tracing::info!(
@@ -152,7 +153,7 @@ where
         }
         let body = serde_json::to_vec(object)
             .map_err(|e| Error::BuildRequest(request::Error::SerializeBody(e)))?;
-        self.send(self.request(verb, object, body, Encoding::Json)?)
+        self.send(self.request(verb, object, body, Encoding::Json)?, read)
             .await
     }
 
@@ -192,8 +193,8 @@ where
         Ok(request)
     }
 
-    /// Sends `request`: a success is its body, still encoded; a failure its `Status`.
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<Answer<K>, Error> {
+    /// Sends `request`: a success is what `read` makes of its body, a failure its `Status`.
+    async fn send<T>(&self, request: http::Request<Vec<u8>>, read: Reader<T>) -> Result<T, Error> {
         let response = self.client.send(request.map(Body::from)).await?;
         let code = response.status();
         let encoding = Encoding::of(response.headers().get(header::CONTENT_TYPE));
@@ -201,27 +202,14 @@ where
         if code.is_client_error() || code.is_server_error() {
             return Err(Error::Api(status_of(code, &body).boxed()));
         }
-        Ok(Answer {
-            encoding,
-            body: body.into(),
-            kind: PhantomData,
-        })
+        read(encoding, &body)
     }
-}
 
-/// A successful write's answer: the stored `K`, as the apiserver encoded it.
-struct Answer<K> {
-    encoding: Encoding,
-    body: Vec<u8>,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K: Resource<DynamicType = ()> + DeserializeOwned> Answer<K> {
-    /// The object, decoded by the answer's `Content-Type`.
-    fn decode(self) -> Result<K, Error> {
-        match self.encoding {
-            Encoding::Json => serde_json::from_slice(&self.body).map_err(Error::SerdeError),
-            Encoding::Protobuf => protobuf::from_slice(&self.body).map_err(|e| {
+    /// A successful answer's body as the stored object, decoded by its `Content-Type`.
+    fn decode(encoding: Encoding, body: &[u8]) -> Result<K, Error> {
+        match encoding {
+            Encoding::Json => serde_json::from_slice(body).map_err(Error::SerdeError),
+            Encoding::Protobuf => protobuf::from_slice(body).map_err(|e| {
                 Error::SerdeError(serde::de::Error::custom(format!(
                     "the {} answer in protobuf: {e}",
                     K::kind(&())
@@ -230,6 +218,9 @@ impl<K: Resource<DynamicType = ()> + DeserializeOwned> Answer<K> {
         }
     }
 }
+
+/// What a write makes of a successful answer's body, given its encoding.
+type Reader<T> = fn(Encoding, &[u8]) -> Result<T, Error>;
 
 /// A failed answer's `Status`, in either encoding; for a body that is none (a proxy's text),
 /// one made from its text and code, as kube-client's `handle_api_errors` makes it.
