@@ -22,6 +22,13 @@ pub struct Cli {
     #[command(flatten)]
     /// Logging flags (klog's spellings too).
     pub log: cmd::common::LogArgs,
+    /// Threads running the program's tasks: 1 runs them all on the main thread (tokio's
+    /// current-thread runtime), N on N worker threads (its multi-thread runtime). One is the
+    /// default: the controllers wait on the apiserver far more than they compute, and on one
+    /// thread a task woken by another never has a sleeping thread woken to run it
+    /// (benches/README.md, 2026-12-01, measures both on the sample controller).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub runtime_threads: u16,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
@@ -50,14 +57,15 @@ pub enum Command {
     ShardBounds(cmd::shard_bounds::Args),
 }
 
-/// Parses the command line and runs the subcommand it names, on a multi-thread runtime.
+/// Parses the command line and runs the subcommand it names, on the runtime `--runtime-threads` asks
+/// for.
 pub fn main() -> anyhow::Result<()> {
     // Go's flag spellings (`-kubeconfig=...`, `-v=3`) first become clap's (`--kubeconfig=...`).
     let command = Cli::command();
     let args = cmd::common::normalize_args(&command, std::env::args_os());
     let cli = Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|e| e.exit());
     cmd::common::init_logging(&cli.log);
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = runtime(cli.runtime_threads)?;
     runtime.block_on(async move {
         match cli.command {
             #[cfg(feature = "cluster")]
@@ -68,4 +76,32 @@ pub fn main() -> anyhow::Result<()> {
             Command::ShardBounds(args) => cmd::shard_bounds::run(args).await,
         }
     })
+}
+
+/// The runtime of `--runtime-threads threads`: current-thread for one, multi-thread else.
+fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(usize::from(n));
+            builder
+        }
+    }
+    .enable_all()
+    .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::runtime::RuntimeFlavor;
+
+    #[test]
+    fn runtime_threads_picks_the_runtime() {
+        let flavor = |threads| super::runtime(threads).unwrap().handle().runtime_flavor();
+        assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
+        assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
+        let metrics = super::runtime(3).unwrap().metrics();
+        assert_eq!(metrics.num_workers(), 3);
+    }
 }

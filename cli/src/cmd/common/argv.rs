@@ -250,6 +250,14 @@ mod tests {
         let cli = parse(&["-v", "sample-controller"]).unwrap();
         assert_eq!((cli.log.verbose, cli.log.klog_verbosity), (1, None));
 
+        // One thread unless asked, the flag before or after the subcommand; never none.
+        assert_eq!(parse(&["sample-controller"]).unwrap().runtime_threads, 1);
+        let cli = parse(&["sample-controller", "-runtime-threads=2"]).unwrap();
+        assert_eq!(cli.runtime_threads, 2);
+        let cli = parse(&["--runtime-threads", "4", "vm-controller", "-threads", "3"]).unwrap();
+        assert_eq!(cli.runtime_threads, 4);
+        assert!(parse(&["sample-controller", "--runtime-threads=0"]).is_err());
+
         let cli = parse(&["sample-controller", "-logtostderr=false"]).unwrap();
         assert_eq!(cli.log.logtostderr, Some(false));
         // A bool flag does not take the next word, as in Go.
