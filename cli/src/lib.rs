@@ -57,8 +57,8 @@ pub enum Command {
     ShardBounds(cmd::shard_bounds::Args),
 }
 
-/// Parses the command line and runs the subcommand it names, on the runtime `--runtime-threads` asks
-/// for.
+/// Parses the command line and runs the subcommand it names, on the runtime that
+/// `--runtime-threads` asks for.
 pub fn main() -> anyhow::Result<()> {
     // Go's flag spellings (`-kubeconfig=...`, `-v=3`) first become clap's (`--kubeconfig=...`).
     let command = Cli::command();
